@@ -47,7 +47,7 @@ def test_files_layer_in_order_then_override_wins(tmp_path):
     ("train.jit_compile=1", "'train.jit_compile' must be bool"),
     ("train.patterns=bias", "'train.patterns' must be a list of str"),
     ("train=3", "'train' must be a mapping"),
-    ("train.steps", "is neither `key.path=value`"),
+    ("train.steps", "is neither `key.path=value,...`"),
     ("train.steps=1,=2", "is not `key.path=value`"),
 ])
 def test_bad_override_is_one_line_naming_the_key(override, fragment):
