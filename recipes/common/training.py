@@ -12,7 +12,6 @@ import os
 import time
 import uuid
 
-import numpy as np
 import tensorflow as tf
 import tf_keras
 
@@ -198,7 +197,12 @@ def export_saved_model(export_dir, obj, signatures=None, options=None):
   if parent:
     tf.io.gfile.makedirs(parent)
   temporary = f"{export_dir.rstrip('/')}.tmp-{uuid.uuid4().hex[:8]}"
-  tf.saved_model.save(obj, temporary, signatures=signatures, options=options)
+  try:
+    tf.saved_model.save(obj, temporary, signatures=signatures, options=options)
+  except BaseException:
+    if tf.io.gfile.exists(temporary):
+      tf.io.gfile.rmtree(temporary)
+    raise
   previous = None
   if tf.io.gfile.exists(export_dir):
     previous = f"{export_dir.rstrip('/')}.old-{uuid.uuid4().hex[:8]}"
@@ -217,10 +221,3 @@ def require_checkpoint(model_dir):
     raise UserError(f"no checkpoint in {os.path.join(model_dir, CHECKPOINT_SUBDIR)}; train "
                     "first (--mode=train) or point --model_dir at a trained run")
   return path
-
-
-def finite_or_raise(name, value):
-  """Raises TrainingDiverged when an evaluation metric is not finite."""
-  if not np.isfinite(value):
-    raise TrainingDiverged(f"{name} is {value}; the model has diverged")
-  return value
