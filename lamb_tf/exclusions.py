@@ -1,0 +1,143 @@
+"""Which variables get weight decay and layer adaptation: regex exclusions on full paths.
+
+A pattern is a regular expression `re.search`-ed in the variable's full path, e.g.
+`bert_encoder_v2/transformer/layer_0/output_layer_norm/gamma` (tf_keras: the variable name
+without `:0`; Keras 3: `variable.path`), never only the short name (`gamma`), so patterns
+that name a layer work in both flavours.
+
+Convention of Model Garden's and TF Addons' LAMB/LARS, kept for drop-in compatibility:
+`exclude_from_layer_adaptation=None` means "the same list as `exclude_from_weight_decay`".
+An explicit empty list means "adapt every variable".
+"""
+import collections
+import logging
+import re
+
+logger = logging.getLogger(__name__)
+
+# Model Garden BERT names (BertEncoderV2 + BertPretrainerV2): `.../embeddings/layer_norm/gamma`,
+# `.../self_attention_layer_norm/beta`, `.../output_layer_norm/gamma` and the masked-LM head's
+# `transform/LayerNorm/gamma`; every `.../bias`. Source: Google BERT's LAMB/AdamW exclusions
+# ["LayerNorm", "layer_norm", "bias"] (mlcommons language_model/tensorflow/bert/optimization.py).
+BERT_EXCLUDE_PATTERNS = ("layer_norm|LayerNorm", "bias")
+
+# Model Garden ResNet names: `.../batch_normalization_3/gamma`, the classifier head's `.../bias`.
+# Source: MLPerf TF2 ResNet LARS `skip_list=['batch_normalization', 'bias', 'bn']` (peers.md [C2]).
+RESNET_EXCLUDE_PATTERNS = ("batch_normalization", "bias")
+
+ExclusionRow = collections.namedtuple("ExclusionRow", ["path", "shape", "decayed", "adapted"])
+
+
+def validate_patterns(argument_name, patterns):
+    """`patterns` as a tuple of compiled-checked strings, or None; clear error otherwise."""
+    if patterns is None:
+        return None
+    if isinstance(patterns, (str, bytes)):
+        raise TypeError(
+            f"{argument_name} must be a list of regex patterns, got the string {patterns!r} "
+            f"(a string would be read character by character). Use [{patterns!r}]."
+        )
+    try:
+        patterns = tuple(patterns)
+    except TypeError:
+        raise TypeError(
+            f"{argument_name} must be a list of regex patterns, got {patterns!r}."
+        ) from None
+    for pattern in patterns:
+        if not isinstance(pattern, str):
+            raise TypeError(
+                f"{argument_name} must hold strings, got {pattern!r} ({type(pattern).__name__})."
+            )
+        try:
+            re.compile(pattern)
+        except re.error as error:
+            raise ValueError(
+                f"{argument_name} holds an invalid regular expression {pattern!r}: {error}."
+            ) from None
+    return patterns
+
+
+class Exclusions:
+    """The two exclusion lists of an optimizer and the decision for each variable path."""
+
+    def __init__(self, exclude_from_weight_decay=None, exclude_from_layer_adaptation=None):
+        self.exclude_from_weight_decay = validate_patterns(
+            "exclude_from_weight_decay", exclude_from_weight_decay)
+        self.exclude_from_layer_adaptation = validate_patterns(
+            "exclude_from_layer_adaptation", exclude_from_layer_adaptation)
+
+    @property
+    def weight_decay_patterns(self):
+        return self.exclude_from_weight_decay or ()
+
+    @property
+    def layer_adaptation_patterns(self):
+        # None falls back to the weight-decay list (Model Garden / TF Addons convention)
+        if self.exclude_from_layer_adaptation is None:
+            return self.weight_decay_patterns
+        return self.exclude_from_layer_adaptation
+
+    def get_config(self):
+        """The two arguments as given (None stays None, so the fallback survives a round trip)."""
+        as_list = lambda patterns: None if patterns is None else list(patterns)  # noqa: E731
+        return {
+            "exclude_from_weight_decay": as_list(self.exclude_from_weight_decay),
+            "exclude_from_layer_adaptation": as_list(self.exclude_from_layer_adaptation),
+        }
+
+    def decays(self, path):
+        """Whether the variable at `path` is outside every weight-decay exclusion pattern."""
+        return not any(re.search(p, path) for p in self.weight_decay_patterns)
+
+    def adapts(self, path):
+        """Whether the variable at `path` is outside every layer-adaptation exclusion pattern."""
+        return not any(re.search(p, path) for p in self.layer_adaptation_patterns)
+
+    def table(self, paths_and_shapes, weight_decay_rate):
+        """One `ExclusionRow(path, shape, decayed, adapted)` per variable.
+
+        `decayed` is what really happens: False for every variable when the rate is 0.
+        """
+        return [
+            ExclusionRow(path, tuple(shape), weight_decay_rate > 0 and self.decays(path), self.adapts(path))
+            for path, shape in paths_and_shapes
+        ]
+
+    def log_report(self, optimizer_name, paths_and_shapes):
+        """Log one line per pattern (variables and parameters matched); warn when none match."""
+        lists = [("exclude_from_weight_decay", self.weight_decay_patterns)]
+        if self.exclude_from_layer_adaptation is None:
+            if self.weight_decay_patterns:
+                logger.info("%s: exclude_from_layer_adaptation=None, so it uses the "
+                            "exclude_from_weight_decay patterns.", optimizer_name)
+        else:
+            lists.append(("exclude_from_layer_adaptation", self.exclude_from_layer_adaptation))
+        for argument_name, patterns in lists:
+            for pattern in patterns:
+                matched = [shape for path, shape in paths_and_shapes if re.search(pattern, path)]
+                parameters = sum(_size(shape) for shape in matched)
+                if matched:
+                    logger.info("%s: %s pattern %r matches %d variables (%d parameters).",
+                                optimizer_name, argument_name, pattern, len(matched), parameters)
+                else:
+                    logger.warning(
+                        "%s: %s pattern %r matches NO variable, so it excludes nothing. "
+                        "Variable paths look like %r; see optimizer.exclusion_table().",
+                        optimizer_name, argument_name, pattern,
+                        paths_and_shapes[0][0] if paths_and_shapes else "(no variables)")
+
+
+def format_table(rows):
+    """The rows of `Exclusions.table` as aligned text, for logs and the docs."""
+    width = max([len("variable")] + [len(row.path) for row in rows])
+    lines = [f"{'variable':<{width}}  {'shape':<16} decayed  adapted"]
+    for row in rows:
+        lines.append(f"{row.path:<{width}}  {str(row.shape):<16} {str(row.decayed):<8} {row.adapted}")
+    return "\n".join(lines)
+
+
+def _size(shape):
+    size = 1
+    for dim in shape:
+        size *= int(dim)
+    return size

@@ -1,0 +1,162 @@
+r"""The LAMB and LARS update rules, once, as plain TensorFlow tensor functions.
+
+No Keras here: the optimizer classes of both Keras flavours read their slots, call these
+functions and assign the results. Every function works on one variable ("layer" i in the
+paper) and returns new values; nothing is assigned in place.
+
+LAMB, Algorithm 2 of You et al., "Large Batch Optimization for Deep Learning: Training BERT
+in 76 minutes" (arXiv 1904.00962), for one layer with parameters x and gradient g:
+
+.. math::
+
+    m_t &= \beta_1 m_{t-1} + (1 - \beta_1) g_t \\
+    v_t &= \beta_2 v_{t-1} + (1 - \beta_2) g_t^2 \\
+    \hat m_t &= m_t / (1 - \beta_1^t), \quad \hat v_t = v_t / (1 - \beta_2^t) \\
+    r_t &= \hat m_t / (\sqrt{\hat v_t} + \epsilon) \\
+    u_t &= r_t + \lambda x_t \\
+    x_{t+1} &= x_t - \eta_t \, \frac{\phi(\lVert x_t \rVert)}{\lVert u_t \rVert} \, u_t
+
+Symbols and arguments: eta = ``learning_rate`` (η_t), beta_1/beta_2 = β1/β2,
+epsilon = ε (outside the square root, as in the paper), weight_decay_rate = λ,
+t = the number of updates applied before this one, plus 1, phi = the identity or, with
+``phi_bounds=(gamma_l, gamma_u)``, the paper's φ(z) = min(max(z, γ_l), γ_u).
+The trust ratio φ(‖x‖)/‖u‖ is 1 when ‖x‖ or ‖u‖ is 0 (the paper leaves this case open;
+every official implementation does this). Options per variable: ``decay=False`` drops λx
+(exclusion from weight decay), ``adapt=False`` sets the trust ratio to 1 (exclusion from
+layer adaptation: a plain Adam step), ``bias_correction=False`` uses m and v directly
+(paper appendix; the authors' ResNet-50 code).
+
+LARS, numerics of TF Model Garden's ``official/modeling/optimization/lars.py`` (You, Gitman,
+Ginsburg 2017), for one layer with velocity buffer v, momentum μ and coefficient eeta:
+
+.. math::
+
+    g_t &\leftarrow g_t + \lambda x_t \\
+    \text{classic:}\quad \rho &= \text{eeta}\,\lVert x_t\rVert / \lVert g_t\rVert, \quad
+        v_t = \mu v_{t-1} + \eta_t \rho\, g_t, \quad
+        x_{t+1} = x_t - (\mu v_t + \eta_t \rho\, g_t \text{ if nesterov else } v_t) \\
+    \text{popular:}\quad v_t &= \mu v_{t-1} + g_t, \quad
+        d_t = \mu v_t + g_t \text{ if nesterov else } v_t, \quad
+        \rho = \text{eeta}\,\lVert x_t\rVert / \lVert d_t\rVert, \quad
+        x_{t+1} = x_t - \eta_t \rho\, d_t
+
+with the same zero-norm guard (ρ = 1) and the same ``decay``/``adapt`` switches.
+"""
+import tensorflow as tf
+
+
+def trust_ratio(x_norm, u_norm, coefficient=1.0, phi_bounds=None):
+    """The layer-wise trust ratio `coefficient · φ(‖x‖) / ‖u‖`, shared by LAMB and LARS.
+
+    Args:
+      x_norm: scalar tensor, ‖x‖ of the layer's parameters.
+      u_norm: scalar tensor, ‖u‖ of the layer's update direction.
+      coefficient: LARS' `eeta`; 1 for LAMB.
+      phi_bounds: None for φ the identity, or `(gamma_l, gamma_u)` for
+        φ(z) = min(max(z, gamma_l), gamma_u).
+
+    Returns:
+      A scalar tensor; exactly 1 when ‖x‖ or ‖u‖ is 0 (the layer would otherwise never move
+      from zero, or the ratio would be undefined).
+    """
+    # φ(‖x‖): the identity, or the paper's clip to [γ_l, γ_u]
+    phi = x_norm if phi_bounds is None else tf.clip_by_value(x_norm, phi_bounds[0], phi_bounds[1])
+    # both norms positive: the ratio is defined and meaningful
+    defined = tf.logical_and(x_norm > 0, u_norm > 0)
+    # divide by ‖u‖ only where it is positive, so no inf/nan is ever formed (XLA-safe)
+    safe_u_norm = tf.where(defined, u_norm, tf.ones_like(u_norm))
+    # coefficient · φ(‖x‖)/‖u‖, or 1 at a zero norm
+    return tf.where(defined, coefficient * phi / safe_u_norm, tf.ones_like(u_norm))
+
+
+def dense_gradient(g, shape):
+    """`g` as a dense tensor of `shape`; sums the rows of `tf.IndexedSlices` (embedding grads).
+
+    LAMB and LARS decay every row's moments and take whole-layer norms, so a sparse gradient
+    must give exactly the dense result: the maths runs once, on the densified gradient.
+    """
+    if isinstance(g, tf.IndexedSlices):
+        # scatter-add the slices' rows into zeros; repeated indices add up as in the dense grad
+        return tf.math.unsorted_segment_sum(g.values, g.indices, num_segments=shape[0])
+    return g
+
+
+def lamb_step(x, g, m, v, t, eta, beta_1, beta_2, epsilon, weight_decay_rate, *,
+              decay=True, adapt=True, bias_correction=True, phi_bounds=None):
+    """One LAMB update (Algorithm 2) of one variable.
+
+    Args:
+      x, g, m, v: the parameters, the gradient and the first/second moments, same shape.
+      t: scalar, 1-based count of this update (applied updates before it + 1).
+      eta: scalar learning rate η_t.
+      beta_1, beta_2, epsilon, weight_decay_rate: β1, β2, ε, λ.
+      decay: add λx to the update direction (False: excluded from weight decay).
+      adapt: scale by the trust ratio (False: excluded from layer adaptation, ratio 1).
+      bias_correction: divide m, v by (1 - β^t).
+      phi_bounds: None or `(gamma_l, gamma_u)`, see `trust_ratio`.
+
+    Returns:
+      `(x_next, m_next, v_next, ratio)`, ratio being the trust ratio used (1 if not adapted).
+    """
+    dtype = x.dtype
+    t = tf.cast(t, dtype)
+    # m_t = β1 m_{t-1} + (1 - β1) g_t
+    m = beta_1 * m + (1.0 - beta_1) * g
+    # v_t = β2 v_{t-1} + (1 - β2) g_t²
+    v = beta_2 * v + (1.0 - beta_2) * tf.square(g)
+    # m̂_t = m_t / (1 - β1^t)
+    m_hat = m / (1.0 - tf.pow(tf.cast(beta_1, dtype), t)) if bias_correction else m
+    # v̂_t = v_t / (1 - β2^t)
+    v_hat = v / (1.0 - tf.pow(tf.cast(beta_2, dtype), t)) if bias_correction else v
+    # r_t = m̂_t / (√v̂_t + ε)
+    r = m_hat / (tf.sqrt(v_hat) + epsilon)
+    # u_t = r_t + λ x_t
+    u = r + weight_decay_rate * x if decay else r
+    # φ(‖x_t‖) / ‖u_t‖, or 1 for a variable excluded from layer adaptation
+    ratio = trust_ratio(tf.norm(x), tf.norm(u), phi_bounds=phi_bounds) if adapt else tf.ones([], dtype)
+    # x_{t+1} = x_t - η_t · ratio · u_t
+    x = x - tf.cast(eta, dtype) * ratio * u
+    return x, m, v, ratio
+
+
+def lars_step(x, g, velocity, eta, momentum, weight_decay_rate, eeta, *,
+              nesterov=False, classic_momentum=True, decay=True, adapt=True):
+    """One LARS update of one variable, with Model Garden's numerics.
+
+    Args:
+      x, g, velocity: the parameters, the gradient and the momentum buffer, same shape.
+      eta: scalar learning rate η_t.
+      momentum, weight_decay_rate, eeta: μ, λ and the trust coefficient.
+      nesterov: Nesterov momentum.
+      classic_momentum: True: the trust ratio uses ‖g + λx‖ and the learning rate goes into
+        the momentum buffer; False ("popular" momentum): the ratio uses the momentum update
+        and the learning rate is applied after the momentum.
+      decay: add λx to the gradient (False: excluded from weight decay).
+      adapt: scale by the trust ratio (False: excluded from layer adaptation, ratio 1).
+
+    Returns:
+      `(x_next, velocity_next, ratio)`.
+    """
+    dtype = x.dtype
+    eta = tf.cast(eta, dtype)
+    # g_t ← g_t + λ x_t (L2 weight decay enters the gradient)
+    g = g + weight_decay_rate * x if decay else g
+    if classic_momentum:
+        # ρ = eeta · ‖x_t‖ / ‖g_t‖
+        ratio = trust_ratio(tf.norm(x), tf.norm(g), coefficient=eeta) if adapt else tf.ones([], dtype)
+        # v_t = μ v_{t-1} + η_t ρ g_t
+        velocity = momentum * velocity + eta * ratio * g
+        # step: μ v_t + η_t ρ g_t (Nesterov) or v_t
+        step = momentum * velocity + eta * ratio * g if nesterov else velocity
+    else:
+        # v_t = μ v_{t-1} + g_t
+        velocity = momentum * velocity + g
+        # d_t = μ v_t + g_t (Nesterov) or v_t
+        direction = momentum * velocity + g if nesterov else velocity
+        # ρ = eeta · ‖x_t‖ / ‖d_t‖
+        ratio = trust_ratio(tf.norm(x), tf.norm(direction), coefficient=eeta) if adapt else tf.ones([], dtype)
+        # step: η_t ρ d_t
+        step = eta * ratio * direction
+    # x_{t+1} = x_t - step
+    x = x - step
+    return x, velocity, ratio
