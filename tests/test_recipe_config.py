@@ -10,69 +10,69 @@ from recipes.common.errors import UserError
 
 @dataclasses.dataclass
 class _Train:
-  steps: int = 10
-  learning_rate: float = 0.1
-  jit_compile: bool = False
-  patterns: list[str] = dataclasses.field(default_factory=list)
-  end_learning_rate: Optional[float] = None
+    steps: int = 10
+    learning_rate: float = 0.1
+    jit_compile: bool = False
+    patterns: list[str] = dataclasses.field(default_factory=list)
+    end_learning_rate: Optional[float] = None
 
 
 @dataclasses.dataclass
 class _Schema:
-  name: str = "tiny"
-  train: _Train = dataclasses.field(default_factory=_Train)
+    name: str = "tiny"
+    train: _Train = dataclasses.field(default_factory=_Train)
 
 
 def _write(tmp_path, name, text):
-  path = tmp_path / name
-  path.write_text(text)
-  return str(path)
+    path = tmp_path / name
+    path.write_text(text)
+    return str(path)
 
 
 def test_files_layer_in_order_then_override_wins(tmp_path):
-  first = _write(tmp_path, "a.yaml", "train:\n  steps: 5\n  learning_rate: 2\n")
-  second = _write(tmp_path, "b.yaml", "train:\n  steps: 7\n")
-  config = load_config(_Schema, [first, second], "train.patterns=[bias, 'a,b']")
-  assert config.train.steps == 7
-  assert config.train.learning_rate == 2.0 and isinstance(config.train.learning_rate, float)
-  assert config.train.patterns == ["bias", "a,b"]
-  assert config.name == "tiny"
+    first = _write(tmp_path, "a.yaml", "train:\n  steps: 5\n  learning_rate: 2\n")
+    second = _write(tmp_path, "b.yaml", "train:\n  steps: 7\n")
+    config = load_config(_Schema, [first, second], "train.patterns=[bias, 'a,b']")
+    assert config.train.steps == 7
+    assert config.train.learning_rate == 2.0 and isinstance(config.train.learning_rate, float)
+    assert config.train.patterns == ["bias", "a,b"]
+    assert config.name == "tiny"
 
 
 @pytest.mark.parametrize("override, fragment", [
-    ("train.stepz=5", "unknown config key 'train.stepz'"),
-    ("trian.steps=5", "unknown config key 'trian'"),
-    ("train.steps=abc", "'train.steps' must be int, got 'abc'"),
-    ("train.steps=2.5", "'train.steps' must be int, got 2.5"),
-    ("train.jit_compile=1", "'train.jit_compile' must be bool"),
-    ("train.patterns=bias", "'train.patterns' must be a list of str"),
-    ("train=3", "'train' must be a mapping"),
-    ("train.steps", "is neither `key.path=value,...`"),
-    ("train.steps=1,=2", "is not `key.path=value`"),
+        ("train.stepz=5", "unknown config key 'train.stepz'"),
+        ("trian.steps=5", "unknown config key 'trian'"),
+        ("train.steps=abc", "'train.steps' must be int, got 'abc'"),
+        ("train.steps=2.5", "'train.steps' must be int, got 2.5"),
+        ("train.jit_compile=1", "'train.jit_compile' must be bool"),
+        ("train.patterns=bias", "'train.patterns' must be a list of str"),
+        ("train=3", "'train' must be a mapping"),
+        ("train.steps", "is neither `key.path=value,...`"),
+        ("train.steps=1,=2", "is not `key.path=value`"),
 ])
 def test_bad_override_is_one_line_naming_the_key(override, fragment):
-  with pytest.raises(UserError) as error:
-    load_config(_Schema, [], override)
-  assert fragment in str(error.value)
-  assert "\n" not in str(error.value)
+    with pytest.raises(UserError) as error:
+        load_config(_Schema, [], override)
+    assert fragment in str(error.value)
+    assert "\n" not in str(error.value)
 
 
 def test_bad_file_errors_name_the_file(tmp_path):
-  with pytest.raises(UserError, match="does not exist"):
-    load_config(_Schema, [str(tmp_path / "missing.yaml")])
-  broken = _write(tmp_path, "broken.yaml", "train: [1, 2\n")
-  with pytest.raises(UserError, match="broken.yaml"):
-    load_config(_Schema, [broken])
-  unknown = _write(tmp_path, "unknown.yaml", "train:\n  warmup: 3\n")
-  with pytest.raises(UserError, match=r"unknown.yaml: unknown config key 'train.warmup'"):
-    load_config(_Schema, [unknown])
+    with pytest.raises(UserError, match="does not exist"):
+        load_config(_Schema, [str(tmp_path / "missing.yaml")])
+    broken = _write(tmp_path, "broken.yaml", "train: [1, 2\n")
+    with pytest.raises(UserError, match="broken.yaml"):
+        load_config(_Schema, [broken])
+    unknown = _write(tmp_path, "unknown.yaml", "train:\n  warmup: 3\n")
+    with pytest.raises(UserError, match=r"unknown.yaml: unknown config key 'train.warmup'"):
+        load_config(_Schema, [unknown])
 
 
 def test_resolved_config_round_trips_through_its_yaml(tmp_path):
-  config = load_config(_Schema, [], "train.steps=3,train.end_learning_rate=0")
-  saved = _write(tmp_path, "resolved.yaml", format_config(config))
-  assert load_config(_Schema, [saved]) == config
+    config = load_config(_Schema, [], "train.steps=3,train.end_learning_rate=0")
+    saved = _write(tmp_path, "resolved.yaml", format_config(config))
+    assert load_config(_Schema, [saved]) == config
 
 
 def test_yaml_mapping_override_is_accepted():
-  assert parse_params_override("{train: {steps: 4}}") == {"train": {"steps": 4}}
+    assert parse_params_override("{train: {steps: 4}}") == {"train": {"steps": 4}}

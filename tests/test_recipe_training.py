@@ -13,95 +13,95 @@ BATCH = 8
 
 
 def _model():
-  tf_keras.utils.set_random_seed(0)
-  model = tf_keras.Sequential([tf_keras.layers.Dense(4, activation="tanh"),
-                               tf_keras.layers.Dense(1)])
-  model.build((None, 3))
-  model.compile(optimizer=tf_keras.optimizers.Adam(0.05), loss="mse")
-  return model
+    tf_keras.utils.set_random_seed(0)
+    model = tf_keras.Sequential([tf_keras.layers.Dense(4, activation="tanh"),
+                                                              tf_keras.layers.Dense(1)])
+    model.build((None, 3))
+    model.compile(optimizer=tf_keras.optimizers.Adam(0.05), loss="mse")
+    return model
 
 
 def _dataset_maker(poison_step=None):
-  rng = np.random.default_rng(1)
-  x = rng.normal(size=(64, 3)).astype("float32")
-  y = (x @ np.array([[1.0], [-2.0], [0.5]], "float32")).astype("float32")
+    rng = np.random.default_rng(1)
+    x = rng.normal(size=(64, 3)).astype("float32")
+    y = (x @ np.array([[1.0], [-2.0], [0.5]], "float32")).astype("float32")
 
-  def make(skip_steps):
-    dataset = tf.data.Dataset.from_tensor_slices((x, y)).repeat().batch(BATCH)
-    if poison_step is not None:
-      dataset = dataset.enumerate().map(
-          lambda i, xy: (tf.where(i == poison_step, np.nan, xy[0]), xy[1]))
-    return dataset.skip(skip_steps)
+    def make(skip_steps):
+        dataset = tf.data.Dataset.from_tensor_slices((x, y)).repeat().batch(BATCH)
+        if poison_step is not None:
+            dataset = dataset.enumerate().map(
+                    lambda i, xy: (tf.where(i == poison_step, np.nan, xy[0]), xy[1]))
+        return dataset.skip(skip_steps)
 
-  return make
+    return make
 
 
 def _train(model, model_dir, steps, make=None):
-  return training.train(model, make or _dataset_maker(), model_dir=model_dir, total_steps=steps,
-                        checkpoint_every=2, global_batch_size=BATCH, verbose=0)
+    return training.train(model, make or _dataset_maker(), model_dir=model_dir, total_steps=steps,
+                                                checkpoint_every=2, global_batch_size=BATCH, verbose=0)
 
 
 def test_resume_continues_exactly_where_the_checkpoint_stopped(tmp_path):
-  straight = _model()
-  _train(straight, str(tmp_path / "straight"), steps=6)
+    straight = _model()
+    _train(straight, str(tmp_path / "straight"), steps=6)
 
-  interrupted_dir = str(tmp_path / "interrupted")
-  _train(_model(), interrupted_dir, steps=4)
-  resumed = _model()
-  _train(resumed, interrupted_dir, steps=6)
+    interrupted_dir = str(tmp_path / "interrupted")
+    _train(_model(), interrupted_dir, steps=4)
+    resumed = _model()
+    _train(resumed, interrupted_dir, steps=6)
 
-  assert int(resumed.optimizer.iterations.numpy()) == 6
-  for a, b in zip(straight.get_weights(), resumed.get_weights()):
-    np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)
-  assert training.latest_checkpoint(interrupted_dir).endswith("ckpt-6")
+    assert int(resumed.optimizer.iterations.numpy()) == 6
+    for a, b in zip(straight.get_weights(), resumed.get_weights()):
+        np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)
+    assert training.latest_checkpoint(interrupted_dir).endswith("ckpt-6")
 
 
 def test_steps_must_be_a_multiple_of_the_checkpoint_interval(tmp_path):
-  with pytest.raises(UserError, match="train.steps=5 is not a multiple"):
-    _train(_model(), str(tmp_path), steps=5)
+    with pytest.raises(UserError, match="train.steps=5 is not a multiple"):
+        _train(_model(), str(tmp_path), steps=5)
 
 
 def test_non_finite_loss_stops_and_keeps_the_last_good_checkpoint(tmp_path):
-  model_dir = str(tmp_path)
-  with pytest.raises(training.TrainingDiverged, match="loss became nan"):
-    _train(_model(), model_dir, steps=6, make=_dataset_maker(poison_step=3))
-  good = training.latest_checkpoint(model_dir)
-  assert good.endswith("ckpt-2")
-  restored = _model()
-  training.build_optimizer_state(restored)
-  tf.train.Checkpoint(model=restored, optimizer=restored.optimizer).restore(good)
-  assert all(np.isfinite(w).all() for w in restored.get_weights())
+    model_dir = str(tmp_path)
+    with pytest.raises(training.TrainingDiverged, match="loss became nan"):
+        _train(_model(), model_dir, steps=6, make=_dataset_maker(poison_step=3))
+    good = training.latest_checkpoint(model_dir)
+    assert good.endswith("ckpt-2")
+    restored = _model()
+    training.build_optimizer_state(restored)
+    tf.train.Checkpoint(model=restored, optimizer=restored.optimizer).restore(good)
+    assert all(np.isfinite(w).all() for w in restored.get_weights())
 
 
 def test_checkpoint_of_another_model_shape_is_one_line(tmp_path):
-  _train(_model(), str(tmp_path), steps=2)
-  other = tf_keras.Sequential([tf_keras.layers.Dense(5), tf_keras.layers.Dense(1)])
-  other.build((None, 3))
-  other.compile(optimizer=tf_keras.optimizers.Adam(0.05), loss="mse")
-  with pytest.raises(UserError, match="does not fit this model"):
-    _train(other, str(tmp_path), steps=4)
+    _train(_model(), str(tmp_path), steps=2)
+    other = tf_keras.Sequential([tf_keras.layers.Dense(5), tf_keras.layers.Dense(1)])
+    other.build((None, 3))
+    other.compile(optimizer=tf_keras.optimizers.Adam(0.05), loss="mse")
+    with pytest.raises(UserError, match="does not fit this model"):
+        _train(other, str(tmp_path), steps=4)
 
 
 def test_export_is_complete_or_absent(tmp_path, monkeypatch):
-  module = tf.Module()
-  module.v = tf.Variable(1.0)
-  module.f = tf.function(lambda x: x * module.v, input_signature=[tf.TensorSpec([], tf.float32)])
-  export_dir = str(tmp_path / "export")
-  training.export_saved_model(export_dir, module)
-  assert float(tf.saved_model.load(export_dir).f(2.0)) == 2.0
-
-  def crash_mid_save(obj, path, **unused):
-    os.makedirs(path)
-    open(os.path.join(path, "saved_model.pb"), "w").write("half")
-    raise RuntimeError("killed during export")
-
-  module.v.assign(3.0)
-  monkeypatch.setattr(tf.saved_model, "save", crash_mid_save)
-  with pytest.raises(RuntimeError):
+    module = tf.Module()
+    module.v = tf.Variable(1.0)
+    module.f = tf.function(lambda x: x * module.v, input_signature=[tf.TensorSpec([], tf.float32)])
+    export_dir = str(tmp_path / "export")
     training.export_saved_model(export_dir, module)
-  monkeypatch.undo()
-  # The previous, complete export is still what loads.
-  assert float(tf.saved_model.load(export_dir).f(2.0)) == 2.0
-  training.export_saved_model(export_dir, module)
-  assert float(tf.saved_model.load(export_dir).f(2.0)) == 6.0
-  assert os.listdir(tmp_path) == ["export"]  # No temporary or moved-aside copies remain.
+    assert float(tf.saved_model.load(export_dir).f(2.0)) == 2.0
+
+    def crash_mid_save(obj, path, **unused):
+        os.makedirs(path)
+        open(os.path.join(path, "saved_model.pb"), "w").write("half")
+        raise RuntimeError("killed during export")
+
+    module.v.assign(3.0)
+    monkeypatch.setattr(tf.saved_model, "save", crash_mid_save)
+    with pytest.raises(RuntimeError):
+        training.export_saved_model(export_dir, module)
+    monkeypatch.undo()
+    # The previous, complete export is still what loads.
+    assert float(tf.saved_model.load(export_dir).f(2.0)) == 2.0
+    training.export_saved_model(export_dir, module)
+    assert float(tf.saved_model.load(export_dir).f(2.0)) == 6.0
+    assert os.listdir(tmp_path) == ["export"]  # No temporary or moved-aside copies remain.

@@ -23,169 +23,169 @@ _SCALARS = (int, float, bool, str)
 
 
 def load_config(schema_cls, config_files=(), params_override=""):
-  """Returns a `schema_cls` instance: defaults, then each YAML file, then the override."""
-  values = dataclasses.asdict(schema_cls())
-  for path in config_files:
-    _merge(values, _read_yaml_file(path), schema_cls, source=path, prefix="")
-  if params_override:
-    _merge(values, parse_params_override(params_override), schema_cls,
-           source="--params_override", prefix="")
-  return _build(schema_cls, values)
+    """Returns a `schema_cls` instance: defaults, then each YAML file, then the override."""
+    values = dataclasses.asdict(schema_cls())
+    for path in config_files:
+        _merge(values, _read_yaml_file(path), schema_cls, source=path, prefix="")
+    if params_override:
+        _merge(values, parse_params_override(params_override), schema_cls,
+                      source="--params_override", prefix="")
+    return _build(schema_cls, values)
 
 
 def parse_params_override(text):
-  """Parses `a.b=1,c.d=[x, y]` (or a YAML/JSON mapping) into a nested dict."""
-  text = text.strip()
-  if "=" not in text:
-    parsed = _safe_yaml(text, "--params_override")
-    if not isinstance(parsed, dict):
-      raise UserError(f"--params_override={text!r} is neither `key.path=value,...` nor a "
-                      "YAML mapping; write e.g. --params_override=train.steps=100")
-    return parsed
-  nested = {}
-  for item in _split_top_level_commas(text):
-    key, sep, raw_value = item.partition("=")
-    key = key.strip()
-    if not sep or not key:
-      raise UserError(f"--params_override item {item!r} is not `key.path=value`; "
-                      "separate items with commas, e.g. train.steps=100,optimizer.name=lars")
-    node = nested
-    parts = key.split(".")
-    for part in parts[:-1]:
-      node = node.setdefault(part, {})
-      if not isinstance(node, dict):
-        raise UserError(f"--params_override sets {key!r} below a key that is already a value")
-    node[parts[-1]] = _safe_yaml(raw_value, f"--params_override {key}")
-  return nested
+    """Parses `a.b=1,c.d=[x, y]` (or a YAML/JSON mapping) into a nested dict."""
+    text = text.strip()
+    if "=" not in text:
+        parsed = _safe_yaml(text, "--params_override")
+        if not isinstance(parsed, dict):
+            raise UserError(f"--params_override={text!r} is neither `key.path=value,...` nor a "
+                                            "YAML mapping; write e.g. --params_override=train.steps=100")
+        return parsed
+    nested = {}
+    for item in _split_top_level_commas(text):
+        key, sep, raw_value = item.partition("=")
+        key = key.strip()
+        if not sep or not key:
+            raise UserError(f"--params_override item {item!r} is not `key.path=value`; "
+                                            "separate items with commas, e.g. train.steps=100,optimizer.name=lars")
+        node = nested
+        parts = key.split(".")
+        for part in parts[:-1]:
+            node = node.setdefault(part, {})
+            if not isinstance(node, dict):
+                raise UserError(f"--params_override sets {key!r} below a key that is already a value")
+        node[parts[-1]] = _safe_yaml(raw_value, f"--params_override {key}")
+    return nested
 
 
 def format_config(config):
-  """The resolved config as YAML text, keys in schema order."""
-  return yaml.safe_dump(dataclasses.asdict(config), sort_keys=False, default_flow_style=False)
+    """The resolved config as YAML text, keys in schema order."""
+    return yaml.safe_dump(dataclasses.asdict(config), sort_keys=False, default_flow_style=False)
 
 
 def save_config(config, model_dir):
-  """Writes `model_dir/config.yaml` atomically; returns its path."""
-  import tensorflow as tf  # Late import: gs:// paths need tf.io.gfile; loading a config does not.
+    """Writes `model_dir/config.yaml` atomically; returns its path."""
+    import tensorflow as tf  # Late import: gs:// paths need tf.io.gfile; loading a config does not.
 
-  tf.io.gfile.makedirs(model_dir)
-  path = os.path.join(model_dir, "config.yaml")
-  temporary = path + ".tmp"
-  with tf.io.gfile.GFile(temporary, "w") as f:
-    f.write(format_config(config))
-  tf.io.gfile.rename(temporary, path, overwrite=True)
-  return path
+    tf.io.gfile.makedirs(model_dir)
+    path = os.path.join(model_dir, "config.yaml")
+    temporary = path + ".tmp"
+    with tf.io.gfile.GFile(temporary, "w") as f:
+        f.write(format_config(config))
+    tf.io.gfile.rename(temporary, path, overwrite=True)
+    return path
 
 
 def _read_yaml_file(path):
-  try:
-    with open(path, encoding="utf-8") as f:
-      text = f.read()
-  except FileNotFoundError:
-    raise UserError(f"config file {path!r} does not exist; check --config_file "
-                    "(paths are relative to the current directory)") from None
-  except OSError as error:
-    raise UserError(f"config file {path!r} cannot be read ({error.strerror}); "
-                    "check its permissions") from None
-  parsed = _safe_yaml(text, path)
-  if parsed is None:
-    return {}
-  if not isinstance(parsed, dict):
-    raise UserError(f"config file {path!r} must hold a YAML mapping at the top level, "
-                    f"not a {type(parsed).__name__}")
-  return parsed
+    try:
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+    except FileNotFoundError:
+        raise UserError(f"config file {path!r} does not exist; check --config_file "
+                                        "(paths are relative to the current directory)") from None
+    except OSError as error:
+        raise UserError(f"config file {path!r} cannot be read ({error.strerror}); "
+                                        "check its permissions") from None
+    parsed = _safe_yaml(text, path)
+    if parsed is None:
+        return {}
+    if not isinstance(parsed, dict):
+        raise UserError(f"config file {path!r} must hold a YAML mapping at the top level, "
+                                        f"not a {type(parsed).__name__}")
+    return parsed
 
 
 def _safe_yaml(text, source):
-  try:
-    return yaml.safe_load(text)
-  except yaml.YAMLError as error:
-    where = ""
-    mark = getattr(error, "problem_mark", None)
-    if mark is not None:
-      where = f" at line {mark.line + 1}, column {mark.column + 1}"
-    problem = getattr(error, "problem", None) or "invalid YAML"
-    raise UserError(f"{source}: {problem}{where}; fix the YAML syntax") from None
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as error:
+        where = ""
+        mark = getattr(error, "problem_mark", None)
+        if mark is not None:
+            where = f" at line {mark.line + 1}, column {mark.column + 1}"
+        problem = getattr(error, "problem", None) or "invalid YAML"
+        raise UserError(f"{source}: {problem}{where}; fix the YAML syntax") from None
 
 
 def _split_top_level_commas(text):
-  items, depth, quote, current = [], 0, None, []
-  for char in text:
-    if quote:
-      quote = None if char == quote else quote
-    elif char in "'\"":
-      quote = char
-    elif char in "[{(":
-      depth += 1
-    elif char in "]})":
-      depth -= 1
-    elif char == "," and depth == 0:
-      items.append("".join(current))
-      current = []
-      continue
-    current.append(char)
-  items.append("".join(current))
-  return [item for item in items if item.strip()]
+    items, depth, quote, current = [], 0, None, []
+    for char in text:
+        if quote:
+            quote = None if char == quote else quote
+        elif char in "'\"":
+            quote = char
+        elif char in "[{(":
+            depth += 1
+        elif char in "]})":
+            depth -= 1
+        elif char == "," and depth == 0:
+            items.append("".join(current))
+            current = []
+            continue
+        current.append(char)
+    items.append("".join(current))
+    return [item for item in items if item.strip()]
 
 
 def _fields(schema_cls):
-  hints = typing.get_type_hints(schema_cls)
-  return {field.name: hints[field.name] for field in dataclasses.fields(schema_cls)}
+    hints = typing.get_type_hints(schema_cls)
+    return {field.name: hints[field.name] for field in dataclasses.fields(schema_cls)}
 
 
 def _merge(values, updates, schema_cls, source, prefix):
-  """Merges `updates` into the `values` dict of `schema_cls`, checking every key and type."""
-  fields = _fields(schema_cls)
-  for key, value in updates.items():
-    dotted = f"{prefix}{key}"
-    if key not in fields:
-      known = ", ".join(sorted(fields))
-      raise UserError(f"{source}: unknown config key {dotted!r}; "
-                      f"known keys{' under ' + prefix[:-1] if prefix else ''}: {known}")
-    field_type = fields[key]
-    if dataclasses.is_dataclass(field_type):
-      if not isinstance(value, dict):
-        raise UserError(f"{source}: config key {dotted!r} must be a mapping of "
-                        f"{field_type.__name__} keys, got {value!r}")
-      _merge(values[key], value, field_type, source, prefix=f"{dotted}.")
-    else:
-      values[key] = _check_type(value, field_type, dotted, source)
+    """Merges `updates` into the `values` dict of `schema_cls`, checking every key and type."""
+    fields = _fields(schema_cls)
+    for key, value in updates.items():
+        dotted = f"{prefix}{key}"
+        if key not in fields:
+            known = ", ".join(sorted(fields))
+            raise UserError(f"{source}: unknown config key {dotted!r}; "
+                                            f"known keys{' under ' + prefix[:-1] if prefix else ''}: {known}")
+        field_type = fields[key]
+        if dataclasses.is_dataclass(field_type):
+            if not isinstance(value, dict):
+                raise UserError(f"{source}: config key {dotted!r} must be a mapping of "
+                                                f"{field_type.__name__} keys, got {value!r}")
+            _merge(values[key], value, field_type, source, prefix=f"{dotted}.")
+        else:
+            values[key] = _check_type(value, field_type, dotted, source)
 
 
 def _check_type(value, field_type, dotted, source):
-  """Returns `value` as `field_type` (ints widen to float), or raises a `UserError`."""
-  origin = typing.get_origin(field_type)
-  if origin in (typing.Union, types.UnionType):
-    options = typing.get_args(field_type)
-    if value is None and type(None) in options:
-      return None
-    (inner,) = [option for option in options if option is not type(None)]
-    return _check_type(value, inner, dotted, source)
-  if origin is list:
-    (item_type,) = typing.get_args(field_type)
-    if not isinstance(value, list):
-      raise UserError(f"{source}: config key {dotted!r} must be a list of "
-                      f"{item_type.__name__}, got {value!r}; write it as [a, b]")
-    return [_check_type(item, item_type, f"{dotted}[{i}]", source)
-            for i, item in enumerate(value)]
-  if field_type is float and isinstance(value, int) and not isinstance(value, bool):
-    return float(value)
-  if field_type in _SCALARS and isinstance(value, field_type) and not (
-      field_type is not bool and isinstance(value, bool)):
-    return value
-  raise UserError(f"{source}: config key {dotted!r} must be {_type_name(field_type)}, "
-                  f"got {value!r} ({type(value).__name__})")
+    """Returns `value` as `field_type` (ints widen to float), or raises a `UserError`."""
+    origin = typing.get_origin(field_type)
+    if origin in (typing.Union, types.UnionType):
+        options = typing.get_args(field_type)
+        if value is None and type(None) in options:
+            return None
+        (inner,) = [option for option in options if option is not type(None)]
+        return _check_type(value, inner, dotted, source)
+    if origin is list:
+        (item_type,) = typing.get_args(field_type)
+        if not isinstance(value, list):
+            raise UserError(f"{source}: config key {dotted!r} must be a list of "
+                                            f"{item_type.__name__}, got {value!r}; write it as [a, b]")
+        return [_check_type(item, item_type, f"{dotted}[{i}]", source)
+                        for i, item in enumerate(value)]
+    if field_type is float and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    if field_type in _SCALARS and isinstance(value, field_type) and not (
+            field_type is not bool and isinstance(value, bool)):
+        return value
+    raise UserError(f"{source}: config key {dotted!r} must be {_type_name(field_type)}, "
+                                    f"got {value!r} ({type(value).__name__})")
 
 
 def _type_name(field_type):
-  return getattr(field_type, "__name__", str(field_type))
+    return getattr(field_type, "__name__", str(field_type))
 
 
 def _build(schema_cls, values):
-  kwargs = {}
-  for name, field_type in _fields(schema_cls).items():
-    if dataclasses.is_dataclass(field_type):
-      kwargs[name] = _build(field_type, values[name])
-    else:
-      kwargs[name] = values[name]
-  return schema_cls(**kwargs)
+    kwargs = {}
+    for name, field_type in _fields(schema_cls).items():
+        if dataclasses.is_dataclass(field_type):
+            kwargs[name] = _build(field_type, values[name])
+        else:
+            kwargs[name] = values[name]
+    return schema_cls(**kwargs)

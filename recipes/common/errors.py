@@ -10,24 +10,24 @@ from absl import app
 
 
 class UserError(Exception):
-  """Bad input. The message is one line: what is wrong, where, and what to do."""
+    """Bad input. The message is one line: what is wrong, where, and what to do."""
 
 
 EXIT_USER_ERROR = 2
 
 
 def run(main):
-  """Runs `main` like `absl.app.run`, reporting `UserError` as one line and exit status 2."""
+    """Runs `main` like `absl.app.run`, reporting `UserError` as one line and exit status 2."""
 
-  def guarded_main(argv):
+    def guarded_main(argv):
+        try:
+            return main(argv)
+        except UserError as error:
+            print(f"error: {error}", file=sys.stderr, flush=True)
+            sys.exit(EXIT_USER_ERROR)
+
     try:
-      return main(argv)
-    except UserError as error:
-      print(f"error: {error}", file=sys.stderr, flush=True)
-      sys.exit(EXIT_USER_ERROR)
-
-  try:
-    app.run(guarded_main)
-  except app.UsageError as error:  # absl raises this for bad flags in some paths.
-    print(f"error: {error}", file=sys.stderr, flush=True)
-    sys.exit(EXIT_USER_ERROR)
+        app.run(guarded_main)
+    except app.UsageError as error:  # absl raises this for bad flags in some paths.
+        print(f"error: {error}", file=sys.stderr, flush=True)
+        sys.exit(EXIT_USER_ERROR)

@@ -18,121 +18,121 @@ TPU_INIT_TIMEOUT_SECONDS = 300
 
 
 def make_strategy(strategy_name="", tpu="", communication="auto"):
-  """Builds the strategy named by the flags, or the guess described in the module doc."""
-  name = strategy_name or _guess(tpu)
-  if name == "tpu":
-    strategy = _tpu_strategy(tpu or "local")
-  elif name == "multi_worker_mirrored":
-    if "TF_CONFIG" not in os.environ:
-      raise UserError("--strategy=multi_worker_mirrored needs the TF_CONFIG environment "
-                      "variable (cluster and task) on every worker; see README 'Run on a "
-                      "GPU cluster'")
-    implementation = {
-        "auto": tf.distribute.experimental.CommunicationImplementation.AUTO,
-        "ring": tf.distribute.experimental.CommunicationImplementation.RING,
-        "nccl": tf.distribute.experimental.CommunicationImplementation.NCCL,
-    }[communication]
-    strategy = tf.distribute.MultiWorkerMirroredStrategy(
-        communication_options=tf.distribute.experimental.CommunicationOptions(
-            implementation=implementation))
-  elif name == "mirrored":
-    strategy = tf.distribute.MirroredStrategy()
-  elif name == "default":
-    strategy = tf.distribute.get_strategy()
-  else:
-    raise UserError(f"unknown strategy {name!r}; use one of tpu, multi_worker_mirrored, "
-                    "mirrored, default")
-  print(f"strategy: {name} ({type(strategy).__name__}), "
-        f"{strategy.num_replicas_in_sync} replica(s) in sync", flush=True)
-  return strategy
+    """Builds the strategy named by the flags, or the guess described in the module doc."""
+    name = strategy_name or _guess(tpu)
+    if name == "tpu":
+        strategy = _tpu_strategy(tpu or "local")
+    elif name == "multi_worker_mirrored":
+        if "TF_CONFIG" not in os.environ:
+            raise UserError("--strategy=multi_worker_mirrored needs the TF_CONFIG environment "
+                                            "variable (cluster and task) on every worker; see README 'Run on a "
+                                            "GPU cluster'")
+        implementation = {
+                "auto": tf.distribute.experimental.CommunicationImplementation.AUTO,
+                "ring": tf.distribute.experimental.CommunicationImplementation.RING,
+                "nccl": tf.distribute.experimental.CommunicationImplementation.NCCL,
+        }[communication]
+        strategy = tf.distribute.MultiWorkerMirroredStrategy(
+                communication_options=tf.distribute.experimental.CommunicationOptions(
+                        implementation=implementation))
+    elif name == "mirrored":
+        strategy = tf.distribute.MirroredStrategy()
+    elif name == "default":
+        strategy = tf.distribute.get_strategy()
+    else:
+        raise UserError(f"unknown strategy {name!r}; use one of tpu, multi_worker_mirrored, "
+                                        "mirrored, default")
+    print(f"strategy: {name} ({type(strategy).__name__}), "
+                f"{strategy.num_replicas_in_sync} replica(s) in sync", flush=True)
+    return strategy
 
 
 def _guess(tpu):
-  if tpu:
-    return "tpu"
-  if os.environ.get("TF_CONFIG"):
-    return "multi_worker_mirrored"
-  if len(tf.config.list_physical_devices("GPU")) > 1:
-    return "mirrored"
-  return "default"
+    if tpu:
+        return "tpu"
+    if os.environ.get("TF_CONFIG"):
+        return "multi_worker_mirrored"
+    if len(tf.config.list_physical_devices("GPU")) > 1:
+        return "mirrored"
+    return "default"
 
 
 def _tpu_strategy(tpu):
-  """Connects to the TPU and initialises it, failing in bounded time with one line."""
-  outcome = {}
+    """Connects to the TPU and initialises it, failing in bounded time with one line."""
+    outcome = {}
 
-  def connect():
-    try:
-      resolver = tf.distribute.cluster_resolver.TPUClusterResolver(tpu=tpu)
-      if tpu != "local":
-        tf.config.experimental_connect_to_cluster(resolver)
-      tf.tpu.experimental.initialize_tpu_system(resolver)
-      outcome["resolver"] = resolver
-    except Exception as error:  # Any failure here means: no usable TPU.
-      outcome["error"] = error
+    def connect():
+        try:
+            resolver = tf.distribute.cluster_resolver.TPUClusterResolver(tpu=tpu)
+            if tpu != "local":
+                tf.config.experimental_connect_to_cluster(resolver)
+            tf.tpu.experimental.initialize_tpu_system(resolver)
+            outcome["resolver"] = resolver
+        except Exception as error:  # Any failure here means: no usable TPU.
+            outcome["error"] = error
 
-  # A daemon thread bounds the wait: a TPU name that resolves nowhere can otherwise hang.
-  thread = threading.Thread(target=connect, daemon=True)
-  thread.start()
-  thread.join(TPU_INIT_TIMEOUT_SECONDS)
-  if thread.is_alive():
-    raise UserError(f"--tpu={tpu}: no TPU answered within {TPU_INIT_TIMEOUT_SECONDS} s; "
-                    "check the TPU name and that this VM can reach it, or drop --tpu")
-  if "error" in outcome:
-    first_line = str(outcome["error"]).strip().splitlines()[0][:200]
-    raise UserError(f"--tpu={tpu}: no usable TPU on this machine ({first_line}); run on a "
-                    "TPU VM, or drop --tpu to train on CPU/GPU")
-  return tf.distribute.TPUStrategy(outcome["resolver"])
+    # A daemon thread bounds the wait: a TPU name that resolves nowhere can otherwise hang.
+    thread = threading.Thread(target=connect, daemon=True)
+    thread.start()
+    thread.join(TPU_INIT_TIMEOUT_SECONDS)
+    if thread.is_alive():
+        raise UserError(f"--tpu={tpu}: no TPU answered within {TPU_INIT_TIMEOUT_SECONDS} s; "
+                                        "check the TPU name and that this VM can reach it, or drop --tpu")
+    if "error" in outcome:
+        first_line = str(outcome["error"]).strip().splitlines()[0][:200]
+        raise UserError(f"--tpu={tpu}: no usable TPU on this machine ({first_line}); run on a "
+                                        "TPU VM, or drop --tpu to train on CPU/GPU")
+    return tf.distribute.TPUStrategy(outcome["resolver"])
 
 
 def log_batch_plan(strategy, plan):
-  """Prints the batch arithmetic: global = replicas × micro-batch × accumulation steps."""
-  print(f"batch: global {plan.global_batch_size} = {strategy.num_replicas_in_sync} replica(s) "
-        f"× micro-batch {plan.micro_batch_size} × {plan.accumulation_steps} accumulation "
-        f"step(s)", flush=True)
+    """Prints the batch arithmetic: global = replicas × micro-batch × accumulation steps."""
+    print(f"batch: global {plan.global_batch_size} = {strategy.num_replicas_in_sync} replica(s) "
+                f"× micro-batch {plan.micro_batch_size} × {plan.accumulation_steps} accumulation "
+                f"step(s)", flush=True)
 
 
 def task(strategy):
-  """(task_type, task_id) of this process, ("chief", 0) on a single machine."""
-  resolver = getattr(strategy, "cluster_resolver", None)
-  if resolver is None or not resolver.task_type:
-    return "chief", 0
-  return resolver.task_type, resolver.task_id or 0
+    """(task_type, task_id) of this process, ("chief", 0) on a single machine."""
+    resolver = getattr(strategy, "cluster_resolver", None)
+    if resolver is None or not resolver.task_type:
+        return "chief", 0
+    return resolver.task_type, resolver.task_id or 0
 
 
 def is_chief(strategy):
-  """Whether this process writes checkpoints, summaries, the config and the export."""
-  task_type, task_id = task(strategy)
-  if task_type == "chief":
-    return True
-  if task_type == "worker" and task_id == 0:
-    cluster = json.loads(os.environ.get("TF_CONFIG", "{}")).get("cluster", {})
-    return "chief" not in cluster
-  return False
+    """Whether this process writes checkpoints, summaries, the config and the export."""
+    task_type, task_id = task(strategy)
+    if task_type == "chief":
+        return True
+    if task_type == "worker" and task_id == 0:
+        cluster = json.loads(os.environ.get("TF_CONFIG", "{}")).get("cluster", {})
+        return "chief" not in cluster
+    return False
 
 
 class WorkerDirectory:
-  """`model_dir` on the chief; a private temporary directory, removed on exit, elsewhere.
+    """`model_dir` on the chief; a private temporary directory, removed on exit, elsewhere.
 
-  MultiWorkerMirroredStrategy needs every worker to run the same save calls (they may hold
-  collectives), but only the chief's files are kept.
-  """
+    MultiWorkerMirroredStrategy needs every worker to run the same save calls (they may hold
+    collectives), but only the chief's files are kept.
+    """
 
-  def __init__(self, model_dir, strategy):
-    self.model_dir = model_dir
-    self.chief = is_chief(strategy)
-    if self.chief:
-      self.path = model_dir
-    else:
-      task_type, task_id = task(strategy)
-      self.path = tempfile.mkdtemp(prefix=f"lamb_tf_{task_type}{task_id}_")
+    def __init__(self, model_dir, strategy):
+        self.model_dir = model_dir
+        self.chief = is_chief(strategy)
+        if self.chief:
+            self.path = model_dir
+        else:
+            task_type, task_id = task(strategy)
+            self.path = tempfile.mkdtemp(prefix=f"lamb_tf_{task_type}{task_id}_")
 
-  def cleanup(self):
-    if not self.chief:
-      shutil.rmtree(self.path, ignore_errors=True)
+    def cleanup(self):
+        if not self.chief:
+            shutil.rmtree(self.path, ignore_errors=True)
 
-  def __enter__(self):
-    return self
+    def __enter__(self):
+        return self
 
-  def __exit__(self, *unused_exc):
-    self.cleanup()
+    def __exit__(self, *unused_exc):
+        self.cleanup()
