@@ -4,6 +4,7 @@ Two logical CPUs let `tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])` run 
 cross-replica all-reduces on this machine. The split has to happen before TensorFlow
 initialises its devices, so it is done here, once, at collection time.
 """
+
 import os
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -13,7 +14,7 @@ import tensorflow as tf  # noqa: E402
 
 _cpus = tf.config.list_physical_devices("CPU")
 tf.config.set_logical_device_configuration(
-        _cpus[0], [tf.config.LogicalDeviceConfiguration(), tf.config.LogicalDeviceConfiguration()]
+    _cpus[0], [tf.config.LogicalDeviceConfiguration(), tf.config.LogicalDeviceConfiguration()]
 )
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -21,5 +22,5 @@ REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 @pytest.fixture
 def two_cpu_strategy():
-        """A MirroredStrategy over the two logical CPUs."""
-        return tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+    """A MirroredStrategy over the two logical CPUs."""
+    return tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])

@@ -1,4 +1,5 @@
 """Strict recipe configs: unknown keys and wrong types are one-line errors naming the key."""
+
 import dataclasses
 from typing import Optional
 
@@ -39,7 +40,9 @@ def test_files_layer_in_order_then_override_wins(tmp_path):
     assert config.name == "tiny"
 
 
-@pytest.mark.parametrize("override, fragment", [
+@pytest.mark.parametrize(
+    "override, fragment",
+    [
         ("train.stepz=5", "unknown config key 'train.stepz'"),
         ("trian.steps=5", "unknown config key 'trian'"),
         ("train.steps=abc", "'train.steps' must be int, got 'abc'"),
@@ -49,7 +52,8 @@ def test_files_layer_in_order_then_override_wins(tmp_path):
         ("train=3", "'train' must be a mapping"),
         ("train.steps", "is neither `key.path=value,...`"),
         ("train.steps=1,=2", "is not `key.path=value`"),
-])
+    ],
+)
 def test_bad_override_is_one_line_naming_the_key(override, fragment):
     with pytest.raises(UserError) as error:
         load_config(_Schema, [], override)

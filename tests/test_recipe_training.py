@@ -1,4 +1,5 @@
 """Checkpointed training resumes exactly; divergence and export never corrupt outputs."""
+
 import os
 
 import numpy as np
@@ -14,8 +15,9 @@ BATCH = 8
 
 def _model():
     tf_keras.utils.set_random_seed(0)
-    model = tf_keras.Sequential([tf_keras.layers.Dense(4, activation="tanh"),
-                                                              tf_keras.layers.Dense(1)])
+    model = tf_keras.Sequential(
+        [tf_keras.layers.Dense(4, activation="tanh"), tf_keras.layers.Dense(1)]
+    )
     model.build((None, 3))
     model.compile(optimizer=tf_keras.optimizers.Adam(0.05), loss="mse")
     return model
@@ -30,15 +32,23 @@ def _dataset_maker(poison_step=None):
         dataset = tf.data.Dataset.from_tensor_slices((x, y)).repeat().batch(BATCH)
         if poison_step is not None:
             dataset = dataset.enumerate().map(
-                    lambda i, xy: (tf.where(i == poison_step, np.nan, xy[0]), xy[1]))
+                lambda i, xy: (tf.where(i == poison_step, np.nan, xy[0]), xy[1])
+            )
         return dataset.skip(skip_steps)
 
     return make
 
 
 def _train(model, model_dir, steps, make=None):
-    return training.train(model, make or _dataset_maker(), model_dir=model_dir, total_steps=steps,
-                                                checkpoint_every=2, global_batch_size=BATCH, verbose=0)
+    return training.train(
+        model,
+        make or _dataset_maker(),
+        model_dir=model_dir,
+        total_steps=steps,
+        checkpoint_every=2,
+        global_batch_size=BATCH,
+        verbose=0,
+    )
 
 
 def test_resume_continues_exactly_where_the_checkpoint_stopped(tmp_path):

@@ -10,6 +10,7 @@ Why not Model Garden's `hyperparams.Config`: its `override(..., is_strict=True)`
 unknown keys but accepts any type (a string lands in an int field), and the error is a
 `KeyError` traceback rather than a line the user can act on.
 """
+
 import dataclasses
 import os
 import types
@@ -28,8 +29,13 @@ def load_config(schema_cls, config_files=(), params_override=""):
     for path in config_files:
         _merge(values, _read_yaml_file(path), schema_cls, source=path, prefix="")
     if params_override:
-        _merge(values, parse_params_override(params_override), schema_cls,
-                      source="--params_override", prefix="")
+        _merge(
+            values,
+            parse_params_override(params_override),
+            schema_cls,
+            source="--params_override",
+            prefix="",
+        )
     return _build(schema_cls, values)
 
 
@@ -39,22 +45,28 @@ def parse_params_override(text):
     if "=" not in text:
         parsed = _safe_yaml(text, "--params_override")
         if not isinstance(parsed, dict):
-            raise UserError(f"--params_override={text!r} is neither `key.path=value,...` nor a "
-                                            "YAML mapping; write e.g. --params_override=train.steps=100")
+            raise UserError(
+                f"--params_override={text!r} is neither `key.path=value,...` nor a "
+                "YAML mapping; write e.g. --params_override=train.steps=100"
+            )
         return parsed
     nested = {}
     for item in _split_top_level_commas(text):
         key, sep, raw_value = item.partition("=")
         key = key.strip()
         if not sep or not key:
-            raise UserError(f"--params_override item {item!r} is not `key.path=value`; "
-                                            "separate items with commas, e.g. train.steps=100,optimizer.name=lars")
+            raise UserError(
+                f"--params_override item {item!r} is not `key.path=value`; "
+                "separate items with commas, e.g. train.steps=100,optimizer.name=lars"
+            )
         node = nested
         parts = key.split(".")
         for part in parts[:-1]:
             node = node.setdefault(part, {})
             if not isinstance(node, dict):
-                raise UserError(f"--params_override sets {key!r} below a key that is already a value")
+                raise UserError(
+                    f"--params_override sets {key!r} below a key that is already a value"
+                )
         node[parts[-1]] = _safe_yaml(raw_value, f"--params_override {key}")
     return nested
 
@@ -82,17 +94,22 @@ def _read_yaml_file(path):
         with open(path, encoding="utf-8") as f:
             text = f.read()
     except FileNotFoundError:
-        raise UserError(f"config file {path!r} does not exist; check --config_file "
-                                        "(paths are relative to the current directory)") from None
+        raise UserError(
+            f"config file {path!r} does not exist; check --config_file "
+            "(paths are relative to the current directory)"
+        ) from None
     except OSError as error:
-        raise UserError(f"config file {path!r} cannot be read ({error.strerror}); "
-                                        "check its permissions") from None
+        raise UserError(
+            f"config file {path!r} cannot be read ({error.strerror}); " "check its permissions"
+        ) from None
     parsed = _safe_yaml(text, path)
     if parsed is None:
         return {}
     if not isinstance(parsed, dict):
-        raise UserError(f"config file {path!r} must hold a YAML mapping at the top level, "
-                                        f"not a {type(parsed).__name__}")
+        raise UserError(
+            f"config file {path!r} must hold a YAML mapping at the top level, "
+            f"not a {type(parsed).__name__}"
+        )
     return parsed
 
 
@@ -140,13 +157,17 @@ def _merge(values, updates, schema_cls, source, prefix):
         dotted = f"{prefix}{key}"
         if key not in fields:
             known = ", ".join(sorted(fields))
-            raise UserError(f"{source}: unknown config key {dotted!r}; "
-                                            f"known keys{' under ' + prefix[:-1] if prefix else ''}: {known}")
+            raise UserError(
+                f"{source}: unknown config key {dotted!r}; "
+                f"known keys{' under ' + prefix[:-1] if prefix else ''}: {known}"
+            )
         field_type = fields[key]
         if dataclasses.is_dataclass(field_type):
             if not isinstance(value, dict):
-                raise UserError(f"{source}: config key {dotted!r} must be a mapping of "
-                                                f"{field_type.__name__} keys, got {value!r}")
+                raise UserError(
+                    f"{source}: config key {dotted!r} must be a mapping of "
+                    f"{field_type.__name__} keys, got {value!r}"
+                )
             _merge(values[key], value, field_type, source, prefix=f"{dotted}.")
         else:
             values[key] = _check_type(value, field_type, dotted, source)
@@ -164,17 +185,25 @@ def _check_type(value, field_type, dotted, source):
     if origin is list:
         (item_type,) = typing.get_args(field_type)
         if not isinstance(value, list):
-            raise UserError(f"{source}: config key {dotted!r} must be a list of "
-                                            f"{item_type.__name__}, got {value!r}; write it as [a, b]")
-        return [_check_type(item, item_type, f"{dotted}[{i}]", source)
-                        for i, item in enumerate(value)]
+            raise UserError(
+                f"{source}: config key {dotted!r} must be a list of "
+                f"{item_type.__name__}, got {value!r}; write it as [a, b]"
+            )
+        return [
+            _check_type(item, item_type, f"{dotted}[{i}]", source) for i, item in enumerate(value)
+        ]
     if field_type is float and isinstance(value, int) and not isinstance(value, bool):
         return float(value)
-    if field_type in _SCALARS and isinstance(value, field_type) and not (
-            field_type is not bool and isinstance(value, bool)):
+    if (
+        field_type in _SCALARS
+        and isinstance(value, field_type)
+        and not (field_type is not bool and isinstance(value, bool))
+    ):
         return value
-    raise UserError(f"{source}: config key {dotted!r} must be {_type_name(field_type)}, "
-                                    f"got {value!r} ({type(value).__name__})")
+    raise UserError(
+        f"{source}: config key {dotted!r} must be {_type_name(field_type)}, "
+        f"got {value!r} ({type(value).__name__})"
+    )
 
 
 def _type_name(field_type):

@@ -4,6 +4,7 @@ A recipe raises `UserError` for anything the user can fix (a config typo, a miss
 batch arithmetic that does not divide). `run(main)` turns it into a single line on stderr
 and exit status 2, with no traceback, before anything is written to `model_dir`.
 """
+
 import sys
 
 from absl import app

@@ -4,6 +4,7 @@
 (`a.b=c,d.e=f` or a YAML mapping) overrides the files, as in Model Garden's
 `official/common/flags.py`. The schema is strict: see `recipes/common/config.py`.
 """
+
 from absl import flags
 
 from recipes.common import config as config_lib
@@ -17,26 +18,39 @@ STRATEGIES = ("", "default", "mirrored", "multi_worker_mirrored", "tpu")
 def define_flags():
     """Defines the shared flags (call once, at import of a recipe's main module)."""
     flags.DEFINE_multi_string(
-            "config_file", [], "YAML config file; repeat to layer files (later ones win).")
+        "config_file", [], "YAML config file; repeat to layer files (later ones win)."
+    )
     flags.DEFINE_string(
-            "params_override", "",
-            "Overrides applied after the config files: `train.steps=100,optimizer.name=lars` "
-            "or a YAML mapping.")
+        "params_override",
+        "",
+        "Overrides applied after the config files: `train.steps=100,optimizer.name=lars` "
+        "or a YAML mapping.",
+    )
     flags.DEFINE_string(
-            "model_dir", None,
-            "Directory (local or gs://) for checkpoints, summaries, config.yaml and the export.")
+        "model_dir",
+        None,
+        "Directory (local or gs://) for checkpoints, summaries, config.yaml and the export.",
+    )
     flags.DEFINE_enum("mode", "train_and_eval", MODES, "What to run.")
     flags.DEFINE_string(
-            "tpu", "",
-            "TPU to use: `local` on a TPU VM or pod slice worker, or a TPU name / grpc:// "
-            "address for a TPU node. Empty: no TPU.")
+        "tpu",
+        "",
+        "TPU to use: `local` on a TPU VM or pod slice worker, or a TPU name / grpc:// "
+        "address for a TPU node. Empty: no TPU.",
+    )
     flags.DEFINE_enum(
-            "strategy", "", STRATEGIES,
-            "Distribution strategy. Empty: guess (TPU if --tpu, multi-worker if TF_CONFIG is set, "
-            "mirrored if several GPUs, else default).")
+        "strategy",
+        "",
+        STRATEGIES,
+        "Distribution strategy. Empty: guess (TPU if --tpu, multi-worker if TF_CONFIG is set, "
+        "mirrored if several GPUs, else default).",
+    )
     flags.DEFINE_enum(
-            "communication", "auto", ("auto", "ring", "nccl"),
-            "Collective implementation for MultiWorkerMirroredStrategy.")
+        "communication",
+        "auto",
+        ("auto", "ring", "nccl"),
+        "Collective implementation for MultiWorkerMirroredStrategy.",
+    )
     flags.mark_flag_as_required("model_dir")
 
 

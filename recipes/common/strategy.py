@@ -4,6 +4,7 @@ Guess order (an explicit `--strategy` overrides it): `--tpu` given → TPUStrate
 `TF_CONFIG` set → MultiWorkerMirroredStrategy; more than one GPU → MirroredStrategy;
 otherwise the default (single-device) strategy.
 """
+
 import json
 import os
 import shutil
@@ -24,26 +25,35 @@ def make_strategy(strategy_name="", tpu="", communication="auto"):
         strategy = _tpu_strategy(tpu or "local")
     elif name == "multi_worker_mirrored":
         if "TF_CONFIG" not in os.environ:
-            raise UserError("--strategy=multi_worker_mirrored needs the TF_CONFIG environment "
-                                            "variable (cluster and task) on every worker; see README 'Run on a "
-                                            "GPU cluster'")
+            raise UserError(
+                "--strategy=multi_worker_mirrored needs the TF_CONFIG environment "
+                "variable (cluster and task) on every worker; see README 'Run on a "
+                "GPU cluster'"
+            )
         implementation = {
-                "auto": tf.distribute.experimental.CommunicationImplementation.AUTO,
-                "ring": tf.distribute.experimental.CommunicationImplementation.RING,
-                "nccl": tf.distribute.experimental.CommunicationImplementation.NCCL,
+            "auto": tf.distribute.experimental.CommunicationImplementation.AUTO,
+            "ring": tf.distribute.experimental.CommunicationImplementation.RING,
+            "nccl": tf.distribute.experimental.CommunicationImplementation.NCCL,
         }[communication]
         strategy = tf.distribute.MultiWorkerMirroredStrategy(
-                communication_options=tf.distribute.experimental.CommunicationOptions(
-                        implementation=implementation))
+            communication_options=tf.distribute.experimental.CommunicationOptions(
+                implementation=implementation
+            )
+        )
     elif name == "mirrored":
         strategy = tf.distribute.MirroredStrategy()
     elif name == "default":
         strategy = tf.distribute.get_strategy()
     else:
-        raise UserError(f"unknown strategy {name!r}; use one of tpu, multi_worker_mirrored, "
-                                        "mirrored, default")
-    print(f"strategy: {name} ({type(strategy).__name__}), "
-                f"{strategy.num_replicas_in_sync} replica(s) in sync", flush=True)
+        raise UserError(
+            f"unknown strategy {name!r}; use one of tpu, multi_worker_mirrored, "
+            "mirrored, default"
+        )
+    print(
+        f"strategy: {name} ({type(strategy).__name__}), "
+        f"{strategy.num_replicas_in_sync} replica(s) in sync",
+        flush=True,
+    )
     return strategy
 
 
@@ -76,20 +86,27 @@ def _tpu_strategy(tpu):
     thread.start()
     thread.join(TPU_INIT_TIMEOUT_SECONDS)
     if thread.is_alive():
-        raise UserError(f"--tpu={tpu}: no TPU answered within {TPU_INIT_TIMEOUT_SECONDS} s; "
-                                        "check the TPU name and that this VM can reach it, or drop --tpu")
+        raise UserError(
+            f"--tpu={tpu}: no TPU answered within {TPU_INIT_TIMEOUT_SECONDS} s; "
+            "check the TPU name and that this VM can reach it, or drop --tpu"
+        )
     if "error" in outcome:
         first_line = str(outcome["error"]).strip().splitlines()[0][:200]
-        raise UserError(f"--tpu={tpu}: no usable TPU on this machine ({first_line}); run on a "
-                                        "TPU VM, or drop --tpu to train on CPU/GPU")
+        raise UserError(
+            f"--tpu={tpu}: no usable TPU on this machine ({first_line}); run on a "
+            "TPU VM, or drop --tpu to train on CPU/GPU"
+        )
     return tf.distribute.TPUStrategy(outcome["resolver"])
 
 
 def log_batch_plan(strategy, plan):
     """Prints the batch arithmetic: global = replicas × micro-batch × accumulation steps."""
-    print(f"batch: global {plan.global_batch_size} = {strategy.num_replicas_in_sync} replica(s) "
-                f"× micro-batch {plan.micro_batch_size} × {plan.accumulation_steps} accumulation "
-                f"step(s)", flush=True)
+    print(
+        f"batch: global {plan.global_batch_size} = {strategy.num_replicas_in_sync} replica(s) "
+        f"× micro-batch {plan.micro_batch_size} × {plan.accumulation_steps} accumulation "
+        f"step(s)",
+        flush=True,
+    )
 
 
 def task(strategy):

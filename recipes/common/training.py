@@ -7,6 +7,7 @@ pipeline to skip the batches already consumed, so a restarted run continues exac
 the last checkpoint stopped. A non-finite loss stops training before the next checkpoint
 is written, so the last good checkpoint is never overwritten by diverged weights.
 """
+
 import math
 import os
 import time
@@ -28,7 +29,8 @@ def make_checkpoint_manager(model, directory, max_to_keep=3):
     """A CheckpointManager over the model and its optimizer (slots and step counter)."""
     checkpoint = tf.train.Checkpoint(model=model, optimizer=model.optimizer)
     return tf.train.CheckpointManager(
-            checkpoint, os.path.join(directory, CHECKPOINT_SUBDIR), max_to_keep=max_to_keep)
+        checkpoint, os.path.join(directory, CHECKPOINT_SUBDIR), max_to_keep=max_to_keep
+    )
 
 
 def latest_checkpoint(model_dir):
@@ -49,8 +51,10 @@ def restore(manager, model_dir=None):
         manager.checkpoint.restore(path).assert_existing_objects_matched()
     except (ValueError, AssertionError, tf.errors.InvalidArgumentError) as error:
         detail = str(error).strip().splitlines()[0][:240]
-        raise UserError(f"checkpoint {path} does not fit this model ({detail}); use a new "
-                                        "--model_dir or the config it was trained with") from None
+        raise UserError(
+            f"checkpoint {path} does not fit this model ({detail}); use a new "
+            "--model_dir or the config it was trained with"
+        ) from None
     step = int(manager.checkpoint.optimizer.iterations.numpy())
     print(f"restored {path} at step {step}", flush=True)
     return step
@@ -80,9 +84,10 @@ class _CheckpointEachEpoch(tf_keras.callbacks.Callback):
             self.model.stop_training = True
             self._diverged_at = self._epoch_start_step + batch + 1
             raise TrainingDiverged(
-                    f"loss became {float(loss)} at or before step {self._diverged_at}; stopped "
-                    f"without saving, the last good checkpoint is {self._manager.latest_checkpoint}; "
-                    "lower the learning rate or check the input data")
+                f"loss became {float(loss)} at or before step {self._diverged_at}; stopped "
+                f"without saving, the last good checkpoint is {self._manager.latest_checkpoint}; "
+                "lower the learning rate or check the input data"
+            )
 
     def on_epoch_end(self, epoch, logs=None):
         step = int(self.model.optimizer.iterations.numpy())
@@ -109,8 +114,9 @@ class TrainingScalars(tf_keras.callbacks.Callback):
             return
         if step - self._last_step < self._every:
             return
-        examples_per_second = (step - self._last_step) * self._global_batch_size / (
-                now - self._last_time)
+        examples_per_second = (
+            (step - self._last_step) * self._global_batch_size / (now - self._last_time)
+        )
         with self._writer.as_default(step=step):
             tf.summary.scalar("learning_rate", current_learning_rate(self.model.optimizer))
             tf.summary.scalar("examples_per_second", examples_per_second)
@@ -141,49 +147,66 @@ def diagnostics(model):
     return scalars
 
 
-def train(model, make_train_dataset, *, model_dir, total_steps, checkpoint_every,
-                    global_batch_size, log_every=None, callbacks=(), verbose=1):
+def train(
+    model,
+    make_train_dataset,
+    *,
+    model_dir,
+    total_steps,
+    checkpoint_every,
+    global_batch_size,
+    log_every=None,
+    callbacks=(),
+    verbose=1,
+):
     """Trains `model` (compiled, optimizer built) to `total_steps`, resuming from `model_dir`.
 
     Args:
-        model: a compiled tf_keras model whose optimizer counts applied updates.
-        make_train_dataset: `skip_steps -> dataset` of endless, deterministic global batches
-            that starts after `skip_steps` batches (a dataset or a distributed dataset).
-        model_dir: where checkpoints and summaries go (a worker's private dir off the chief).
-        total_steps: optimizer steps to reach; must be a multiple of `checkpoint_every`.
-        checkpoint_every: optimizer steps between checkpoints.
-        global_batch_size: examples per optimizer step (for examples/s).
+      model: a compiled tf_keras model whose optimizer counts applied updates.
+      make_train_dataset: `skip_steps -> dataset` of endless, deterministic global batches
+        that starts after `skip_steps` batches (a dataset or a distributed dataset).
+      model_dir: where checkpoints and summaries go (a worker's private dir off the chief).
+      total_steps: optimizer steps to reach; must be a multiple of `checkpoint_every`.
+      checkpoint_every: optimizer steps between checkpoints.
+      global_batch_size: examples per optimizer step (for examples/s).
     Returns:
-        The Keras History of this run (empty if the run was already complete).
+      The Keras History of this run (empty if the run was already complete).
     """
     if total_steps % checkpoint_every:
         lower = total_steps - total_steps % checkpoint_every
-        raise UserError(f"train.steps={total_steps} is not a multiple of "
-                                        f"train.checkpoint_every={checkpoint_every}; use train.steps={lower or checkpoint_every} "
-                                        f"or {lower + checkpoint_every}, or another checkpoint_every")
+        raise UserError(
+            f"train.steps={total_steps} is not a multiple of "
+            f"train.checkpoint_every={checkpoint_every}; use train.steps={lower or checkpoint_every} "
+            f"or {lower + checkpoint_every}, or another checkpoint_every"
+        )
     manager = make_checkpoint_manager(model, model_dir)
     build_optimizer_state(model)
     first_step = restore(manager)
     if first_step % checkpoint_every:
-        raise UserError(f"the checkpoint in {model_dir} is at step {first_step}, not a multiple of "
-                                        f"train.checkpoint_every={checkpoint_every}; keep the checkpoint_every it "
-                                        "was trained with")
+        raise UserError(
+            f"the checkpoint in {model_dir} is at step {first_step}, not a multiple of "
+            f"train.checkpoint_every={checkpoint_every}; keep the checkpoint_every it "
+            "was trained with"
+        )
     if first_step >= total_steps:
         print(f"already trained to step {first_step} >= train.steps={total_steps}", flush=True)
         return tf_keras.callbacks.History()
     all_callbacks = [
-            _CheckpointEachEpoch(manager, first_step, checkpoint_every),
-            tf_keras.callbacks.TensorBoard(log_dir=model_dir, update_freq=log_every or checkpoint_every),
-            TrainingScalars(model_dir, global_batch_size, log_every or checkpoint_every),
-            *callbacks,
+        _CheckpointEachEpoch(manager, first_step, checkpoint_every),
+        tf_keras.callbacks.TensorBoard(
+            log_dir=model_dir, update_freq=log_every or checkpoint_every
+        ),
+        TrainingScalars(model_dir, global_batch_size, log_every or checkpoint_every),
+        *callbacks,
     ]
     return model.fit(
-            make_train_dataset(first_step),
-            initial_epoch=first_step // checkpoint_every,
-            epochs=total_steps // checkpoint_every,
-            steps_per_epoch=checkpoint_every,
-            callbacks=all_callbacks,
-            verbose=verbose)
+        make_train_dataset(first_step),
+        initial_epoch=first_step // checkpoint_every,
+        epochs=total_steps // checkpoint_every,
+        steps_per_epoch=checkpoint_every,
+        callbacks=all_callbacks,
+        verbose=verbose,
+    )
 
 
 def export_saved_model(export_dir, obj, signatures=None, options=None):
@@ -218,6 +241,8 @@ def require_checkpoint(model_dir):
     """The newest checkpoint path, or a UserError saying that there is none yet."""
     path = latest_checkpoint(model_dir)
     if path is None:
-        raise UserError(f"no checkpoint in {os.path.join(model_dir, CHECKPOINT_SUBDIR)}; train "
-                                        "first (--mode=train) or point --model_dir at a trained run")
+        raise UserError(
+            f"no checkpoint in {os.path.join(model_dir, CHECKPOINT_SUBDIR)}; train "
+            "first (--mode=train) or point --model_dir at a trained run"
+        )
     return path
