@@ -1,0 +1,264 @@
+"""Batch arithmetic and exact gradient accumulation: one optimizer step, k micro-batches.
+
+    global batch = num_replicas x micro-batch (per replica) x accumulation steps k
+
+`accumulate_gradients` is the core, a plain function usable from any custom training loop
+(either Keras flavour): it runs a `tf.while_loop` over the k micro-batches of a batch,
+computes each micro-batch's loss and gradients, sums the gradients in float32, and returns
+their mean. Only one micro-batch's activations are alive at a time (the loop body), so
+peak memory does not grow with k.
+
+`GradientAccumulationModel` wraps a tf_keras model for `compile` + `fit` (how the recipes
+train). Its `train_step` calls `accumulate_gradients` on the per-replica batch and then
+calls `optimizer.apply_gradients` once with the mean gradient, so per optimizer step:
+  * gradients cross replicas once (the all-reduce inside `apply_gradients`);
+  * `global_clipnorm` clips the accumulated, all-reduced gradient (tf_keras clips after
+    aggregating, inside `apply_gradients`);
+  * `optimizer.iterations`, LAMB's bias correction and the learning-rate schedule advance
+    once. (Keras 3's `gradient_accumulation_steps` feeds the schedule micro-steps, which
+    runs it k times too fast; this module does not use it.)
+
+Exactness: the applied gradient is the gradient of the mean loss over the whole batch when
+the loss is a mean over examples and all micro-batches have the same size (both hold
+here: the split is exact). A loss normalised by the sum of its weights within each
+micro-batch (e.g. masked-LM loss divided by the number of masked tokens in the micro-batch)
+becomes the mean of the micro-batches' normalised losses instead.
+"""
+import dataclasses
+import numbers
+
+import tensorflow as tf
+import tf_keras
+
+
+@dataclasses.dataclass(frozen=True)
+class BatchPlan:
+    """How a global batch is split: `global = num_replicas x micro_batch x steps`."""
+
+    global_batch_size: int
+    num_replicas: int
+    per_replica_batch_size: int  # examples each replica sees per optimizer step
+    micro_batch_size: int  # examples per replica per forward/backward pass
+    accumulation_steps: int  # k: micro-batches per optimizer step
+
+
+def _check_positive_int(name, value):
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"{name} must be a positive integer, got {value!r}")
+    if value <= 0:
+        raise ValueError(f"{name} must be a positive integer, got {value!r}")
+
+
+def _divisors(n):
+    """All divisors of the positive integer `n`, ascending."""
+    small = [d for d in range(1, int(n**0.5) + 1) if n % d == 0]
+    return sorted(set(small + [n // d for d in small]))
+
+
+def _nearest_valid_choices(global_batch_size, micro_batch_size, num_replicas):
+    """Human-readable nearest valid global batches and micro-batches."""
+    unit = num_replicas * micro_batch_size
+    lower = global_batch_size // unit * unit
+    globals_ = [g for g in (lower, lower + unit) if g > 0]
+    hints = [f"global_batch_size {' or '.join(map(str, globals_))}"]
+    if global_batch_size % num_replicas == 0:
+        per_replica = global_batch_size // num_replicas
+        divisors = _divisors(per_replica)
+        below = [d for d in divisors if d <= micro_batch_size][-1:]
+        above = [d for d in divisors if d >= micro_batch_size][:1]
+        micros = sorted(set(below + above))
+        hints.append(
+            f"micro_batch_size {' or '.join(map(str, micros))} "
+            f"(divisors of the per-replica batch {per_replica})"
+        )
+    return hints
+
+
+def plan_batch(global_batch_size, micro_batch_size, num_replicas=1):
+    """Split `global_batch_size` into replicas x micro-batches x accumulation steps.
+
+    Args:
+      global_batch_size: examples per optimizer step, over all replicas.
+      micro_batch_size: examples per replica per forward/backward pass (what fits in
+        one device's memory).
+      num_replicas: replicas in sync (`strategy.num_replicas_in_sync`).
+
+    Returns:
+      A `BatchPlan`.
+
+    Raises:
+      ValueError: naming the three numbers and the nearest valid choices, when
+        `global_batch_size` is not a multiple of `num_replicas * micro_batch_size`.
+    """
+    _check_positive_int("global_batch_size", global_batch_size)
+    _check_positive_int("micro_batch_size", micro_batch_size)
+    _check_positive_int("num_replicas", num_replicas)
+    if global_batch_size % (num_replicas * micro_batch_size):
+        raise ValueError(
+            f"global_batch_size={global_batch_size} is not divisible by num_replicas="
+            f"{num_replicas} x micro_batch_size={micro_batch_size} "
+            f"(= {num_replicas * micro_batch_size}); nearest valid choices: "
+            + "; ".join(_nearest_valid_choices(global_batch_size, micro_batch_size, num_replicas))
+        )
+    per_replica = global_batch_size // num_replicas
+    return BatchPlan(
+        global_batch_size=global_batch_size,
+        num_replicas=num_replicas,
+        per_replica_batch_size=per_replica,
+        micro_batch_size=micro_batch_size,
+        accumulation_steps=per_replica // micro_batch_size,
+    )
+
+
+def split_into_micro_batches(batch, accumulation_steps):
+    """Reshape every tensor of the nest `batch` from `[B, ...]` to `[k, B/k, ...]`.
+
+    `None` entries (e.g. absent sample weights) stay `None`. The shapes stay static when
+    `B` is static, as XLA/TPU needs; a static `B` not divisible by `k` is a `ValueError`.
+    """
+
+    def split(tensor):
+        if tensor is None:
+            return None
+        if isinstance(tensor, (tf.RaggedTensor, tf.SparseTensor)):
+            raise TypeError(
+                f"gradient accumulation needs dense batch tensors, got {type(tensor).__name__}; "
+                "pad the input pipeline's features to fixed shapes"
+            )
+        tensor = tf.convert_to_tensor(tensor)
+        batch_size = tensor.shape[0]
+        if batch_size is not None and batch_size % accumulation_steps:
+            raise ValueError(
+                f"the per-replica batch of {batch_size} examples is not divisible by "
+                f"accumulation_steps={accumulation_steps}; see lamb_tf.accumulation.plan_batch"
+            )
+        micro_batches = tf.reshape(
+            tensor, tf.concat([[accumulation_steps, -1], tf.shape(tensor)[1:]], axis=0)
+        )
+        micro_size = None if batch_size is None else batch_size // accumulation_steps
+        micro_batches.set_shape([accumulation_steps, micro_size] + tensor.shape[1:].as_list())
+        return micro_batches
+
+    return tf.nest.map_structure(split, batch)
+
+
+def accumulate_gradients(loss_fn, variables, batch, accumulation_steps):
+    """Mean gradient and loss over `accumulation_steps` micro-batches of `batch`.
+
+    Args:
+      loss_fn: `loss_fn(micro_batch) -> scalar loss`, called inside the loop with the
+        same nest structure as `batch` and `B/k` examples. It may have side effects
+        (metric updates) that should happen once per micro-batch.
+      variables: the variables to differentiate (e.g. `model.trainable_variables`).
+      batch: a nest of dense tensors with leading dimension `B` (one replica's batch).
+      accumulation_steps: k, a positive integer dividing `B`.
+
+    Returns:
+      `(gradients, loss)`: a list aligned with `variables` holding the mean of the k
+      micro-batch gradients, in each variable's dtype (`None` where the loss does not
+      depend on the variable), and the mean micro-batch loss (float32). The sums are
+      kept in float32 whatever the compute dtype. Sparse gradients (embedding lookups)
+      are accumulated densely.
+
+    Call `optimizer.apply_gradients` once with the result: under a `tf.distribute`
+    strategy that is where the all-reduce happens, once per optimizer step.
+    """
+    _check_positive_int("accumulation_steps", accumulation_steps)
+    variables = list(variables)
+    micro_batches = split_into_micro_batches(batch, accumulation_steps)
+    gradient_is_none = [False] * len(variables)  # filled in while the loop body is traced
+
+    def micro_step(i, loss_sum, gradient_sums):
+        micro_batch = tf.nest.map_structure(
+            lambda t: None if t is None else t[i], micro_batches
+        )  # the i-th micro-batch: B/k examples
+        with tf.GradientTape() as tape:
+            loss = loss_fn(micro_batch)  # mean loss over the micro-batch
+        gradients = tape.gradient(loss, variables)  # only this micro-batch's activations
+        new_sums = []
+        for index, (gradient, gradient_sum) in enumerate(zip(gradients, gradient_sums)):
+            gradient_is_none[index] = gradient is None
+            if gradient is not None:
+                gradient_sum += tf.cast(tf.convert_to_tensor(gradient), tf.float32)  # f32 sum
+            new_sums.append(gradient_sum)
+        return i + 1, loss_sum + tf.cast(loss, tf.float32), new_sums
+
+    zeros = [tf.zeros(variable.shape, tf.float32) for variable in variables]
+    _, loss_sum, gradient_sums = tf.while_loop(
+        lambda i, *_: i < accumulation_steps,
+        micro_step,
+        (tf.constant(0), tf.constant(0.0), zeros),
+        parallel_iterations=1,  # one micro-batch in flight: memory does not grow with k
+        maximum_iterations=accumulation_steps,
+    )
+    mean_gradients = [
+        None if is_none else tf.cast(gradient_sum / accumulation_steps, variable.dtype)
+        for is_none, gradient_sum, variable in zip(gradient_is_none, gradient_sums, variables)
+    ]
+    return mean_gradients, loss_sum / accumulation_steps
+
+
+class GradientAccumulationModel(tf_keras.Model):
+    """A tf_keras model that takes one optimizer step per k micro-batches.
+
+    `GradientAccumulationModel(model, accumulation_steps)` trains `model`'s weights (they
+    are this model's weights) with `compile` + `fit` as usual; `fit`'s batch is the global
+    batch, each replica's share is split into `accumulation_steps` micro-batches. Compiled
+    loss (with regularization losses) and compiled metrics are computed per micro-batch;
+    the gradient is averaged in float32 and applied once. With a `LossScaleOptimizer`
+    (float16) every micro-batch loss is scaled and the mean gradient unscaled once, so a
+    non-finite micro-batch makes the whole step skipped. Checkpoint it with
+    `tf.train.Checkpoint(model=wrapper, optimizer=...)`; the inner model's variables live
+    under `inner_model`.
+
+    Batch statistics (BatchNorm) are per micro-batch and per replica: the normalisation
+    uses the micro-batch's statistics and the moving averages are updated k times per
+    optimizer step.
+    """
+
+    def __init__(self, model, accumulation_steps, **kwargs):
+        super().__init__(**kwargs)
+        if not isinstance(model, tf_keras.Model):
+            raise TypeError(f"model must be a tf_keras.Model, got {type(model).__name__}")
+        _check_positive_int("accumulation_steps", accumulation_steps)
+        self.inner_model = model
+        self.accumulation_steps = accumulation_steps
+
+    def call(self, inputs, training=None):
+        return self.inner_model(inputs, training=training)
+
+    def train_step(self, data):
+        x, y, sample_weight = tf_keras.utils.unpack_x_y_sample_weight(data)
+        optimizer = self.optimizer
+        loss_scaled = isinstance(optimizer, tf_keras.mixed_precision.LossScaleOptimizer)
+
+        def micro_batch_loss(micro_batch):
+            micro_x, micro_y, micro_sample_weight = micro_batch
+            y_pred = self(micro_x, training=True)
+            loss = self.compute_loss(micro_x, micro_y, y_pred, micro_sample_weight)
+            self.compute_metrics(micro_x, micro_y, y_pred, micro_sample_weight)
+            return optimizer.get_scaled_loss(loss) if loss_scaled else loss
+
+        variables = self.trainable_variables
+        gradients, _ = accumulate_gradients(
+            micro_batch_loss, variables, (x, y, sample_weight), self.accumulation_steps
+        )
+        if loss_scaled:
+            gradients = optimizer.get_unscaled_gradients(gradients)
+        optimizer.apply_gradients(
+            [(g, v) for g, v in zip(gradients, variables) if g is not None]
+        )  # all-reduce, global clipping, one update
+        return self.get_metrics_result()
+
+    def get_config(self):
+        return {
+            "model": tf_keras.saving.serialize_keras_object(self.inner_model),
+            "accumulation_steps": self.accumulation_steps,
+        }
+
+    @classmethod
+    def from_config(cls, config, custom_objects=None):
+        model = tf_keras.saving.deserialize_keras_object(
+            config["model"], custom_objects=custom_objects
+        )
+        return cls(model, config["accumulation_steps"])
