@@ -12,7 +12,8 @@ import tensorflow as tf
 import tf_keras
 
 from lamb_tf import arguments
-from lamb_tf import exclusions as exclusions_lib
+from lamb_tf import exclusions
+from lamb_tf import layerwise
 from lamb_tf import update_rules
 
 _SCHEDULE = tf_keras.optimizers.schedules.LearningRateSchedule
@@ -28,8 +29,8 @@ def _plain(value):
     return value if isinstance(value, dict) else float(value)
 
 
-class _LayerwiseOptimizer(tf_keras.optimizers.Optimizer):
-    """What LAMB and LARS share as tf_keras optimizers: exclusions, trust ratios, config."""
+class _LayerwiseOptimizer(layerwise.LayerwiseMixin, tf_keras.optimizers.Optimizer):
+    """What LAMB and LARS share as tf_keras optimizers: arguments, build, config."""
 
     def __init__(self, name, learning_rate, weight_decay_rate, exclude_from_weight_decay,
                  exclude_from_layer_adaptation, keras_kwargs):
@@ -37,8 +38,8 @@ class _LayerwiseOptimizer(tf_keras.optimizers.Optimizer):
         learning_rate = arguments.learning_rate(learning_rate, _SCHEDULE)
         self.weight_decay_rate = arguments.non_negative("weight_decay_rate", weight_decay_rate)
         # validate the patterns before the base class creates any variable
-        self._exclusions = exclusions_lib.Exclusions(exclude_from_weight_decay,
-                                                     exclude_from_layer_adaptation)
+        self._exclusions = exclusions.Exclusions(exclude_from_weight_decay,
+                                                 exclude_from_layer_adaptation)
         super().__init__(name=name, weight_decay=None, **keras_kwargs)
         self._learning_rate = self._build_learning_rate(learning_rate)
 
@@ -47,14 +48,10 @@ class _LayerwiseOptimizer(tf_keras.optimizers.Optimizer):
         if getattr(self, "_built", False):
             return
         self._built = True
-        self._paths_and_shapes = [(variable_path(v), tuple(v.shape)) for v in var_list]
-        rows = self._exclusions.table(self._paths_and_shapes, self.weight_decay_rate)
-        # per variable index: (decay, adapt), decided once from the full path
-        self._decisions = [(row.decayed, row.adapted) for row in rows]
         self._trust_ratio_variables = [
             self.add_variable_from_reference(v, "trust_ratio", shape=[]) for v in var_list]
         self._build_slots(var_list)
-        self._exclusions.log_report(self.name, self._paths_and_shapes)
+        self._decide([(variable_path(v), tuple(v.shape)) for v in var_list])
 
     def _build_slots(self, var_list):
         raise NotImplementedError
@@ -62,30 +59,12 @@ class _LayerwiseOptimizer(tf_keras.optimizers.Optimizer):
     def _index(self, variable):
         return self._index_dict[self._var_key(variable)]
 
-    def trust_ratios(self):
-        """{variable path: trust ratio of the last applied update} (0 before the first one).
-
-        Costs one scalar assignment per variable and step, and a read only when called.
-        """
-        return {path: float(ratio.numpy())
-                for (path, _), ratio in zip(self._paths_and_shapes, self._trust_ratio_variables)}
-
-    def exclusion_table(self):
-        """One `ExclusionRow(path, shape, decayed, adapted)` per variable (after `build`)."""
-        if not getattr(self, "_built", False):
-            raise ValueError(f"{self.name} is not built yet: call "
-                             "optimizer.build(model.trainable_variables) first.")
-        return self._exclusions.table(self._paths_and_shapes, self.weight_decay_rate)
-
     def get_config(self):
         config = super().get_config()
         # the base's decoupled weight decay is refused; ours is weight_decay_rate
         config.pop("weight_decay", None)
-        config.update({
-            "learning_rate": _plain(self._serialize_hyperparameter(self._learning_rate)),
-            "weight_decay_rate": self.weight_decay_rate,
-            **self._exclusions.get_config(),
-        })
+        config["learning_rate"] = _plain(self._serialize_hyperparameter(self._learning_rate))
+        config.update(self._layerwise_config())
         return config
 
 

@@ -40,11 +40,10 @@ class Keras3Flavour:
 
     def variable(self, path, value):
         *scopes, leaf = path.split("/")
-        value = np.asarray(value, np.float32)
-        if not scopes:
-            return self.keras.Variable(value, name=leaf)
-        with self.keras.name_scope("/".join(scopes)):
-            return self.keras.Variable(value, name=leaf)
+        if scopes:
+            with self.keras.name_scope(scopes[0]):
+                return self.variable("/".join(scopes[1:] + [leaf]), value)
+        return self.keras.Variable(np.asarray(value, np.float32), name=leaf)
 
     def apply(self, optimizer, grads, variables):
         optimizer.apply_gradients(zip([tf.constant(g, tf.float32) for g in grads], variables))
