@@ -21,7 +21,6 @@ nested schedule without its class and cannot be rebuilt.
 """
 import math
 import numbers
-import os
 
 import keras
 import tensorflow as tf
@@ -295,7 +294,19 @@ KERAS3_CUSTOM_OBJECTS = {
     "Keras3MixedBatchSchedule": Keras3MixedBatchSchedule,
 }
 
-# The flavour of the active `tf.keras`, decided the way TensorFlow decides it.
-_LEGACY_KERAS = os.environ.get("TF_USE_LEGACY_KERAS") in ("true", "True", "1")
-WarmupPolynomialDecay = TfKerasWarmupPolynomialDecay if _LEGACY_KERAS else Keras3WarmupPolynomialDecay
-MixedBatchSchedule = TfKerasMixedBatchSchedule if _LEGACY_KERAS else Keras3MixedBatchSchedule
+_ACTIVE_FLAVOUR_NAMES = {
+    "WarmupPolynomialDecay": (TfKerasWarmupPolynomialDecay, Keras3WarmupPolynomialDecay),
+    "MixedBatchSchedule": (TfKerasMixedBatchSchedule, Keras3MixedBatchSchedule),
+}
+
+
+def __getattr__(name):
+    """`WarmupPolynomialDecay`/`MixedBatchSchedule`: the flavour of the active `tf.keras`,
+    chosen the same way as `lamb_tf.LAMB`, on first access (PEP 562)."""
+    if name in _ACTIVE_FLAVOUR_NAMES:
+        import lamb_tf
+
+        tf_keras_class, keras3_class = _ACTIVE_FLAVOUR_NAMES[name]
+        legacy = lamb_tf._active_flavour_module().__name__ == "lamb_tf.tf_keras_optimizers"
+        return tf_keras_class if legacy else keras3_class
+    raise AttributeError(f"module 'lamb_tf.schedules' has no attribute {name!r}")

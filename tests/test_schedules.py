@@ -1,0 +1,206 @@
+"""Schedules: values against closed-form NumPy at the boundary steps, both flavours,
+serialization round trips, the mixed-batch re-warmup with and without a step offset."""
+import json
+import os
+import subprocess
+import sys
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+import tf_keras
+
+from lamb_tf import schedules
+
+FLAVOURS = {
+    "tf_keras": (
+        schedules.TfKerasWarmupPolynomialDecay,
+        schedules.TfKerasMixedBatchSchedule,
+        tf_keras,
+        schedules.TF_KERAS_CUSTOM_OBJECTS,
+    ),
+    "keras3": (
+        schedules.Keras3WarmupPolynomialDecay,
+        schedules.Keras3MixedBatchSchedule,
+        keras,
+        schedules.KERAS3_CUSTOM_OBJECTS,
+    ),
+}
+
+PEAK, END, TOTAL, WARMUP = 0.01, 0.001, 100, 10
+
+
+def lr_values(schedule, steps):
+    return np.array([float(schedule(tf.constant(s, tf.int64))) for s in steps], np.float64)
+
+
+# Expected values written out per step in float64 (peak 0.01, end 0.001, 100 steps,
+# 10 warmup). Warmup: peak * t / 10. BERT convention: decay fraction t/100 from step 0.
+# Decay from the warmup end: fraction (t - 10)/90.
+BOUNDARY_STEPS = [0, 9, 10, 55, 100, 150]  # 0, warmup-1, warmup, mid-decay, last, past
+CASES = {
+    # (power, decay_includes_warmup): expected lr at BOUNDARY_STEPS
+    (1.0, True): [0.0, 0.009, 0.009 * 0.9 + END, 0.009 * 0.45 + END, END, END],
+    (0.5, True): [0.0, 0.009, 0.009 * 0.9**0.5 + END, 0.009 * 0.45**0.5 + END, END, END],
+    (2.0, True): [0.0, 0.009, 0.009 * 0.9**2 + END, 0.009 * 0.45**2 + END, END, END],
+    (1.0, False): [0.0, 0.009, PEAK, 0.009 * 0.5 + END, END, END],
+    (2.0, False): [0.0, 0.009, PEAK, 0.009 * 0.5**2 + END, END, END],
+}
+
+
+@pytest.mark.parametrize("flavour", FLAVOURS)
+@pytest.mark.parametrize("power,decay_includes_warmup", CASES)
+def test_warmup_polynomial_decay_boundary_values(flavour, power, decay_includes_warmup):
+    warmup_class = FLAVOURS[flavour][0]
+    schedule = warmup_class(
+        PEAK,
+        TOTAL,
+        warmup_steps=WARMUP,
+        end_learning_rate=END,
+        power=power,
+        decay_includes_warmup=decay_includes_warmup,
+    )
+    expected = CASES[(power, decay_includes_warmup)]
+    np.testing.assert_allclose(lr_values(schedule, BOUNDARY_STEPS), expected, rtol=1e-6)
+
+
+def test_warmup_fraction_equals_steps_and_no_warmup_starts_at_peak():
+    by_fraction = schedules.TfKerasWarmupPolynomialDecay(PEAK, TOTAL, warmup_fraction=0.1)
+    by_steps = schedules.TfKerasWarmupPolynomialDecay(PEAK, TOTAL, warmup_steps=10)
+    assert by_fraction.warmup_steps == 10
+    steps = range(0, 120, 7)
+    np.testing.assert_array_equal(lr_values(by_fraction, steps), lr_values(by_steps, steps))
+    no_warmup = schedules.TfKerasWarmupPolynomialDecay(PEAK, TOTAL, warmup_steps=0)
+    np.testing.assert_allclose(lr_values(no_warmup, [0, 50]), [PEAK, PEAK * 0.5], rtol=1e-6)
+
+
+# Mixed-batch: phase 1 100 steps (peak 0.01, warmup 10), phase 2 40 steps (peak 0.004,
+# warmup 8, power 1, decay over all 40 steps from phase 2's step 0).
+P2_PEAK, P2_TOTAL, P2_WARMUP = 0.004, 40, 8
+MIXED_STEPS = [0, 9, 10, 55, 99, 100, 107, 108, 120, 139, 140, 300]
+MIXED_EXPECTED = [
+    0.0,  # phase 1 step 0
+    0.009,  # phase 1 warmup - 1
+    0.009 * 0.9 + END,  # phase 1 warmup end
+    0.009 * 0.45 + END,  # phase 1 mid-decay
+    0.009 * 0.01 + END,  # phase 1 last step
+    0.0,  # phase 2 re-warms up from zero
+    P2_PEAK * 7 / 8,  # phase 2 warmup - 1
+    P2_PEAK * (1 - 8 / 40),  # phase 2 warmup end
+    P2_PEAK * (1 - 20 / 40),  # phase 2 mid-decay
+    P2_PEAK * (1 - 39 / 40),  # phase 2 last step
+    0.0,  # phase 2 end
+    0.0,  # past the end
+]
+
+
+def _phases(warmup_class, phase_2_start_step=0):
+    phase_1 = warmup_class(PEAK, TOTAL, warmup_steps=WARMUP, end_learning_rate=END)
+    phase_2 = warmup_class(
+        P2_PEAK, P2_TOTAL, warmup_steps=P2_WARMUP, start_step=phase_2_start_step
+    )
+    return phase_1, phase_2
+
+
+@pytest.mark.parametrize("flavour", FLAVOURS)
+def test_mixed_batch_schedule_rewarms_up_in_phase_2(flavour):
+    warmup_class, mixed_class, _, _ = FLAVOURS[flavour]
+    schedule = mixed_class(*_phases(warmup_class))
+    assert schedule.phase_1_steps == TOTAL
+    np.testing.assert_allclose(lr_values(schedule, MIXED_STEPS), MIXED_EXPECTED, rtol=1e-5, atol=1e-9)
+
+
+def test_phase_2_as_a_separate_run_with_restarted_or_continued_step_counter():
+    phase_2_steps = MIXED_STEPS[5:]
+    phase_2_expected = MIXED_EXPECTED[5:]
+    # Counter restarts at 0 in the phase-2 run: phase 2's schedule alone.
+    _, restarted = _phases(schedules.TfKerasWarmupPolynomialDecay)
+    restarted_steps = [s - TOTAL for s in phase_2_steps]
+    np.testing.assert_allclose(
+        lr_values(restarted, restarted_steps), phase_2_expected, rtol=1e-5, atol=1e-9
+    )
+    # Counter continues from phase 1's checkpoint: phase 2 offset by phase 1's steps.
+    _, continued = _phases(schedules.TfKerasWarmupPolynomialDecay, phase_2_start_step=TOTAL)
+    np.testing.assert_allclose(lr_values(continued, phase_2_steps), phase_2_expected, rtol=1e-5, atol=1e-9)
+
+
+@pytest.mark.parametrize("flavour", FLAVOURS)
+def test_config_round_trip_rebuilds_nested_schedules(flavour):
+    warmup_class, mixed_class, keras_module, custom_objects = FLAVOURS[flavour]
+    phase_1, phase_2 = _phases(warmup_class)
+    phase_1 = warmup_class(PEAK, TOTAL, warmup_fraction=0.1, power=0.5, end_learning_rate=END)
+    schedule = mixed_class(phase_1, phase_2, name="mixed")
+    config = json.loads(json.dumps(schedule.get_config()))  # JSON-safe
+    assert config["phase_1"]["class_name"] == warmup_class.__name__
+    rebuilt = mixed_class.from_config(config)
+    assert isinstance(rebuilt.phase_2, warmup_class)
+    assert rebuilt.get_config() == schedule.get_config()
+    np.testing.assert_array_equal(
+        lr_values(rebuilt, MIXED_STEPS), lr_values(schedule, MIXED_STEPS)
+    )
+    # Through the flavour's optimizer config, as model saving does.
+    optimizer = keras_module.optimizers.SGD(learning_rate=schedule)
+    restored = keras_module.optimizers.SGD.from_config(
+        optimizer.get_config(), custom_objects=custom_objects
+    )
+    assert isinstance(restored._learning_rate, mixed_class)
+    np.testing.assert_array_equal(
+        lr_values(restored._learning_rate, MIXED_STEPS), lr_values(schedule, MIXED_STEPS)
+    )
+
+
+def test_schedule_drives_tf_keras_optimizer_once_per_update():
+    schedule = schedules.TfKerasWarmupPolynomialDecay(PEAK, TOTAL, warmup_steps=WARMUP)
+    optimizer = tf_keras.optimizers.SGD(learning_rate=schedule)
+    variable = tf.Variable([1.0])
+    for _ in range(3):
+        optimizer.apply_gradients([(tf.constant([1.0]), variable)])
+    # SGD with gradient 1: x = 1 - lr(0) - lr(1) - lr(2) = 1 - 0.001 * (0 + 1 + 2).
+    np.testing.assert_allclose(variable.numpy(), [1.0 - 0.003], rtol=1e-6)
+
+
+@pytest.mark.parametrize(
+    "kwargs,error,fragment",
+    [
+        (dict(peak_learning_rate=-1.0), ValueError, "peak_learning_rate"),
+        (dict(peak_learning_rate=float("nan")), ValueError, "peak_learning_rate"),
+        (dict(total_steps=0), ValueError, "total_steps"),
+        (dict(total_steps=10.5), TypeError, "total_steps"),
+        (dict(warmup_steps=100), ValueError, "shorter than total_steps"),
+        (dict(warmup_steps=5, warmup_fraction=0.1), ValueError, "exactly one"),
+        (dict(warmup_steps=None), ValueError, "exactly one"),
+        (dict(warmup_steps=None, warmup_fraction=1.0), ValueError, "warmup_fraction"),
+        (dict(power=0.0), ValueError, "power"),
+        (dict(end_learning_rate=-0.1), ValueError, "end_learning_rate"),
+        (dict(start_step=-1), ValueError, "start_step"),
+        (dict(decay_includes_warmup="yes"), TypeError, "decay_includes_warmup"),
+    ],
+)
+def test_bad_arguments_name_the_argument(kwargs, error, fragment):
+    arguments = dict(peak_learning_rate=PEAK, total_steps=TOTAL, warmup_steps=WARMUP)
+    arguments.update(kwargs)
+    with pytest.raises(error, match=fragment):
+        schedules.TfKerasWarmupPolynomialDecay(**arguments)
+
+
+def test_mixed_batch_rejects_the_other_flavours_schedule():
+    tf_keras_phase, _ = _phases(schedules.TfKerasWarmupPolynomialDecay)
+    keras3_phase, _ = _phases(schedules.Keras3WarmupPolynomialDecay)
+    with pytest.raises(TypeError, match="phase_1"):
+        schedules.Keras3MixedBatchSchedule(tf_keras_phase, keras3_phase)
+
+
+def test_short_names_follow_the_active_tf_keras():
+    """In this process tf.keras is Keras 3; a fresh process with the legacy flag gets tf_keras."""
+    assert "TF_USE_LEGACY_KERAS" not in os.environ
+    assert schedules.WarmupPolynomialDecay is schedules.Keras3WarmupPolynomialDecay
+    code = (
+        "import lamb_tf.schedules as s;"
+        "print(s.WarmupPolynomialDecay.__name__, s.MixedBatchSchedule.__name__)"
+    )
+    env = dict(os.environ, TF_USE_LEGACY_KERAS="1", TF_CPP_MIN_LOG_LEVEL="3")
+    result = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert result.stdout.split() == ["TfKerasWarmupPolynomialDecay", "TfKerasMixedBatchSchedule"]
