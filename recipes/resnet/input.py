@@ -1,0 +1,167 @@
+"""ImageNet-format TFRecords -> batches of (image, label[, weight]) for ResNet training and eval.
+
+Decoding and preprocessing are Model Garden's (`official.vision.dataloaders.classification_input`
+Decoder and Parser): training takes an Inception-style random-resized crop (area in
+[data.crop_area_min, 1], aspect ratio in [3/4, 4/3]; fused JPEG decode-and-crop) and a random
+horizontal flip; eval takes a central crop of `data.center_crop_fraction` of the image; both
+resize to `data.image_size` and normalise each channel with ImageNet's mean and std
+(`preprocess_ops.MEAN_RGB`, `STDDEV_RGB`). The labels are `image/class/label - label_offset`.
+
+File reading, sharding, shuffling and batching are written here rather than through Model
+Garden's `InputReader`, which needs its `hyperparams` DataConfig; what it would do is simple:
+
+* per-host sharding through `tf.distribute.InputContext` (this is a dataset *function* for
+  `strategy.distribute_datasets_from_function`): each input pipeline reads its own files,
+  or every N-th record when there are fewer files than pipelines;
+* training: files shuffled each epoch, endless, examples shuffled in a buffer, all with
+  `data.seed`, so the order is deterministic and a resumed run skips exactly the records
+  it has consumed (before decoding, so skipping is cheap);
+* `drop_remainder=True` everywhere, so every batch has a fixed shape (TPUs need it). Eval
+  pads the last batches with zero-weight examples instead of dropping any: top-1 counts
+  every eval example exactly once.
+"""
+
+import math
+
+import tensorflow as tf
+from official.vision.dataloaders import classification_input
+
+from recipes.common.errors import UserError
+
+LABEL_KEY = classification_input.DEFAULT_LABEL_FIELD_KEY  # "image/class/label"
+LABEL_RANGE_ERROR = "image/class/label minus data.label_offset is outside [0, data.num_classes)"
+_READ_BUFFER_BYTES = 8 * 1024 * 1024
+
+
+def list_files(file_pattern, what):
+    """Sorted files matching a glob (local or gs://), or a UserError naming the config key."""
+    if not file_pattern:
+        raise UserError(
+            f"{what} is empty; set it to a TFRecord glob such as "
+            "gs://bucket/imagenet/train-* or use data.embedded_digits=true"
+        )
+    files = sorted(tf.io.gfile.glob(file_pattern))
+    if not files:
+        raise UserError(
+            f"{what}={file_pattern!r} matches no file; check the path, or convert "
+            "your images with `python -m recipes.resnet.convert`"
+        )
+    return files
+
+
+def count_records(file_pattern):
+    """Records in the files (reads them all: for small eval sets)."""
+    files = list_files(file_pattern, "data.eval_file_pattern")
+    return int(tf.data.TFRecordDataset(files).reduce(tf.constant(0, tf.int64), lambda n, _: n + 1))
+
+
+def make_parser(data, dtype):
+    """Model Garden's classification Parser with the recipe's preprocessing settings."""
+    return classification_input.Parser(
+        output_size=[data.image_size, data.image_size],
+        num_classes=data.num_classes,
+        decode_jpeg_only=data.decode_jpeg_only,
+        aug_rand_hflip=data.random_flip,
+        aug_crop=True,
+        crop_area_range=(data.crop_area_min, 1.0),
+        center_crop_fraction=data.center_crop_fraction,
+        dtype=dtype,
+    )
+
+
+def _parse_fn(data, is_training, dtype):
+    decoder = classification_input.Decoder()
+    parse = make_parser(data, dtype).parse_fn(is_training)
+
+    def parse_record(serialized):
+        image, label = parse(decoder.decode(serialized))
+        label = label - data.label_offset
+        in_range = tf.logical_and(label >= 0, label < data.num_classes)
+        with tf.control_dependencies([tf.debugging.Assert(in_range, [LABEL_RANGE_ERROR, label])]):
+            return tf.identity(image), tf.identity(label)
+
+    return parse_record
+
+
+def _pipeline(input_context):
+    if input_context is None:
+        return 1, 0
+    return input_context.num_input_pipelines, input_context.input_pipeline_id
+
+
+def make_train_dataset(
+    data,
+    file_pattern,
+    per_replica_batch_size,
+    *,
+    input_context=None,
+    skip_batches=0,
+    dtype="float32",
+):
+    """Endless, shuffled (image, label) batches of `per_replica_batch_size` for this pipeline.
+
+    `skip_batches` batches *of this pipeline* are skipped (as serialized records) first.
+    """
+    files = list_files(file_pattern, "data.train_file_pattern")
+    num_pipelines, pipeline_id = _pipeline(input_context)
+    dataset = tf.data.Dataset.from_tensor_slices(files)
+    shard_by_file = len(files) >= num_pipelines
+    if num_pipelines > 1 and shard_by_file:
+        dataset = dataset.shard(num_pipelines, pipeline_id)
+    dataset = dataset.shuffle(len(files), seed=data.seed, reshuffle_each_iteration=True).repeat()
+    dataset = dataset.interleave(
+        lambda path: tf.data.TFRecordDataset(path, buffer_size=_READ_BUFFER_BYTES),
+        cycle_length=min(16, len(files)),
+        num_parallel_calls=tf.data.AUTOTUNE,
+        deterministic=True,
+    )
+    if num_pipelines > 1 and not shard_by_file:
+        dataset = dataset.shard(num_pipelines, pipeline_id)
+    dataset = dataset.shuffle(
+        data.shuffle_buffer_size, seed=data.seed + 1, reshuffle_each_iteration=True
+    )
+    dataset = dataset.skip(skip_batches * per_replica_batch_size)
+    dataset = dataset.map(_parse_fn(data, True, dtype), num_parallel_calls=tf.data.AUTOTUNE)
+    dataset = dataset.batch(per_replica_batch_size, drop_remainder=True)
+    return dataset.prefetch(tf.data.AUTOTUNE)
+
+
+def eval_steps(num_examples, global_batch_size, num_pipelines=1):
+    """Eval steps that cover every example once when each pipeline reads every N-th record."""
+    per_pipeline_examples = math.ceil(num_examples / num_pipelines)
+    per_pipeline_batch = global_batch_size // num_pipelines
+    return max(1, math.ceil(per_pipeline_examples / per_pipeline_batch))
+
+
+def make_eval_dataset(
+    data, file_pattern, per_replica_batch_size, steps, *, input_context=None, dtype="float32"
+):
+    """Exactly `steps` steps of (image, label, weight) batches; padding has weight 0.
+
+    Each pipeline reads every N-th record of all files, in file order, so the pipelines'
+    shares differ by at most one example and `eval_steps` covers them all.
+    """
+    files = list_files(file_pattern, "data.eval_file_pattern")
+    num_pipelines, pipeline_id = _pipeline(input_context)
+    replicas_per_pipeline = 1
+    if input_context is not None:
+        replicas_per_pipeline = input_context.num_replicas_in_sync // num_pipelines
+    dataset = tf.data.TFRecordDataset(files, buffer_size=_READ_BUFFER_BYTES)
+    if num_pipelines > 1:
+        dataset = dataset.shard(num_pipelines, pipeline_id)
+    parse = _parse_fn(data, False, dtype)
+    dataset = dataset.map(
+        lambda record: (*parse(record), tf.constant(1.0)), num_parallel_calls=tf.data.AUTOTUNE
+    )
+    padding = tf.data.Dataset.from_tensors(
+        (
+            tf.zeros([data.image_size, data.image_size, 3], dtype),
+            tf.constant(0, tf.int32),
+            tf.constant(0.0),
+        )
+    ).repeat()
+    dataset = dataset.concatenate(padding).take(
+        steps * replicas_per_pipeline * per_replica_batch_size
+    )
+    dataset = dataset.batch(per_replica_batch_size, drop_remainder=True)
+    return dataset.prefetch(tf.data.AUTOTUNE)
