@@ -109,8 +109,9 @@ class TrainConfig:
     init_checkpoint: str = ""
     # Seed of initialisation, dropout and input shuffling.
     seed: int = 1
-    # Log per-variable LAMB trust ratios to TensorBoard every this many updates (0 = never).
-    trust_ratio_every: int = 10
+    # Write the TensorBoard scalars (loss, accuracies, learning rate, examples/s, gradient
+    # norm, per-variable LAMB trust ratios) every this many updates.
+    log_every: int = 10
 
 
 @dataclasses.dataclass

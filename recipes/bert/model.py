@@ -51,9 +51,14 @@ class NextSentenceHead(tf_keras.layers.Layer):
         return self.out_proj(pooled_output)
 
 
+def _initializer(model_config):
+    """A new truncated-normal initializer (an instance reused across layers would give them
+    identical values)."""
+    return tf_keras.initializers.TruncatedNormal(stddev=model_config.initializer_range)
+
+
 def build_encoder(model_config, vocab_size):
     """Model Garden's BertEncoderV2 with the config's shape."""
-    initializer = tf_keras.initializers.TruncatedNormal(stddev=model_config.initializer_range)
     return networks.BertEncoderV2(
         vocab_size=vocab_size,
         hidden_size=model_config.hidden_size,
@@ -64,19 +69,18 @@ def build_encoder(model_config, vocab_size):
         type_vocab_size=model_config.type_vocab_size,
         output_dropout=model_config.dropout_rate,
         attention_dropout=model_config.attention_dropout_rate,
-        initializer=initializer,
+        initializer=_initializer(model_config),
     )
 
 
 def build_pretrainer(model_config, vocab_size):
     """Returns (encoder, pretrainer): BertPretrainerV2 with the masked-LM and NSP heads."""
     encoder = build_encoder(model_config, vocab_size)
-    initializer = tf_keras.initializers.TruncatedNormal(stddev=model_config.initializer_range)
     pretrainer = models.BertPretrainerV2(
         encoder_network=encoder,
         mlm_activation=tf_keras.activations.gelu,  # BERT's transform before the output
-        mlm_initializer=initializer,
-        classification_heads=[NextSentenceHead(encoder.pooler_layer, initializer)],
+        mlm_initializer=_initializer(model_config),
+        classification_heads=[NextSentenceHead(encoder.pooler_layer, _initializer(model_config))],
     )
     return encoder, pretrainer
 
@@ -113,21 +117,25 @@ def losses():
 
 
 def weighted_metrics():
-    """Accuracies logged as `masked_lm_accuracy` (over real masked positions only: the
-    sample weights are `masked_lm_weights`) and `next_sentence_accuracy`."""
+    """Metrics over real masked positions only (the sample weights are `masked_lm_weights`):
+    `masked_lm_accuracy`, `masked_lm_cross_entropy` (mean cross-entropy per masked token,
+    the number Google's BERT reports as masked_lm_loss); and `next_sentence_accuracy`."""
     return {
-        "masked_lm": [tf_keras.metrics.SparseCategoricalAccuracy(name="accuracy")],
+        "masked_lm": [
+            tf_keras.metrics.SparseCategoricalAccuracy(name="accuracy"),
+            tf_keras.metrics.SparseCategoricalCrossentropy(from_logits=True, name="cross_entropy"),
+        ],
         "next_sentence": [tf_keras.metrics.SparseCategoricalAccuracy(name="accuracy")],
     }
 
 
-def split_features(features):
-    """Maps a pretraining example dict to Keras' (inputs, targets, sample_weights)."""
-    inputs = {name: features[name] for name in ENCODER_INPUTS + (MASKED_LM_POSITIONS,)}
-    next_sentence_labels = tf.reshape(features["next_sentence_labels"], [-1])
-    targets = {"masked_lm": features["masked_lm_ids"], "next_sentence": next_sentence_labels}
+def keras_targets(features, labels):
+    """Maps the reader's `(features, labels)` (recipes.bert.input) to Keras'
+    `(inputs, targets, sample_weights)` for the two outputs."""
+    next_sentence_labels = tf.reshape(labels["next_sentence_labels"], [-1])
+    targets = {"masked_lm": labels["masked_lm_ids"], "next_sentence": next_sentence_labels}
     sample_weights = {
-        "masked_lm": features["masked_lm_weights"],
+        "masked_lm": labels["masked_lm_weights"],
         "next_sentence": tf.ones_like(next_sentence_labels, dtype=tf.float32),
     }
-    return inputs, targets, sample_weights
+    return features, targets, sample_weights
