@@ -48,6 +48,13 @@ class _LayerwiseOptimizer(layerwise.LayerwiseMixin, keras.optimizers.Optimizer):
     def _build_slots(self, var_list):
         raise NotImplementedError
 
+    @property
+    def applied_updates(self):
+        """Updates applied so far: Keras 3 advances `iterations` only on applied updates
+        (its LossScaleOptimizer does not on skipped steps; with `gradient_accumulation_steps`
+        it is the number of real updates). LAMB's `t` is this + 1."""
+        return self.iterations
+
     def _clip_gradients(self, grads):
         # deferred to `_all_reduce_sum_gradients`: the base would clip each replica's gradient
         return grads
@@ -107,7 +114,7 @@ class LAMB(_LayerwiseOptimizer):
         x_next, m, v, ratio = update_rules.lamb_step(
             tf.convert_to_tensor(variable), update_rules.dense_gradient(gradient, variable.shape),
             tf.convert_to_tensor(self._m[i]), tf.convert_to_tensor(self._v[i]),
-            self.iterations + 1, learning_rate,
+            self.applied_updates + 1, learning_rate,
             self.beta_1, self.beta_2, self.epsilon, self.weight_decay_rate,
             decay=decay, adapt=adapt, bias_correction=self.bias_correction,
             phi_bounds=self.phi_bounds)

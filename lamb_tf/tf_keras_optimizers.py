@@ -3,8 +3,9 @@
 Thin adapters: build the slots, call `lamb_tf.update_rules`, assign the results. The base
 class all-reduces gradients across replicas (`aggregate_gradients`), then clips
 (`clipnorm`/`global_clipnorm`, so clipping sees the all-reduced gradient), then calls
-`update_step` per variable. `iterations` counts applied updates; the bias-correction step
-is `t = iterations + 1`.
+`update_step` per variable. The bias-correction step is `t = applied_updates + 1`, counted in
+our own variable: tf_keras' `LossScaleOptimizer` also advances `iterations` on the steps it
+skips (non-finite gradients), which never reach LAMB.
 """
 import re
 
@@ -48,6 +49,7 @@ class _LayerwiseOptimizer(layerwise.LayerwiseMixin, tf_keras.optimizers.Optimize
         if getattr(self, "_built", False):
             return
         self._built = True
+        self._applied_updates = self.add_variable(shape=[], dtype=tf.int64, name="applied_updates")
         self._trust_ratio_variables = [
             self.add_variable_from_reference(v, "trust_ratio", shape=[]) for v in var_list]
         self._build_slots(var_list)
@@ -55,6 +57,17 @@ class _LayerwiseOptimizer(layerwise.LayerwiseMixin, tf_keras.optimizers.Optimize
 
     def _build_slots(self, var_list):
         raise NotImplementedError
+
+    @property
+    def applied_updates(self):
+        """Updates applied so far (skipped loss-scale steps excluded); LAMB's `t` is this + 1."""
+        return self._applied_updates
+
+    def _distributed_apply_gradients_fn(self, distribution, grads_and_vars, **kwargs):
+        iteration = super()._distributed_apply_gradients_fn(distribution, grads_and_vars, **kwargs)
+        # counted once per applied update, after every variable's update_step has read it
+        self._applied_updates.assign_add(1)
+        return iteration
 
     def _index(self, variable):
         return self._index_dict[self._var_key(variable)]
@@ -114,7 +127,7 @@ class LAMB(_LayerwiseOptimizer):
         decay, adapt = self._decisions[i]
         x_next, m, v, ratio = update_rules.lamb_step(
             tf.convert_to_tensor(variable), update_rules.dense_gradient(gradient, variable.shape),
-            self._m[i], self._v[i], self.iterations + 1, self.learning_rate,
+            self._m[i], self._v[i], self._applied_updates + 1, self.learning_rate,
             self.beta_1, self.beta_2, self.epsilon, self.weight_decay_rate,
             decay=decay, adapt=adapt, bias_correction=self.bias_correction,
             phi_bounds=self.phi_bounds)
