@@ -1,0 +1,71 @@
+"""Bad arguments fail at construction with a ValueError/TypeError naming argument and value;
+Keras' decoupled `weight_decay` is refused with a pointer to `weight_decay_rate`.
+"""
+import math
+import re
+
+import pytest
+
+from flavours import FLAVOURS
+
+SHARED_BAD = [
+    # (keyword arguments, error type, text the message must contain)
+    (dict(learning_rate=-0.1), ValueError, "learning_rate must be >= 0, got -0.1"),
+    (dict(learning_rate=math.nan), ValueError, "learning_rate must be finite, got nan"),
+    (dict(learning_rate=math.inf), ValueError, "learning_rate must be finite, got inf"),
+    (dict(learning_rate="0.1"), TypeError, "learning_rate must be a real number, got '0.1'"),
+    (dict(weight_decay_rate=-1e-4), ValueError, "weight_decay_rate must be >= 0, got -0.0001"),
+    (dict(exclude_from_weight_decay="bias"), TypeError,
+     "exclude_from_weight_decay must be a list of regex patterns, got the string 'bias'"),
+    (dict(exclude_from_layer_adaptation="LayerNorm"), TypeError,
+     "exclude_from_layer_adaptation must be a list of regex patterns, got the string 'LayerNorm'"),
+    (dict(exclude_from_weight_decay=["bias", "layer_norm("]), ValueError,
+     "exclude_from_weight_decay holds an invalid regular expression 'layer_norm('"),
+    (dict(exclude_from_layer_adaptation=[3]), TypeError, "exclude_from_layer_adaptation must hold strings, got 3"),
+    (dict(weight_decay=0.01), ValueError, "Use weight_decay_rate=0.01 instead"),
+]
+LAMB_BAD = SHARED_BAD + [
+    (dict(beta_1=1.0), ValueError, "beta_1 must be in [0, 1), got 1.0"),
+    (dict(beta_1=-0.1), ValueError, "beta_1 must be in [0, 1), got -0.1"),
+    (dict(beta_2=1.5), ValueError, "beta_2 must be in [0, 1), got 1.5"),
+    (dict(epsilon=0.0), ValueError, "epsilon must be > 0, got 0.0"),
+    (dict(epsilon=-1e-6), ValueError, "epsilon must be > 0, got -1e-06"),
+    (dict(phi_bounds=(2.0, 1.0)), ValueError, "phi_bounds must have gamma_l <= gamma_u, got (2.0, 1.0)"),
+    (dict(phi_bounds=1.0), TypeError, "phi_bounds must be None or a pair (gamma_l, gamma_u), got 1.0"),
+    (dict(bias_correction="False"), TypeError, "bias_correction must be True or False, got 'False'"),
+]
+LARS_BAD = SHARED_BAD + [
+    (dict(momentum=-0.9), ValueError, "momentum must be >= 0, got -0.9"),
+    (dict(eeta=0.0), ValueError, "eeta must be > 0, got 0.0"),
+    (dict(nesterov=1), TypeError, "nesterov must be True or False, got 1"),
+]
+
+
+def _cases(optimizer_name, table):
+    return [pytest.param(optimizer_name, kwargs, error, text, id=f"{optimizer_name}-{text[:40]}")
+            for kwargs, error, text in table]
+
+
+@pytest.mark.parametrize("flavour_name", FLAVOURS)
+@pytest.mark.parametrize("optimizer_name,kwargs,error,text", _cases("LAMB", LAMB_BAD) + _cases("LARS", LARS_BAD))
+def test_bad_argument_raises_naming_argument_and_value(flavour_name, optimizer_name, kwargs, error, text):
+    optimizer_class = getattr(FLAVOURS[flavour_name]().module, optimizer_name)
+    with pytest.raises(error, match=re.escape(text)):
+        optimizer_class(**kwargs)
+
+
+@pytest.mark.parametrize("flavour_name", FLAVOURS)
+def test_schedule_of_the_other_flavour_is_refused(flavour_name):
+    other = FLAVOURS["keras3" if flavour_name == "tf_keras" else "tf_keras"]()
+    schedule = other.polynomial_decay(0.1, 10, 0.0)
+    with pytest.raises(TypeError, match="use a schedule of the same Keras flavour"):
+        FLAVOURS[flavour_name]().module.LAMB(learning_rate=schedule)
+
+
+@pytest.mark.parametrize("flavour_name", FLAVOURS)
+def test_valid_edge_values_are_accepted(flavour_name):
+    module = FLAVOURS[flavour_name]().module
+    optimizer = module.LAMB(learning_rate=0, beta_1=0.0, weight_decay_rate=0, phi_bounds=(0.0, 10.0),
+                            weight_decay=None, exclude_from_weight_decay=("bias",))
+    assert optimizer.get_config()["exclude_from_weight_decay"] == ["bias"]
+    assert module.LARS(learning_rate=1, momentum=0.0).momentum == 0.0
