@@ -1,0 +1,173 @@
+"""The strategy factory in recipes/common/strategy.py: guess order, overrides, TPU errors, chief.
+
+MultiWorkerMirroredStrategy and several GPUs cannot be created inside this process (the
+collective runtime must be configured before TensorFlow starts; the machine has no GPU), so
+those constructors are replaced by a recorder and the test checks which one the factory
+called and with what. tests/test_multi_worker.py runs the real MultiWorkerMirroredStrategy.
+"""
+import json
+import os
+import threading
+import time
+
+import pytest
+import tensorflow as tf
+
+from lamb_tf import accumulation
+from recipes.common import strategy as strategy_lib
+from recipes.common.errors import UserError
+
+TF_CONFIG_WORKER_0 = json.dumps({"cluster": {"worker": ["127.0.0.1:1", "127.0.0.1:2"]},
+                                 "task": {"type": "worker", "index": 0}})
+
+
+class RecordingStrategy:
+    """Stands in for a strategy class; remembers how it was constructed."""
+
+    num_replicas_in_sync = 4
+
+    def __init__(self, *args, **kwargs):
+        self.args, self.kwargs = args, kwargs
+
+
+@pytest.fixture
+def no_tf_config(monkeypatch):
+    monkeypatch.delenv("TF_CONFIG", raising=False)
+
+
+@pytest.fixture
+def recorders(monkeypatch):
+    """Replaces the multi-device strategy classes with RecordingStrategy subclasses."""
+    classes = {}
+    for name in ("MultiWorkerMirroredStrategy", "MirroredStrategy", "TPUStrategy"):
+        classes[name] = type(name, (RecordingStrategy,), {})
+        monkeypatch.setattr(tf.distribute, name, classes[name])
+    return classes
+
+
+def _two_fake_gpus(monkeypatch):
+    real = tf.config.list_physical_devices
+    monkeypatch.setattr(tf.config, "list_physical_devices",
+                        lambda kind=None: ["GPU:0", "GPU:1"] if kind == "GPU" else real(kind))
+
+
+def test_no_tf_config_no_gpu_guesses_the_default_strategy(no_tf_config, capsys):
+    strategy = strategy_lib.make_strategy()
+    assert strategy is tf.distribute.get_strategy()
+    assert not tf.distribute.has_strategy()  # the default one, not a scope someone entered
+    assert "strategy: default" in capsys.readouterr().out
+
+
+def test_tf_config_guesses_multi_worker_with_the_communication_flag(monkeypatch, recorders):
+    monkeypatch.setenv("TF_CONFIG", TF_CONFIG_WORKER_0)
+    strategy = strategy_lib.make_strategy(communication="ring")
+    assert type(strategy) is recorders["MultiWorkerMirroredStrategy"]
+    options = strategy.kwargs["communication_options"]
+    assert options.implementation == tf.distribute.experimental.CommunicationImplementation.RING
+
+
+def test_several_gpus_guess_mirrored(monkeypatch, no_tf_config, recorders):
+    _two_fake_gpus(monkeypatch)
+    assert type(strategy_lib.make_strategy()) is recorders["MirroredStrategy"]
+
+
+def test_tpu_flag_comes_first_in_the_guess(monkeypatch, recorders):
+    monkeypatch.setenv("TF_CONFIG", TF_CONFIG_WORKER_0)
+    _two_fake_gpus(monkeypatch)
+    monkeypatch.setattr(strategy_lib, "_tpu_strategy", lambda tpu: RecordingStrategy(tpu))
+    strategy = strategy_lib.make_strategy(tpu="my-tpu")
+    assert type(strategy) is RecordingStrategy and strategy.args == ("my-tpu",)
+
+
+@pytest.mark.parametrize("name, expected", [("default", None), ("mirrored", "MirroredStrategy")])
+def test_explicit_strategy_overrides_the_guess(monkeypatch, recorders, name, expected):
+    monkeypatch.setenv("TF_CONFIG", TF_CONFIG_WORKER_0)  # the guess would be multi-worker
+    strategy = strategy_lib.make_strategy(strategy_name=name)
+    if expected is None:
+        assert strategy is tf.distribute.get_strategy()
+    else:
+        assert type(strategy) is recorders[expected]
+
+
+def test_explicit_multi_worker_without_tf_config_is_one_line_user_error(no_tf_config):
+    with pytest.raises(UserError, match="needs the TF_CONFIG environment variable") as error:
+        strategy_lib.make_strategy(strategy_name="multi_worker_mirrored")
+    assert "\n" not in str(error.value)
+
+
+def test_tpu_local_without_a_tpu_is_one_line_user_error_in_bounded_time():
+    start = time.monotonic()
+    with pytest.raises(UserError) as error:
+        strategy_lib.make_strategy(tpu="local")
+    elapsed = time.monotonic() - start
+    message = str(error.value)
+    assert message.startswith("--tpu=local: no usable TPU on this machine")
+    assert "drop --tpu" in message and "\n" not in message
+    assert elapsed < 60, elapsed
+
+
+def test_a_tpu_that_never_answers_fails_after_the_timeout(monkeypatch):
+    never = threading.Event()
+
+    def hang(tpu):
+        never.wait(30)  # a daemon thread; the factory must not wait for it
+
+    monkeypatch.setattr(tf.distribute.cluster_resolver, "TPUClusterResolver", hang)
+    monkeypatch.setattr(strategy_lib, "TPU_INIT_TIMEOUT_SECONDS", 1)
+    start = time.monotonic()
+    try:
+        with pytest.raises(UserError, match="--tpu=far-away: no TPU answered within 1 s"):
+            strategy_lib.make_strategy(tpu="far-away")
+    finally:
+        never.set()
+    assert time.monotonic() - start < 10
+
+
+class _ClusterStrategy:
+    """A strategy as the factory sees it on a cluster: only `cluster_resolver` matters."""
+
+    def __init__(self):
+        self.cluster_resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
+
+
+@pytest.mark.parametrize("cluster, task, chief", [
+    ({"chief": ["h:1"], "worker": ["h:2"]}, ("chief", 0), True),
+    ({"chief": ["h:1"], "worker": ["h:2"]}, ("worker", 0), False),
+    ({"worker": ["h:1", "h:2"]}, ("worker", 0), True),
+    ({"worker": ["h:1", "h:2"]}, ("worker", 1), False),
+    ({"worker": ["h:1"], "evaluator": ["h:2"]}, ("evaluator", 0), False),
+])
+def test_is_chief(monkeypatch, cluster, task, chief):
+    monkeypatch.setenv("TF_CONFIG", json.dumps(
+        {"cluster": cluster, "task": {"type": task[0], "index": task[1]}}))
+    assert strategy_lib.is_chief(_ClusterStrategy()) is chief
+
+
+def test_single_process_is_chief(no_tf_config):
+    assert strategy_lib.is_chief(tf.distribute.get_strategy())
+
+
+def test_worker_directory_is_model_dir_on_chief(tmp_path, no_tf_config):
+    with strategy_lib.WorkerDirectory(str(tmp_path), tf.distribute.get_strategy()) as directory:
+        assert directory.path == str(tmp_path)
+    assert tmp_path.is_dir()
+
+
+def test_worker_directory_of_a_non_chief_is_private_and_removed(monkeypatch, tmp_path):
+    monkeypatch.setenv("TF_CONFIG", json.dumps(
+        {"cluster": {"worker": ["h:1", "h:2"]}, "task": {"type": "worker", "index": 1}}))
+    with pytest.raises(RuntimeError):
+        with strategy_lib.WorkerDirectory(str(tmp_path), _ClusterStrategy()) as directory:
+            assert directory.path != str(tmp_path) and os.path.isdir(directory.path)
+            open(os.path.join(directory.path, "ckpt-1.index"), "w").close()
+            raise RuntimeError("training failed")  # cleaned up on the error path too
+    assert not os.path.exists(directory.path)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_log_batch_plan_prints_the_arithmetic(capsys, two_cpu_strategy):
+    plan = accumulation.plan_batch(global_batch_size=64, micro_batch_size=8, num_replicas=2)
+    strategy_lib.log_batch_plan(two_cpu_strategy, plan)
+    out = capsys.readouterr().out
+    # 64 = 2 replicas x 8 per micro-batch x 4 accumulation steps
+    assert "global 64 = 2 replica(s) × micro-batch 8 × 4 accumulation step(s)" in out
