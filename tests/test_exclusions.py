@@ -1,0 +1,156 @@
+"""Exclusion patterns match the variable's full path in both flavours, the fallback
+convention holds, the build-time report logs one line per pattern and warns on a pattern
+that matches nothing, and the exported BERT/ResNet lists fit Model Garden's names.
+"""
+import logging
+
+import pytest
+
+from flavours import FLAVOURS
+from lamb_tf import exclusions
+
+
+def _nested_model(keras):
+    """block/{dense,layer_norm} inside a Sequential, then a head: paths have 3-4 levels."""
+
+    class Block(keras.layers.Layer):
+        def __init__(self, **kwargs):
+            super().__init__(**kwargs)
+            self.dense = keras.layers.Dense(4, name="dense")
+            self.norm = keras.layers.LayerNormalization(name="layer_norm")
+
+        def call(self, x):
+            return self.norm(self.dense(x))
+
+    model = keras.Sequential([keras.Input((3,)), Block(name="block"), keras.layers.Dense(1, name="head")])
+    return model
+
+
+def _decisions(optimizer, model):
+    optimizer.build(model.trainable_variables)
+    return {row.path: (row.decayed, row.adapted) for row in optimizer.exclusion_table()}
+
+
+def _by_suffix(decisions, suffix):
+    (value,) = [d for path, d in decisions.items() if path.endswith(suffix)]
+    return value
+
+
+@pytest.mark.parametrize("flavour_name", FLAVOURS)
+@pytest.mark.parametrize("optimizer_name", ["LAMB", "LARS"])
+def test_patterns_naming_a_layer_match_the_full_path(flavour_name, optimizer_name):
+    flavour = FLAVOURS[flavour_name]()
+    model = _nested_model(flavour.keras)
+    optimizer = getattr(flavour.module, optimizer_name)(
+        weight_decay_rate=0.1, exclude_from_weight_decay=["block/layer_norm", "bias"])
+    decisions = _decisions(optimizer, model)
+    # None for layer adaptation: the weight-decay list is used for both
+    assert _by_suffix(decisions, "block/layer_norm/gamma") == (False, False)
+    assert _by_suffix(decisions, "block/layer_norm/beta") == (False, False)
+    assert _by_suffix(decisions, "block/dense/bias") == (False, False)
+    assert _by_suffix(decisions, "head/bias") == (False, False)
+    assert _by_suffix(decisions, "block/dense/kernel") == (True, True)
+    assert _by_suffix(decisions, "head/kernel") == (True, True)
+
+
+@pytest.mark.parametrize("flavour_name", FLAVOURS)
+def test_separate_and_empty_adaptation_lists(flavour_name):
+    flavour = FLAVOURS[flavour_name]()
+    model = _nested_model(flavour.keras)
+    separate = _decisions(flavour.module.LAMB(weight_decay_rate=0.1, exclude_from_weight_decay=["bias"],
+                                              exclude_from_layer_adaptation=["layer_norm"]), model)
+    assert _by_suffix(separate, "block/dense/bias") == (False, True)
+    assert _by_suffix(separate, "block/layer_norm/gamma") == (True, False)
+    adapt_all = _decisions(flavour.module.LAMB(weight_decay_rate=0.1, exclude_from_weight_decay=["bias"],
+                                               exclude_from_layer_adaptation=[]), model)
+    assert all(adapted for _, adapted in adapt_all.values())
+    no_decay = _decisions(flavour.module.LAMB(exclude_from_weight_decay=["bias"]), model)
+    assert not any(decayed for decayed, _ in no_decay.values())
+
+
+def test_keras3_own_exclusion_misses_layer_patterns():
+    """Why full paths: Keras 3 matches `variable.name`, the leaf ("gamma"), so a pattern
+    naming the layer silently excludes nothing there."""
+    keras = FLAVOURS["keras3"]().keras
+    model = _nested_model(keras)
+    adamw = keras.optimizers.AdamW(weight_decay=0.1)
+    adamw.exclude_from_weight_decay(var_names=["block/layer_norm"])
+    gamma = [v for v in model.trainable_variables if v.path.endswith("layer_norm/gamma")][0]
+    assert adamw._use_weight_decay(gamma)
+
+
+@pytest.mark.parametrize("flavour_name", FLAVOURS)
+def test_build_logs_one_line_per_pattern_and_warns_on_no_match(flavour_name, caplog):
+    flavour = FLAVOURS[flavour_name]()
+    model = _nested_model(flavour.keras)
+    optimizer = flavour.module.LAMB(weight_decay_rate=0.1, exclude_from_weight_decay=["layer_norm", "bias"],
+                                    exclude_from_layer_adaptation=["LayerNorm"])
+    with caplog.at_level(logging.INFO, logger="lamb_tf.exclusions"):
+        optimizer.build(model.trainable_variables)
+    messages = [(r.levelno, r.getMessage()) for r in caplog.records if r.name == "lamb_tf.exclusions"]
+    assert (logging.INFO, "LAMB: exclude_from_weight_decay pattern 'layer_norm' matches 2 variables "
+                          "(8 parameters).") in messages
+    assert (logging.INFO, "LAMB: exclude_from_weight_decay pattern 'bias' matches 2 variables "
+                          "(5 parameters).") in messages
+    warnings = [text for level, text in messages if level == logging.WARNING]
+    assert len(warnings) == 1 and "'LayerNorm' matches NO variable" in warnings[0]
+    assert len(messages) == 3
+    caplog.clear()
+    optimizer.build(model.trainable_variables)
+    assert not [r for r in caplog.records if r.name == "lamb_tf.exclusions"]
+
+
+@pytest.mark.parametrize("flavour_name", FLAVOURS)
+def test_exclusion_table_needs_build_and_formats(flavour_name):
+    flavour = FLAVOURS[flavour_name]()
+    optimizer = flavour.module.LARS(weight_decay_rate=0.1, exclude_from_weight_decay=["bias"])
+    with pytest.raises(ValueError, match="not built yet"):
+        optimizer.exclusion_table()
+    model = _nested_model(flavour.keras)
+    optimizer.build(model.trainable_variables)
+    text = exclusions.format_table(optimizer.exclusion_table())
+    lines = text.splitlines()
+    assert len(lines) == 1 + len(model.trainable_variables)
+    assert [line.split()[-2:] for line in lines if "dense/bias" in line] == [["False", "False"]]
+    assert [line.split()[-2:] for line in lines if "dense/kernel" in line] == [["True", "True"]]
+
+
+def test_bert_patterns_fit_model_garden_encoder_names(caplog):
+    """Every layer norm and bias of a real (tiny) BertEncoderV2 is excluded, nothing else."""
+    import tensorflow as tf
+    from official.nlp.modeling.networks import bert_encoder
+
+    from lamb_tf.tf_keras_optimizers import LAMB
+
+    encoder = bert_encoder.BertEncoderV2(vocab_size=30, hidden_size=8, num_layers=2, num_attention_heads=2,
+                                         inner_dim=16, max_sequence_length=8)
+    ids = tf.ones((1, 4), tf.int32)
+    encoder(dict(input_word_ids=ids, input_mask=ids, input_type_ids=tf.zeros_like(ids)))
+    optimizer = LAMB(weight_decay_rate=0.01, exclude_from_weight_decay=list(exclusions.BERT_EXCLUDE_PATTERNS))
+    with caplog.at_level(logging.INFO, logger="lamb_tf.exclusions"):
+        optimizer.build(encoder.trainable_variables)
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
+    for row in optimizer.exclusion_table():
+        expected_excluded = "layer_norm" in row.path or row.path.endswith("/bias")
+        assert (row.decayed, row.adapted) == (not expected_excluded, not expected_excluded), row.path
+    excluded = [row.path for row in optimizer.exclusion_table() if not row.decayed]
+    # gamma+beta of 5 layer norms (embeddings, 2 per layer) + 6 biases per layer + pooler bias
+    assert len(excluded) == 2 * (1 + 2 * 2) + 6 * 2 + 1
+
+
+def test_resnet_patterns_fit_model_garden_resnet_names():
+    import tf_keras
+    from official.vision.modeling.backbones import resnet
+
+    from lamb_tf.tf_keras_optimizers import LARS
+
+    backbone = resnet.ResNet(model_id=18, input_specs=tf_keras.layers.InputSpec(shape=[None, 32, 32, 3]))
+    optimizer = LARS(weight_decay_rate=1e-4,
+                     exclude_from_weight_decay=list(exclusions.RESNET_EXCLUDE_PATTERNS))
+    optimizer.build(backbone.trainable_variables)
+    rows = optimizer.exclusion_table()
+    norms = [row for row in rows if row.path.split("/")[-1] in ("gamma", "beta")]
+    kernels = [row for row in rows if row.path.endswith("kernel")]
+    assert norms and kernels and len(norms) + len(kernels) == len(rows)
+    assert all((row.decayed, row.adapted) == (False, False) for row in norms)
+    assert all((row.decayed, row.adapted) == (True, True) for row in kernels)
