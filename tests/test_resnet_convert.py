@@ -1,0 +1,210 @@
+"""Converter round trips, one-line errors for bad folders, and the corrupt-record finder.
+
+Expected values come from the source arrays/files and from the ImageNet TFRecord format
+itself (label = class index + 1), never from the converter's own output.
+"""
+
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from recipes.common.errors import UserError
+from recipes.resnet import convert
+from recipes.resnet import digits
+
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+FEATURES = {
+    "image/encoded": tf.io.FixedLenFeature([], tf.string),
+    "image/format": tf.io.FixedLenFeature([], tf.string),
+    "image/height": tf.io.FixedLenFeature([], tf.int64),
+    "image/width": tf.io.FixedLenFeature([], tf.int64),
+    "image/class/label": tf.io.FixedLenFeature([], tf.int64),
+    "image/class/text": tf.io.FixedLenFeature([], tf.string),
+    "image/filename": tf.io.FixedLenFeature([], tf.string),
+}
+
+
+def read_records(pattern):
+    """Every example of the files matching `pattern`, parsed, as a list of dicts of numpy."""
+    files = sorted(tf.io.gfile.glob(pattern))
+    examples = []
+    for record in tf.data.TFRecordDataset(files):
+        parsed = tf.io.parse_single_example(record, FEATURES)
+        example = {key: value.numpy() for key, value in parsed.items()}
+        example["pixels"] = tf.io.decode_image(parsed["image/encoded"], channels=3).numpy()
+        examples.append(example)
+    return examples
+
+
+def test_arrays_round_trip_png_is_exact(tmp_path):
+    rng = np.random.default_rng(0)
+    gray = rng.integers(0, 256, size=(12, 9, 7), dtype=np.uint8)  # [N, H, W]
+    labels = np.arange(12) % 3
+    info = convert.convert_arrays(
+        gray, labels, str(tmp_path), class_names=["a", "b", "c"], num_shards=2, image_format="png"
+    )
+    assert info["splits"]["train"]["num_examples"] == 12
+    assert len(tf.io.gfile.glob(str(tmp_path / "train-*-of-00002"))) == 2
+    examples = read_records(str(tmp_path / "train-*"))
+    assert len(examples) == 12
+    by_name = {e["image/filename"].decode(): e for e in examples}
+    for i in range(12):
+        example = by_name[f"array_{i}"]
+        expected_rgb = np.repeat(gray[i][..., None], 3, axis=-1)  # stored as RGB
+        np.testing.assert_array_equal(example["pixels"], expected_rgb)
+        assert example["image/class/label"] == labels[i] + 1  # 0 = background
+        assert example["image/class/text"].decode() == "abc"[labels[i]]
+        assert (example["image/height"], example["image/width"]) == (9, 7)
+        assert example["image/format"] == b"PNG"
+    assert (tmp_path / "labels.txt").read_text() == "a\nb\nc\n"
+
+
+def test_real_digits_round_trip_jpeg_within_stated_bound(tmp_path):
+    # JPEG is lossy: the stated bound is a per-image mean absolute error <= 3 (of 255).
+    # Measured on 200 of these digits: <= 1.7 at quality 95 (the default), <= 2.0 at 100.
+    images, labels, names = digits.load_digits()
+    images, labels = images[:40], labels[:40]
+    convert.convert_arrays(images, labels, str(tmp_path), class_names=names, num_shards=1)
+    examples = read_records(str(tmp_path / "train-*"))
+    by_name = {e["image/filename"].decode(): e for e in examples}
+    for i in range(40):
+        example = by_name[f"array_{i}"]
+        assert example["image/format"] == b"JPEG"
+        assert example["image/class/label"] == labels[i] + 1
+        error = np.abs(example["pixels"].astype(int) - images[i][..., None].astype(int))
+        assert error.mean() <= 3.0
+
+
+def test_digits_are_the_bundled_mnist_subset():
+    images, labels, names = digits.load_digits()
+    assert images.shape == (5000, 28, 28) and images.dtype == np.uint8
+    np.testing.assert_array_equal(np.bincount(labels), [500] * 10)
+    assert names == [str(d) for d in range(10)]
+    assert images.max() == 255 and images.min() == 0
+
+
+def test_holdout_is_stratified_and_disjoint(tmp_path):
+    images = np.arange(40, dtype=np.uint8).reshape(40, 1, 1) * np.ones((1, 4, 4), np.uint8)
+    labels = np.arange(40) % 4
+    info = convert.convert_arrays(
+        images, labels, str(tmp_path), validation_fraction=0.3, image_format="png", num_shards=3
+    )
+    assert info["splits"]["train"]["num_examples"] == 28
+    assert info["splits"]["validation"]["num_examples"] == 12
+    train = read_records(str(tmp_path / "train-*"))
+    validation = read_records(str(tmp_path / "validation-*"))
+    train_names = {e["image/filename"] for e in train}
+    validation_names = {e["image/filename"] for e in validation}
+    assert not train_names & validation_names
+    assert len(train_names | validation_names) == 40
+    # 10 images per class, 30% held out: 3 of each class
+    counts = np.bincount([e["image/class/label"] - 1 for e in validation], minlength=4)
+    assert counts.tolist() == [3, 3, 3, 3]
+
+
+def _write_png(path, pixels):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(tf.io.encode_png(pixels).numpy())
+
+
+def test_folder_round_trip_keeps_pixels_and_jpeg_bytes(tmp_path):
+    rng = np.random.default_rng(1)
+    cat = rng.integers(0, 256, size=(6, 5, 3), dtype=np.uint8)
+    dog = rng.integers(0, 256, size=(4, 8, 3), dtype=np.uint8)
+    _write_png(tmp_path / "photos" / "cat" / "c1.png", cat)
+    _write_png(tmp_path / "photos" / "dog" / "d1.png", dog)
+    jpeg_bytes = tf.io.encode_jpeg(dog).numpy()
+    (tmp_path / "photos" / "dog" / "d2.jpg").write_bytes(jpeg_bytes)
+    out = tmp_path / "records"
+    convert.convert_image_folder(
+        str(tmp_path / "photos"), str(out), num_shards=1, image_format="png"
+    )
+    png = {e["image/filename"].decode(): e for e in read_records(str(out / "train-*"))}
+    np.testing.assert_array_equal(png["c1.png"]["pixels"], cat)
+    np.testing.assert_array_equal(png["d1.png"]["pixels"], dog)
+    assert png["c1.png"]["image/class/label"] == 1 and png["d1.png"]["image/class/label"] == 2
+    out_jpeg = tmp_path / "records_jpeg"
+    convert.convert_image_folder(str(tmp_path / "photos"), str(out_jpeg), num_shards=1)
+    jpeg = {e["image/filename"].decode(): e for e in read_records(str(out_jpeg / "train-*"))}
+    assert jpeg["d2.jpg"]["image/encoded"] == jpeg_bytes  # an RGB JPEG is kept byte for byte
+
+
+@pytest.mark.parametrize(
+    "layout, expected",
+    [
+        ({}, "is empty"),
+        ({"a.jpg": b"x", "b.png": b"y"}, "outside class folders"),
+        ({"cls/a.png": None, "stray.jpg": b"x"}, "outside class folders"),
+        ({"notes.txt": b"hello"}, "no class subfolders"),
+        ({"cls/readme.txt": b"x"}, "holds no image"),
+        ({"cls/broken.jpg": b"not an image"}, "cannot be decoded"),
+    ],
+)
+def test_bad_folders_give_one_line_errors(tmp_path, layout, expected):
+    root = tmp_path / "photos"
+    root.mkdir()
+    for name, contents in layout.items():
+        path = root / name
+        if contents is None:
+            _write_png(path, np.zeros((2, 2, 3), np.uint8))
+        else:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(contents)
+    with pytest.raises(UserError) as caught:
+        convert.convert_image_folder(str(root), str(tmp_path / "out"))
+    message = str(caught.value)
+    assert expected in message and "\n" not in message
+    assert str(root) in message
+    assert not (tmp_path / "out").exists() or not list((tmp_path / "out").glob("train-*"))
+
+
+def test_missing_folder_and_bad_arrays(tmp_path):
+    with pytest.raises(UserError, match="does not exist"):
+        convert.convert_image_folder(str(tmp_path / "nope"), str(tmp_path / "out"))
+    with pytest.raises(UserError, match="uint8"):
+        convert.convert_arrays(np.zeros((2, 3, 3), np.float32), [0, 1], str(tmp_path))
+    with pytest.raises(UserError, match="labels must have shape"):
+        convert.convert_arrays(np.zeros((2, 3, 3), np.uint8), [0, 1, 2], str(tmp_path))
+
+
+def write_records_with_corrupt_jpeg(directory, bad_index=2, count=5):
+    """A shard of `count` JPEG records whose record `bad_index` holds a truncated JPEG."""
+    images = np.full((count, 8, 8), 100, np.uint8)
+    convert.convert_arrays(images, np.zeros(count, int), str(directory), num_shards=1)
+    (path,) = tf.io.gfile.glob(str(directory / "train-*"))
+    records = [r.numpy() for r in tf.data.TFRecordDataset(path)]
+    example = tf.train.Example.FromString(records[bad_index])
+    good_jpeg = example.features.feature["image/encoded"].bytes_list.value[0]
+    example.features.feature["image/encoded"].bytes_list.value[0] = good_jpeg[: len(good_jpeg) // 3]
+    records[bad_index] = example.SerializeToString()
+    with tf.io.TFRecordWriter(path) as writer:
+        for record in records:
+            writer.write(record)
+    return path
+
+
+def test_find_corrupt_records_names_record_and_file(tmp_path):
+    path = write_records_with_corrupt_jpeg(tmp_path, bad_index=2)
+    (found,) = convert.find_corrupt_records(str(tmp_path / "train-*"))
+    assert (found.file, found.index) == (path, 2)
+    line = convert.describe_corrupt_record(found)
+    assert "record 2" in line and path in line and "\n" not in line
+
+
+def test_check_cli_reports_corrupt_record(tmp_path):
+    path = write_records_with_corrupt_jpeg(tmp_path, bad_index=3)
+    result = subprocess.run(
+        [sys.executable, "-m", "recipes.resnet.convert", f"--check={tmp_path}/train-*"],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"},
+    )
+    assert result.returncode == 2
+    assert f"corrupt record 3 (0-based) in {path}" in result.stderr
+    assert "Traceback" not in result.stderr
