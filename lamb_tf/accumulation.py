@@ -236,7 +236,9 @@ class GradientAccumulationModel(tf_keras.Model):
             micro_x, micro_y, micro_sample_weight = micro_batch
             y_pred = self(micro_x, training=True)
             loss = self.compute_loss(micro_x, micro_y, y_pred, micro_sample_weight)
-            self.compute_metrics(micro_x, micro_y, y_pred, micro_sample_weight)
+            # Only update the metrics here: reading their results (what `compute_metrics`
+            # also does) is a cross-replica merge, which cannot run inside the loop.
+            self.compiled_metrics.update_state(micro_y, y_pred, micro_sample_weight)
             return optimizer.get_scaled_loss(loss) if loss_scaled else loss
 
         variables = self.trainable_variables

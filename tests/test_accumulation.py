@@ -1,0 +1,297 @@
+"""Gradient accumulation: exactness against one big batch and against NumPy gradients,
+once-per-update step counting, clipping after accumulation, float32 sums, errors."""
+import numpy as np
+import pytest
+import tensorflow as tf
+import tf_keras
+
+from lamb_tf import schedules
+from lamb_tf.accumulation import (
+    GradientAccumulationModel,
+    accumulate_gradients,
+    plan_batch,
+    split_into_micro_batches,
+)
+from lamb_tf.tf_keras_optimizers import LAMB, LARS
+
+BATCH, STEPS, FEATURES, OUTPUTS = 16, 3, 3, 2
+RNG = np.random.default_rng(0)
+X = RNG.normal(size=(BATCH * STEPS, FEATURES)).astype(np.float32)
+Y = RNG.normal(size=(BATCH * STEPS, OUTPUTS)).astype(np.float32)
+HIDDEN_KERNEL = RNG.normal(size=(FEATURES, 4)).astype(np.float32)
+HIDDEN_BIAS = RNG.normal(size=(4,)).astype(np.float32) * 0.1
+OUTPUT_KERNEL = RNG.normal(size=(4, OUTPUTS)).astype(np.float32)
+OUTPUT_BIAS = np.zeros((OUTPUTS,), np.float32)
+
+
+def tiny_model():
+    """Dense-tanh-Dense with an L2 regularizer (a regularization loss to accumulate)."""
+    model = tf_keras.Sequential(
+        [
+            tf_keras.layers.Dense(
+                4,
+                activation="tanh",
+                kernel_regularizer=tf_keras.regularizers.L2(0.01),
+                input_shape=(FEATURES,),
+            ),
+            tf_keras.layers.Dense(OUTPUTS),
+        ]
+    )
+    model.set_weights([HIDDEN_KERNEL, HIDDEN_BIAS, OUTPUT_KERNEL, OUTPUT_BIAS])
+    return model
+
+
+def schedule():
+    return schedules.TfKerasWarmupPolynomialDecay(0.05, 10, warmup_steps=2)
+
+
+OPTIMIZERS = {
+    "sgd": lambda: tf_keras.optimizers.SGD(schedule(), momentum=0.9),
+    "lamb": lambda: LAMB(schedule(), weight_decay_rate=0.01, exclude_from_weight_decay=["bias"]),
+    "lars": lambda: LARS(schedule(), weight_decay_rate=0.01, eeta=0.1),
+}
+
+
+def train(make_optimizer, accumulation_steps=None, strategy=None, jit_compile=False):
+    """STEPS optimizer steps of batch BATCH; returns (weights, history loss, optimizer)."""
+    strategy = strategy or tf.distribute.get_strategy()
+    with strategy.scope():
+        model = tiny_model()
+        if accumulation_steps:
+            model = GradientAccumulationModel(model, accumulation_steps)
+        model.compile(make_optimizer(), loss="mse", jit_compile=jit_compile)
+    dataset = tf.data.Dataset.from_tensor_slices((X, Y)).batch(BATCH, drop_remainder=True)
+    history = model.fit(dataset, epochs=1, verbose=0)
+    return [w.numpy() for w in model.weights], history.history["loss"][0], model.optimizer
+
+
+def assert_same_training(actual, expected):
+    for a, e in zip(actual[0], expected[0]):
+        np.testing.assert_allclose(a, e, rtol=1e-5, atol=1e-6)
+    assert actual[1] == pytest.approx(expected[1], rel=1e-5)  # loss metric over the batch
+    assert actual[2].iterations.numpy() == expected[2].iterations.numpy() == STEPS
+
+
+@pytest.mark.parametrize("optimizer", OPTIMIZERS)
+def test_k_micro_batches_equal_one_batch(optimizer):
+    one_batch = train(OPTIMIZERS[optimizer])
+    accumulated = train(OPTIMIZERS[optimizer], accumulation_steps=4)
+    assert_same_training(accumulated, one_batch)
+    # The schedule ran once per applied update: the last update used lr(STEPS - 1).
+    expected_lr = 0.05 * (1 - (STEPS - 1) / 10)  # past the 2-step warmup, BERT-style decay
+    assert float(accumulated[2].learning_rate) == pytest.approx(expected_lr, rel=1e-6)
+
+
+@pytest.mark.parametrize("optimizer", OPTIMIZERS)
+def test_two_replicas_with_accumulation_equal_one_device(optimizer, two_cpu_strategy):
+    one_device = train(OPTIMIZERS[optimizer])
+    two_replicas = train(OPTIMIZERS[optimizer], accumulation_steps=2, strategy=two_cpu_strategy)
+    assert_same_training(two_replicas, one_device)
+
+
+def test_jit_compiled_accumulation_equals_one_batch():
+    one_batch = train(OPTIMIZERS["lamb"])
+    compiled = train(OPTIMIZERS["lamb"], accumulation_steps=4, jit_compile=True)
+    assert_same_training(compiled, one_batch)
+
+
+def test_loss_scale_optimizer_scales_and_unscales_once():
+    def make_optimizer():
+        return tf_keras.mixed_precision.LossScaleOptimizer(tf_keras.optimizers.SGD(0.1))
+
+    assert_same_training(train(make_optimizer, accumulation_steps=4), train(make_optimizer))
+
+
+def numpy_linear_mse_gradient(kernel, bias, x, y):
+    """d/d(kernel, bias) of mean((x @ kernel + bias - y)^2) over examples and outputs."""
+    x, y = np.float64(x), np.float64(y)
+    residual = x @ kernel + bias - y
+    scale = 2.0 / residual.size
+    return scale * x.T @ residual, scale * residual.sum(axis=0)
+
+
+def test_accumulated_gradient_is_the_gradient_of_the_batch_mean_loss():
+    kernel = tf.Variable(OUTPUT_KERNEL[:OUTPUTS])  # a 2x2 linear model
+    bias = tf.Variable([0.3, -0.2])
+    x, y = X[:BATCH, :OUTPUTS], Y[:BATCH]
+
+    @tf.function
+    def gradients():
+        def loss_fn(micro_batch):
+            return tf.reduce_mean((micro_batch["x"] @ kernel + bias - micro_batch["y"]) ** 2)
+
+        return accumulate_gradients(loss_fn, [kernel, bias], {"x": x, "y": y, "w": None}, 4)
+
+    (kernel_gradient, bias_gradient), loss = gradients()
+    expected_kernel, expected_bias = numpy_linear_mse_gradient(
+        kernel.numpy(), bias.numpy(), x, y
+    )
+    np.testing.assert_allclose(kernel_gradient, expected_kernel, rtol=1e-5)
+    np.testing.assert_allclose(bias_gradient, expected_bias, rtol=1e-5)
+    expected_loss = np.mean((np.float64(x) @ kernel.numpy() + bias.numpy() - y) ** 2)
+    assert float(loss) == pytest.approx(expected_loss, rel=1e-5)
+
+
+@pytest.mark.parametrize("use_strategy", [False, True])
+def test_global_clipnorm_acts_on_the_accumulated_gradient(use_strategy, request):
+    """Clipping k micro-batches equals clipping the whole batch, not each micro-batch."""
+    strategy = request.getfixturevalue("two_cpu_strategy") if use_strategy else None
+    kernel0, bias0 = OUTPUT_KERNEL[:OUTPUTS].astype(np.float64), np.zeros(OUTPUTS)
+    x, y = X[:BATCH, :OUTPUTS], Y[:BATCH]
+    learning_rate, clip = 0.1, 0.05
+
+    def clipped(gradients):
+        norm = np.sqrt(sum(np.sum(g**2) for g in gradients))
+        return [g * clip / max(norm, clip) for g in gradients]
+
+    whole = clipped(numpy_linear_mse_gradient(kernel0, bias0, x, y))
+    expected = [p - learning_rate * g for p, g in zip((kernel0, bias0), whole)]
+    per_micro = [
+        clipped(numpy_linear_mse_gradient(kernel0, bias0, x[i : i + 4], y[i : i + 4]))
+        for i in range(0, BATCH, 4)
+    ]
+    per_micro_mean = [np.mean([g[j] for g in per_micro], axis=0) for j in range(2)]
+    clipped_per_micro = [p - learning_rate * g for p, g in zip((kernel0, bias0), per_micro_mean)]
+
+    with (strategy or tf.distribute.get_strategy()).scope():
+        linear = tf_keras.Sequential([tf_keras.layers.Dense(OUTPUTS, input_shape=(OUTPUTS,))])
+        linear.set_weights([kernel0.astype(np.float32), bias0.astype(np.float32)])
+        model = GradientAccumulationModel(linear, 2 if use_strategy else 4)
+        model.compile(tf_keras.optimizers.SGD(learning_rate, global_clipnorm=clip), loss="mse")
+    model.fit(tf.data.Dataset.from_tensor_slices((x, y)).batch(BATCH), verbose=0)
+    actual = [w.numpy() for w in linear.weights]
+    for a, e, wrong in zip(actual, expected, clipped_per_micro):
+        np.testing.assert_allclose(a, e, rtol=1e-5, atol=1e-7)
+        assert np.max(np.abs(a - wrong)) > 1e-4  # the per-micro-batch clip is measurably off
+
+
+def test_sums_are_float32_even_for_bfloat16_gradients():
+    """16 micro-batches with gradients 256, 1, 1, ...: a bfloat16 sum stays at 256 (its
+    8-bit mantissa drops each +1); the float32 sum is 271, mean 16.9375 -> bf16 16.875."""
+    weight = tf.Variable(tf.constant([1.0], tf.bfloat16))
+    slopes = tf.constant([[256.0]] + [[1.0]] * 15, tf.bfloat16)
+
+    @tf.function
+    def gradients():
+        return accumulate_gradients(lambda s: tf.reduce_sum(weight * s), [weight], slopes, 16)
+
+    (gradient,), _ = gradients()
+    assert gradient.dtype == tf.bfloat16
+    assert float(gradient[0]) == float(tf.cast(271.0 / 16, tf.bfloat16))  # not 16.0
+
+
+def test_mixed_bfloat16_policy_trains_with_float32_gradients():
+    tf_keras.mixed_precision.set_global_policy("mixed_bfloat16")
+    try:
+        one_batch = train(OPTIMIZERS["sgd"])
+        accumulated = train(OPTIMIZERS["sgd"], accumulation_steps=4)
+    finally:
+        tf_keras.mixed_precision.set_global_policy("float32")
+    for a, e in zip(accumulated[0], one_batch[0]):
+        assert a.dtype == np.float32
+        np.testing.assert_allclose(a, e, atol=3e-2)  # bfloat16 forward passes differ by batch
+    assert int(accumulated[2].iterations) == STEPS
+
+
+def test_checkpoint_restores_wrapper_weights_and_optimizer(tmp_path):
+    model = GradientAccumulationModel(tiny_model(), 4)
+    model.compile(OPTIMIZERS["lamb"](), loss="mse")
+    dataset = tf.data.Dataset.from_tensor_slices((X, Y)).batch(BATCH, drop_remainder=True)
+    model.fit(dataset.take(1), verbose=0)
+    checkpoint = tf.train.Checkpoint(model=model, optimizer=model.optimizer)
+    path = checkpoint.save(str(tmp_path / "ckpt"))
+    saved = [w.numpy() for w in model.weights] + [v.numpy() for v in model.optimizer.variables()]
+    model.fit(dataset.skip(1), verbose=0)
+    assert int(model.optimizer.iterations) == STEPS
+    checkpoint.restore(path).assert_existing_objects_matched()
+    restored = [w.numpy() for w in model.weights] + [v.numpy() for v in model.optimizer.variables()]
+    for r, s in zip(restored, saved):
+        np.testing.assert_array_equal(r, s)
+    assert int(model.optimizer.iterations) == 1
+    # The bare model's weights are the wrapper's weights.
+    for inner, outer in zip(model.inner_model.weights, model.weights):
+        assert inner is outer
+
+
+def test_config_round_trip_and_call():
+    model = GradientAccumulationModel(tiny_model(), 4)
+    rebuilt = GradientAccumulationModel.from_config(model.get_config())
+    assert rebuilt.accumulation_steps == 4
+    rebuilt.set_weights(model.get_weights())
+    np.testing.assert_allclose(rebuilt(X[:4]).numpy(), model.inner_model(X[:4]).numpy())
+
+
+def test_keras3_custom_loop_equals_one_batch():
+    import keras
+
+    def make():
+        model = keras.Sequential([keras.Input((FEATURES,)), keras.layers.Dense(OUTPUTS)])
+        model.set_weights([OUTPUT_KERNEL[:FEATURES, :OUTPUTS] * 0 + 0.5, OUTPUT_BIAS])
+        return model, keras.optimizers.SGD(0.1, momentum=0.9)
+
+    def loss_fn(model):
+        return lambda batch: keras.ops.mean(keras.losses.mean_squared_error(batch[1], model(batch[0])))
+
+    results = []
+    for k in (1, 4):
+        model, optimizer = make()
+
+        @tf.function
+        def step(batch):
+            gradients, loss = accumulate_gradients(
+                loss_fn(model), model.trainable_variables, batch, k  # noqa: B023
+            )
+            optimizer.apply_gradients(zip(gradients, model.trainable_variables))  # noqa: B023
+
+        for i in range(STEPS):
+            step((X[i * BATCH : (i + 1) * BATCH], Y[i * BATCH : (i + 1) * BATCH]))
+        results.append([w.numpy() for w in model.weights])
+        assert int(optimizer.iterations) == STEPS
+    for a, e in zip(*results):
+        np.testing.assert_allclose(a, e, rtol=1e-5, atol=1e-6)
+
+
+def test_split_rejects_indivisible_static_batch_and_ragged_tensors():
+    with pytest.raises(ValueError, match="per-replica batch of 10 examples .* accumulation_steps=4"):
+        split_into_micro_batches(tf.zeros([10, 3]), 4)
+    with pytest.raises(TypeError, match="dense batch tensors, got RaggedTensor"):
+        split_into_micro_batches(tf.ragged.constant([[1], [2, 3]]), 2)
+
+
+def test_plan_batch_reaches_64k_and_32k_on_8_replicas():
+    phase_1 = plan_batch(65536, 64, 8)
+    assert (phase_1.per_replica_batch_size, phase_1.accumulation_steps) == (8192, 128)
+    phase_2 = plan_batch(32768, 8, 8)
+    assert (phase_2.per_replica_batch_size, phase_2.accumulation_steps) == (4096, 512)
+    assert plan_batch(16, 16, 1).accumulation_steps == 1
+
+
+def test_plan_batch_error_names_the_numbers_and_nearest_choices():
+    # 8 replicas x 48 = 384: 1000 lies between 768 and 1152; per replica 125 = 5^3, whose
+    # divisors nearest 48 are 25 and 125.
+    message = (
+        r"global_batch_size=1000 is not divisible by num_replicas=8 x micro_batch_size=48 "
+        r"\(= 384\); nearest valid choices: global_batch_size 768 or 1152; "
+        r"micro_batch_size 25 or 125 \(divisors of the per-replica batch 125\)"
+    )
+    with pytest.raises(ValueError, match=message):
+        plan_batch(1000, 48, 8)
+    # Not divisible by the replicas: only global batches can be suggested; below 1 unit
+    # only the next multiple is.
+    with pytest.raises(ValueError, match=r"nearest valid choices: global_batch_size 24$"):
+        plan_batch(20, 3, 8)
+
+
+@pytest.mark.parametrize(
+    "args,error,fragment",
+    [
+        ((0, 8, 8), ValueError, "global_batch_size"),
+        ((1024, -1, 8), ValueError, "micro_batch_size"),
+        ((1024, 8, 0), ValueError, "num_replicas"),
+        ((1024.0, 8, 8), TypeError, "global_batch_size"),
+        ((1024, 8, True), TypeError, "num_replicas"),
+    ],
+)
+def test_plan_batch_bad_arguments(args, error, fragment):
+    with pytest.raises(error, match=fragment):
+        plan_batch(*args)
