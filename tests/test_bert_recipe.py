@@ -1,0 +1,165 @@
+"""The BERT pretraining program through its real command line (tiny shapes, tiny data).
+
+The data are prepared once per module from a small generated corpus; each training run is
+a subprocess of `python -m recipes.bert.pretrain`, as a user runs it.
+"""
+
+import os
+import random
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import tensorflow as tf
+import yaml
+
+from recipes.bert import prepare_data
+
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+WORDS = (
+    "the a cat dog bird sat ran flew on under over mat tree house red blue small big "
+    "quickly slowly today yesterday and but because then"
+).split()
+
+
+def _tiny_config(data):
+    """A config dict for a 1-layer BERT over the prepared tiny data (no dropout, so that
+    micro-batches see exactly the computation of the whole batch)."""
+    return {
+        "data": {
+            "train_files": data.train_files,
+            "eval_files": data.eval_files,
+            "vocab_file": data.vocab_file,
+            "seq_length": 16,
+            "max_predictions_per_seq": 3,
+        },
+        "model": {
+            "hidden_size": 16,
+            "num_layers": 1,
+            "num_attention_heads": 2,
+            "intermediate_size": 32,
+            "max_sequence_length": 32,
+            "dropout_rate": 0.0,
+            "attention_dropout_rate": 0.0,
+        },
+        "optimizer": {"learning_rate": 0.01, "warmup_steps": 1},
+        "train": {
+            "global_batch_size": 16,
+            "micro_batch_size": 16,
+            "steps": 2,
+            "checkpoint_every": 2,
+            "log_every": 1,
+        },
+        "eval": {"batch_size": 8, "steps": 1},
+    }
+
+
+@pytest.fixture(scope="module")
+def tiny_data(tmp_path_factory):
+    """Pretraining TFRecords from 40 generated documents of 6 sentences."""
+    root = tmp_path_factory.mktemp("bert_data")
+    rng = random.Random(0)
+    documents = []
+    for _ in range(40):
+        sentences = [" ".join(rng.choice(WORDS) for _ in range(rng.randint(4, 9))) + "."
+                     for _ in range(6)]
+        documents.append("\n".join(sentences))
+    (root / "corpus.txt").write_text("\n\n".join(documents) + "\n", encoding="utf-8")
+    return prepare_data.prepare_pretraining_data(
+        str(root / "corpus.txt"), str(root / "prepared"), vocab_size=200, seq_length=16,
+        max_predictions_per_seq=3, dupe_factor=2, num_shards=2, heldout_fraction=0.2,
+        progress=False)
+
+
+@pytest.fixture(scope="module")
+def config_file(tiny_data, tmp_path_factory):
+    path = tmp_path_factory.mktemp("bert_config") / "tiny_test.yaml"
+    path.write_text(yaml.safe_dump(_tiny_config(tiny_data)), encoding="utf-8")
+    return str(path)
+
+
+def run_pretrain(*args, timeout=300):
+    """Runs the program; returns the CompletedProcess (stdout and stderr as text)."""
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+    return subprocess.run(
+        [sys.executable, "-m", "recipes.bert.pretrain", *args], cwd=REPO_ROOT, env=env,
+        capture_output=True, text=True, timeout=timeout)
+
+
+def checkpoint_values(model_dir):
+    """{checkpoint key: value} of the newest checkpoint in model_dir (model and optimizer)."""
+    path = tf.train.latest_checkpoint(os.path.join(model_dir, "checkpoints"))
+    assert path is not None, f"no checkpoint under {model_dir}"
+    reader = tf.train.load_checkpoint(path)
+    return {key: reader.get_tensor(key) for key in reader.get_variable_to_shape_map()
+            if not key.startswith("_CHECKPOINTABLE_OBJECT_GRAPH")}
+
+
+@pytest.fixture(scope="module")
+def trained_runs(config_file, tmp_path_factory):
+    """Two 2-step runs at global batch 16: one micro-batch of 16 (k=1), four of 4 (k=4)."""
+    runs = {}
+    for k, micro_batch in ((1, 16), (4, 4)):
+        model_dir = str(tmp_path_factory.mktemp(f"bert_k{k}"))
+        result = run_pretrain(f"--config_file={config_file}", f"--model_dir={model_dir}",
+                              "--mode=train", f"--params_override=train.micro_batch_size={micro_batch}")
+        assert result.returncode == 0, result.stderr[-3000:]
+        runs[k] = (model_dir, result)
+    return runs
+
+
+def test_two_steps_from_config_through_the_cli(trained_runs):
+    model_dir, result = trained_runs[1]
+    assert "batch: global 16 = 1 replica(s) × micro-batch 16 × 1 accumulation step(s)" in result.stdout
+    values = checkpoint_values(model_dir)
+    iterations = [v for k, v in values.items() if k.startswith("optimizer/iter")]
+    assert [int(v) for v in iterations] == [2]
+    saved = yaml.safe_load(open(os.path.join(model_dir, "config.yaml"), encoding="utf-8"))
+    assert saved["train"]["micro_batch_size"] == 16 and saved["train"]["steps"] == 2
+    assert tf.saved_model.contains_saved_model(os.path.join(model_dir, "export"))
+    assert "excluded from weight decay" in result.stdout
+    # TensorBoard event files with the learning-rate scalar were written.
+    assert tf.io.gfile.glob(os.path.join(model_dir, "train_scalars", "events.*"))
+
+
+def test_accumulation_k4_equals_k1_through_the_cli(trained_runs):
+    k1_values = checkpoint_values(trained_runs[1][0])
+    k4_values = checkpoint_values(trained_runs[4][0])
+    assert "× micro-batch 4 × 4 accumulation step(s)" in trained_runs[4][1].stdout
+    assert k1_values.keys() == k4_values.keys()
+    weights = [key for key in k1_values if key.startswith("model/") and "OPTIMIZER_SLOT" not in key]
+    assert len(weights) > 20
+    for key, value in k1_values.items():
+        np.testing.assert_allclose(k4_values[key], value, rtol=2e-5, atol=2e-6, err_msg=key)
+    # The runs did train: the step counter moved and LAMB wrote its moments.
+    slots = [key for key in k1_values if "OPTIMIZER_SLOT" in key]
+    assert slots and any(np.abs(k1_values[key]).max() > 0 for key in slots)
+
+
+def test_resume_is_a_no_op_when_the_run_is_complete(trained_runs, config_file):
+    model_dir, _ = trained_runs[1]
+    result = run_pretrain(f"--config_file={config_file}", f"--model_dir={model_dir}",
+                          "--mode=train")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "restored" in result.stdout and "already trained to step 2" in result.stdout
+
+
+@pytest.mark.parametrize(
+    "args, expected",
+    [
+        (["--params_override=train.stepz=3"], "unknown config key 'train.stepz'"),
+        (["--params_override=train.steps=two"], "config key 'train.steps' must be int"),
+        (["--params_override=train.micro_batch_size=5"], "global_batch_size=16 is not divisible"),
+        (["--config_file=/nonexistent/bert.yaml"], "config file '/nonexistent/bert.yaml' does not exist"),
+        (["--mode=export"], "no checkpoint in"),
+    ],
+    ids=["unknown-key", "wrong-type", "batch-arithmetic", "missing-config-file", "export-before-training"],
+)
+def test_bad_input_gives_one_line_and_nonzero_exit(config_file, tmp_path, args, expected):
+    result = run_pretrain(f"--config_file={config_file}", f"--model_dir={tmp_path}", *args)
+    assert result.returncode != 0
+    error_lines = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
+    assert len(error_lines) == 1 and expected in error_lines[0], result.stderr[-2000:]
+    assert "Traceback" not in result.stderr
+    assert not os.path.exists(os.path.join(tmp_path, "checkpoints"))
