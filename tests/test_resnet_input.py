@@ -1,0 +1,139 @@
+"""Input pipeline: shapes, value ranges, exact eval preprocessing, padding, sharding, resume.
+
+The normalisation constants are ImageNet's per-channel mean/std written out here (not read
+from Model Garden), so the expected values are computed independently of the pipeline.
+"""
+
+import dataclasses
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from recipes.resnet import convert
+from recipes.resnet import input as input_lib
+from recipes.resnet.config import DataConfig
+
+MEAN = 255.0 * np.array([0.485, 0.456, 0.406])  # ImageNet RGB mean, in 0..255 units
+STD = 255.0 * np.array([0.229, 0.224, 0.225])  # ImageNet RGB std
+
+
+def write_file(path, images, labels, image_format):
+    """One TFRecord file of ImageNet-format examples (labels written as class index + 1)."""
+    names = [str(i) for i in range(10)]
+    with tf.io.TFRecordWriter(str(path)) as writer:
+        for i, (image, label) in enumerate(zip(images, labels)):
+            source = convert.Source(label=int(label), filename=f"{path.name}_{i}", pixels=image)
+            writer.write(convert.make_example(source, names, image_format, 95))
+
+
+def data_config(**overrides):
+    base = DataConfig(
+        num_classes=10,
+        label_offset=1,
+        image_size=16,
+        crop_area_min=0.5,
+        shuffle_buffer_size=64,
+        seed=3,
+    )
+    return dataclasses.replace(base, **overrides)
+
+
+@pytest.fixture(scope="module")
+def four_files(tmp_path_factory):
+    """Four JPEG files of 6 random 24x20 images; file i holds only label i."""
+    directory = tmp_path_factory.mktemp("four")
+    rng = np.random.default_rng(0)
+    for i in range(4):
+        images = rng.integers(0, 256, size=(6, 24, 20, 3), dtype=np.uint8)
+        write_file(directory / f"train-{i:05d}-of-00004", images, [i] * 6, "jpeg")
+    return str(directory / "train-*")
+
+
+def context(pipelines, pipeline_id):
+    return tf.distribute.InputContext(
+        num_input_pipelines=pipelines, input_pipeline_id=pipeline_id, num_replicas_in_sync=pipelines
+    )
+
+
+def test_train_batches_have_fixed_shapes_and_normalised_range(four_files):
+    dataset = input_lib.make_train_dataset(data_config(), four_files, 5)
+    assert dataset.element_spec[0].shape.as_list() == [5, 16, 16, 3]
+    assert dataset.element_spec[1].shape.as_list() == [5]
+    low, high = (0.0 - MEAN) / STD, (255.0 - MEAN) / STD
+    for images, labels in dataset.take(6):
+        images = images.numpy()
+        assert images.dtype == np.float32
+        for channel in range(3):
+            assert images[..., channel].min() >= low[channel] - 1e-4
+            assert images[..., channel].max() <= high[channel] + 1e-4
+        assert set(labels.numpy()) <= {0, 1, 2, 3}  # file labels 1..4 minus label_offset 1
+    bf16 = input_lib.make_train_dataset(data_config(), four_files, 5, dtype="bfloat16")
+    assert bf16.element_spec[0].dtype == tf.bfloat16
+
+
+def test_eval_preprocessing_is_exact_normalisation_for_a_full_crop(tmp_path):
+    # center_crop_fraction 1 and image_size = stored size: crop and resize are identities,
+    # so the pipeline must return exactly (pixels - mean) / std, in file order.
+    rng = np.random.default_rng(1)
+    images = rng.integers(0, 256, size=(5, 8, 8, 3), dtype=np.uint8)
+    labels = [4, 0, 9, 2, 7]
+    write_file(tmp_path / "validation-0", images, labels, "png")
+    config = data_config(image_size=8, center_crop_fraction=1.0, decode_jpeg_only=False)
+    dataset = input_lib.make_eval_dataset(config, str(tmp_path / "validation-*"), 5, steps=1)
+    ((got_images, got_labels, weights),) = list(dataset.as_numpy_iterator())
+    np.testing.assert_allclose(got_images, (images - MEAN) / STD, atol=1e-4)
+    np.testing.assert_array_equal(got_labels, labels)
+    np.testing.assert_array_equal(weights, np.ones(5))
+
+
+def test_eval_pads_with_zero_weight_and_every_pipeline_covers_its_share(four_files):
+    # 24 records, global eval batch 10 over 2 pipelines (1 replica each): 3 steps of
+    # 5 per pipeline = 15 slots for 12 records each; every record counted once.
+    steps = input_lib.eval_steps(24, 10, num_pipelines=2)
+    assert steps == 3
+    labels_seen, total_weight = [], 0.0
+    for pipeline_id in range(2):
+        dataset = input_lib.make_eval_dataset(
+            data_config(), four_files, 5, steps, input_context=context(2, pipeline_id)
+        )
+        batches = list(dataset.as_numpy_iterator())
+        assert len(batches) == steps
+        for _, labels, weights in batches:
+            labels_seen.extend(labels[weights == 1.0])
+            total_weight += weights.sum()
+            assert set(weights) <= {0.0, 1.0}
+    assert total_weight == 24
+    assert np.bincount(labels_seen).tolist() == [6, 6, 6, 6]
+    assert input_lib.eval_steps(24, 10) == 3  # one pipeline: ceil(24 / 10)
+
+
+def test_train_pipelines_read_disjoint_files(four_files):
+    seen = []
+    for pipeline_id in range(2):
+        dataset = input_lib.make_train_dataset(
+            data_config(), four_files, 4, input_context=context(2, pipeline_id)
+        )
+        labels = np.concatenate([labels for _, labels in dataset.take(6).as_numpy_iterator()])
+        seen.append(set(labels))
+    assert seen[0] == {0, 2} and seen[1] == {1, 3}  # shard(2, i) of the sorted files
+
+
+def test_skipping_batches_resumes_the_same_example_order(four_files):
+    config = data_config()
+    fresh = input_lib.make_train_dataset(config, four_files, 3)
+    resumed = input_lib.make_train_dataset(config, four_files, 3, skip_batches=2)
+    fresh_labels = [labels for _, labels in fresh.take(6).as_numpy_iterator()]
+    resumed_labels = [labels for _, labels in resumed.take(4).as_numpy_iterator()]
+    np.testing.assert_array_equal(np.stack(fresh_labels[2:]), np.stack(resumed_labels))
+
+
+def test_label_outside_num_classes_fails_with_a_named_reason(four_files):
+    dataset = input_lib.make_train_dataset(data_config(num_classes=2), four_files, 24)
+    with pytest.raises(tf.errors.InvalidArgumentError, match="data.label_offset"):
+        next(iter(dataset))
+
+
+def test_empty_pattern_is_a_user_error(tmp_path):
+    with pytest.raises(input_lib.UserError, match="matches no file"):
+        input_lib.make_train_dataset(data_config(), str(tmp_path / "nothing-*"), 4)
