@@ -62,8 +62,10 @@ def serialize_example(*, input_ids: np.ndarray, segment_ids: np.ndarray,
       "masked_lm_weights": _float([1.0] * num_predictions + [0.0] * prediction_padding),
       "next_sentence_labels": _int64([next_sentence_label]),
   }
-  return tf.train.Example(
-      features=tf.train.Features(feature=features)).SerializeToString()
+  example = tf.train.Example(features=tf.train.Features(feature=features))
+  # `feature` is a protobuf map: without `deterministic=True` its serialized order
+  # follows Python's per-process string hashing, and the bytes change between runs.
+  return example.SerializeToString(deterministic=True)
 
 
 class ShardedWriter:
