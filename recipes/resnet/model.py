@@ -100,15 +100,15 @@ def learning_rate_schedule(optimizer_config, total_steps):
 def build_optimizer(optimizer_config, total_steps):
     """`lamb_tf` LAMB or LARS (tf_keras flavour) with the config's schedule and exclusions."""
     config = optimizer_config
-    common = dict(
-        learning_rate=learning_rate_schedule(config, total_steps),
-        weight_decay_rate=config.weight_decay_rate,
-        exclude_from_weight_decay=list(config.exclude_from_weight_decay),
-        exclude_from_layer_adaptation=list(config.exclude_from_layer_adaptation),
-    )
-    if config.global_clipnorm > 0:
-        common["global_clipnorm"] = config.global_clipnorm
     try:
+        common = dict(
+            learning_rate=learning_rate_schedule(config, total_steps),
+            weight_decay_rate=config.weight_decay_rate,
+            exclude_from_weight_decay=list(config.exclude_from_weight_decay),
+            exclude_from_layer_adaptation=list(config.exclude_from_layer_adaptation),
+        )
+        if config.global_clipnorm > 0:
+            common["global_clipnorm"] = config.global_clipnorm
         if config.name == "lamb":
             return tf_keras_optimizers.LAMB(
                 beta_1=config.beta_1,
