@@ -98,7 +98,8 @@ def main():
         result = subprocess.run(command, env=env, capture_output=True, text=True, check=True)
         rows.append(json.loads(result.stdout.strip().splitlines()[-1]))
 
-    print(f"tiny MLP {FEATURES}-{HIDDEN}-{HIDDEN}-{CLASSES}, LAMB, 1 replica (CPU), one process per row")
+    model = f"{FEATURES}-{HIDDEN}-{HIDDEN}-{CLASSES}"
+    print(f"tiny MLP {model}, LAMB, 1 replica (CPU), one fresh process per row")
     print("| effective batch | micro-batch | k | peak RSS (MiB) | examples/s | timed steps |")
     print("| ---: | ---: | ---: | ---: | ---: | ---: |")
     for row in rows:

@@ -226,7 +226,8 @@ class _MixedBatchScheduleMethods:
         with tf.name_scope(self.name or "MixedBatchSchedule"):
             step = tf.convert_to_tensor(step)
             phase_1_lr = tf.cast(self.phase_1(step), tf.float32)  # phase 1 on its own clock
-            phase_2_lr = tf.cast(self.phase_2(step - self.phase_1_steps), tf.float32)  # restarts at 0
+            phase_2_step = step - self.phase_1_steps  # phase 2's clock restarts at 0
+            phase_2_lr = tf.cast(self.phase_2(phase_2_step), tf.float32)
             return tf.where(step < self.phase_1_steps, phase_1_lr, phase_2_lr)
 
     def get_config(self):

@@ -230,7 +230,10 @@ def test_keras3_custom_loop_equals_one_batch():
         return model, keras.optimizers.SGD(0.1, momentum=0.9)
 
     def loss_fn(model):
-        return lambda batch: keras.ops.mean(keras.losses.mean_squared_error(batch[1], model(batch[0])))
+        def loss(batch):
+            return keras.ops.mean(keras.losses.mean_squared_error(batch[1], model(batch[0])))
+
+        return loss
 
     results = []
     for k in (1, 4):
@@ -252,7 +255,7 @@ def test_keras3_custom_loop_equals_one_batch():
 
 
 def test_split_rejects_indivisible_static_batch_and_ragged_tensors():
-    with pytest.raises(ValueError, match="per-replica batch of 10 examples .* accumulation_steps=4"):
+    with pytest.raises(ValueError, match="batch of 10 examples .* accumulation_steps=4"):
         split_into_micro_batches(tf.zeros([10, 3]), 4)
     with pytest.raises(TypeError, match="dense batch tensors, got RaggedTensor"):
         split_into_micro_batches(tf.ragged.constant([[1], [2, 3]]), 2)

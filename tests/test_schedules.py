@@ -2,8 +2,6 @@
 serialization round trips, the mixed-batch re-warmup with and without a step offset."""
 import json
 import os
-import subprocess
-import sys
 
 import keras
 import numpy as np
@@ -108,7 +106,8 @@ def test_mixed_batch_schedule_rewarms_up_in_phase_2(flavour):
     warmup_class, mixed_class, _, _ = FLAVOURS[flavour]
     schedule = mixed_class(*_phases(warmup_class))
     assert schedule.phase_1_steps == TOTAL
-    np.testing.assert_allclose(lr_values(schedule, MIXED_STEPS), MIXED_EXPECTED, rtol=1e-5, atol=1e-9)
+    actual = lr_values(schedule, MIXED_STEPS)
+    np.testing.assert_allclose(actual, MIXED_EXPECTED, rtol=1e-5, atol=1e-9)
 
 
 def test_phase_2_as_a_separate_run_with_restarted_or_continued_step_counter():
@@ -122,7 +121,8 @@ def test_phase_2_as_a_separate_run_with_restarted_or_continued_step_counter():
     )
     # Counter continues from phase 1's checkpoint: phase 2 offset by phase 1's steps.
     _, continued = _phases(schedules.TfKerasWarmupPolynomialDecay, phase_2_start_step=TOTAL)
-    np.testing.assert_allclose(lr_values(continued, phase_2_steps), phase_2_expected, rtol=1e-5, atol=1e-9)
+    actual = lr_values(continued, phase_2_steps)
+    np.testing.assert_allclose(actual, phase_2_expected, rtol=1e-5, atol=1e-9)
 
 
 @pytest.mark.parametrize("flavour", FLAVOURS)
@@ -191,16 +191,15 @@ def test_mixed_batch_rejects_the_other_flavours_schedule():
         schedules.Keras3MixedBatchSchedule(tf_keras_phase, keras3_phase)
 
 
-def test_short_names_follow_the_active_tf_keras():
-    """In this process tf.keras is Keras 3; a fresh process with the legacy flag gets tf_keras."""
+def test_short_names_follow_the_active_tf_keras(monkeypatch):
+    """The short names follow `lamb_tf`'s own flavour choice (tested with the optimizers):
+    Keras 3 in this process; tf_keras when `lamb_tf` resolves to the tf_keras optimizers."""
+    import lamb_tf
+    from lamb_tf import tf_keras_optimizers
+
     assert "TF_USE_LEGACY_KERAS" not in os.environ
     assert schedules.WarmupPolynomialDecay is schedules.Keras3WarmupPolynomialDecay
-    code = (
-        "import lamb_tf.schedules as s;"
-        "print(s.WarmupPolynomialDecay.__name__, s.MixedBatchSchedule.__name__)"
-    )
-    env = dict(os.environ, TF_USE_LEGACY_KERAS="1", TF_CPP_MIN_LOG_LEVEL="3")
-    result = subprocess.run(
-        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120
-    )
-    assert result.stdout.split() == ["TfKerasWarmupPolynomialDecay", "TfKerasMixedBatchSchedule"]
+    assert schedules.MixedBatchSchedule is schedules.Keras3MixedBatchSchedule
+    monkeypatch.setattr(lamb_tf, "_active_flavour_module", lambda: tf_keras_optimizers)
+    assert schedules.WarmupPolynomialDecay is schedules.TfKerasWarmupPolynomialDecay
+    assert schedules.MixedBatchSchedule is schedules.TfKerasMixedBatchSchedule
