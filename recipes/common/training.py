@@ -1,11 +1,20 @@
 """Checkpointed `model.fit`, TensorBoard scalars and atomic export, shared by both recipes.
 
-`train` runs `model.fit` in "epochs" of `checkpoint_every` optimizer steps over an endless,
-deterministic input pipeline, and saves a checkpoint (model, optimizer slots, step counter)
-after each. On start it restores the newest checkpoint in `model_dir` and asks the input
-pipeline to skip the batches already consumed, so a restarted run continues exactly where
-the last checkpoint stopped. A non-finite loss stops training before the next checkpoint
-is written, so the last good checkpoint is never overwritten by diverged weights.
+`train` runs `model.fit` in chunks ("epochs") of `checkpoint_every` optimizer steps and
+saves a checkpoint after each: the model, the optimizer (slots and step counter) and the
+state of the layers' random generators (dropout). Each chunk reads a fresh input pipeline
+`make_train_dataset(first_step_of_the_chunk)`, so an uninterrupted run and a run restarted
+from any checkpoint consume exactly the same batches with the same augmentation draws
+(even stateful random ops in the pipeline restart at the chunk). Gradient accumulation
+happens inside one optimizer step, so a checkpoint never holds a partial accumulation.
+
+Non-finite values never reach a checkpoint: a non-finite loss stops training at once
+(unless a LossScaleOptimizer skips such steps: float16), and before each save every
+variable is checked to be finite, so the last good checkpoint is never overwritten by
+diverged weights. The checkpoint files are complete before `tf.train.CheckpointManager`
+updates its `checkpoint` index file (written to a temporary name and renamed), so a
+process killed while saving leaves the previous checkpoint as the latest one.
+See docs/reliability.md for the guarantees and what is deterministic.
 """
 
 import math
@@ -25,9 +34,47 @@ class TrainingDiverged(UserError):
     """The loss became NaN or Inf; the last good checkpoint is kept."""
 
 
+def set_up_randomness(seed, deterministic=False):
+    """Seeds Python, NumPy and TF, and makes tf_keras layers draw from checkpointable state.
+
+    Call before building the model. With `enable_tf_random_generator` the dropout layers
+    draw from `tf.random.Generator` variables, which `make_checkpoint_manager` saves, so a
+    resumed run continues the dropout stream where the checkpoint left it (the default
+    legacy stateful ops would restart it). `deterministic=True` also turns on TF op
+    determinism (bitwise-reproducible runs on the same hardware and software; slower,
+    e.g. tf.data runs a map with stateful random ops on one thread).
+    """
+    tf_keras.backend.experimental.enable_tf_random_generator()
+    tf_keras.utils.set_random_seed(seed)
+    if deterministic:
+        tf.config.experimental.enable_op_determinism()
+
+
+def random_generators(model):
+    """The `tf.random.Generator` of every random layer (dropout) of `model`, in layer order.
+
+    tf_keras keeps these out of checkpoints on purpose (`BaseRandomLayer` exposes them to
+    SavedModel only); training checkpoints need them for an exact resume. Creates them now
+    if the layer has not run yet (tf_keras creates them lazily, which would be too late for
+    a restore): call inside the strategy scope, as `build_optimizer_state` does.
+    """
+    generators = []
+    for layer in model.submodules:
+        state = getattr(layer, "_random_generator", None)  # tf_keras.backend.RandomGenerator
+        if state is None or not hasattr(state, "_maybe_init"):
+            continue
+        state._maybe_init()  # pylint: disable=protected-access
+        if getattr(state, "_generator", None) is not None:
+            generators.append(state._generator)  # pylint: disable=protected-access
+    return generators
+
+
 def make_checkpoint_manager(model, directory, max_to_keep=3):
-    """A CheckpointManager over the model and its optimizer (slots and step counter)."""
-    checkpoint = tf.train.Checkpoint(model=model, optimizer=model.optimizer)
+    """A CheckpointManager over the model, its optimizer (slots and step counter) and the
+    layers' random-generator states."""
+    checkpoint = tf.train.Checkpoint(
+        model=model, optimizer=model.optimizer, random_generators=random_generators(model)
+    )
     return tf.train.CheckpointManager(
         checkpoint, os.path.join(directory, CHECKPOINT_SUBDIR), max_to_keep=max_to_keep
     )
@@ -61,37 +108,118 @@ def restore(manager, model_dir=None):
 
 
 def build_optimizer_state(model):
-    """Creates the optimizer's slots now (needed before restoring a checkpoint into them)."""
+    """Creates the optimizer's slots and the layers' random generators now (needed before
+    restoring a checkpoint into them); call inside the strategy scope."""
     model.optimizer.build(model.trainable_variables)
+    random_generators(model)
+
+
+def first_non_finite(variables):
+    """Name of the first floating-point variable holding a NaN or Inf, or None."""
+    for variable in variables:
+        if variable.dtype.is_floating and not bool(
+            tf.reduce_all(tf.math.is_finite(tf.convert_to_tensor(variable)))
+        ):
+            return variable.name
+    return None
 
 
 class _CheckpointEachEpoch(tf_keras.callbacks.Callback):
-    """Saves after every epoch (= `checkpoint_every` steps) unless the loss is not finite."""
+    """Saves after every epoch (= `checkpoint_every` steps) if the loss and every variable
+    are finite; otherwise stops with a `TrainingDiverged` naming the step.
 
-    def __init__(self, manager, first_step, steps_per_epoch):
+    With a dynamic LossScaleOptimizer (float16) a non-finite loss is not fatal: the
+    optimizer skips that step (`_SkippedSteps` counts it); the variables are still checked.
+    """
+
+    def __init__(self, manager):
         super().__init__()
         self._manager = manager
-        self._first_step = first_step
-        self._steps_per_epoch = steps_per_epoch
-        self._epoch_start_step = first_step
 
-    def on_epoch_begin(self, epoch, logs=None):
-        self._epoch_start_step = int(self.model.optimizer.iterations.numpy())
+    def _step(self):
+        return int(self.model.optimizer.iterations.numpy())
 
     def on_train_batch_end(self, batch, logs=None):
         loss = (logs or {}).get("loss")
-        if loss is not None and not math.isfinite(float(loss)):
-            self.model.stop_training = True
-            self._diverged_at = self._epoch_start_step + batch + 1
-            raise TrainingDiverged(
-                f"loss became {float(loss)} at or before step {self._diverged_at}; stopped "
-                f"without saving, the last good checkpoint is {self._manager.latest_checkpoint}; "
-                "lower the learning rate or check the input data"
-            )
+        if loss is None or math.isfinite(float(loss)) or _loss_scaled(self.model.optimizer):
+            return
+        self.model.stop_training = True
+        raise TrainingDiverged(
+            f"loss became {float(loss)} at step {self._step()}; stopped without saving, the "
+            f"last good checkpoint is {self._manager.latest_checkpoint}; lower the learning "
+            "rate or check the input data"
+        )
 
     def on_epoch_end(self, epoch, logs=None):
-        step = int(self.model.optimizer.iterations.numpy())
+        step = self._step()
+        variables = list(self.model.variables) + list(self.model.optimizer.variables())
+        bad = first_non_finite(variables)
+        if bad is not None:
+            raise TrainingDiverged(
+                f"variable {bad} is not finite after step {step}; stopped without saving, "
+                f"the last good checkpoint is {self._manager.latest_checkpoint}; lower the "
+                "learning rate or check the input data"
+            )
         self._manager.save(checkpoint_number=step)
+
+
+def _loss_scaled(optimizer):
+    return isinstance(optimizer, tf_keras.mixed_precision.LossScaleOptimizer) and bool(
+        optimizer.dynamic
+    )
+
+
+class _SkippedSteps(tf_keras.callbacks.Callback):
+    """float16: logs each step the LossScaleOptimizer skipped for non-finite gradients.
+
+    A dynamic loss scale halves on every skipped step and never falls on an applied one,
+    so a drop of the scale by 2^n means n skipped steps (exact with steps_per_execution=1;
+    a scale already at its floor of 1 hides further skips).
+    """
+
+    def __init__(self, log_dir):
+        super().__init__()
+        self._log_dir = log_dir
+        self._writer = None
+        self._scale = None
+        self.skipped = 0
+
+    def on_train_begin(self, logs=None):
+        if _loss_scaled(self.model.optimizer):
+            self._scale = float(self.model.optimizer.loss_scale)
+            if self._writer is None:
+                self._writer = tf.summary.create_file_writer(
+                    os.path.join(self._log_dir, "train_scalars")
+                )
+
+    def on_train_batch_end(self, batch, logs=None):
+        if self._scale is None:
+            return
+        scale = float(self.model.optimizer.loss_scale)
+        if scale < self._scale:
+            newly_skipped = round(math.log2(self._scale / scale))
+            self.skipped += newly_skipped
+            step = int(self.model.optimizer.iterations.numpy())
+            print(
+                f"float16: non-finite gradients, step {step} skipped by the "
+                f"LossScaleOptimizer (loss scale {self._scale:g} -> {scale:g}); "
+                f"{self.skipped} step(s) skipped in this run",
+                flush=True,
+            )
+            with self._writer.as_default(step=step):
+                tf.summary.scalar("skipped_steps", self.skipped)
+            self._writer.flush()
+        self._scale = scale
+
+
+class _StepCounterFromOptimizer(tf_keras.callbacks.Callback):
+    """Starts Keras' per-fit batch counter at the optimizer step, so that TensorBoard's
+    batch-level scalars use the true step across chunks and restarts (`fit` resets the
+    private counter to 0; there is no public way to set it)."""
+
+    def on_train_begin(self, logs=None):
+        counter = self.model._train_counter  # pylint: disable=protected-access
+        counter.assign(tf.cast(self.model.optimizer.iterations, counter.dtype))
 
 
 class TrainingScalars(tf_keras.callbacks.Callback):
@@ -191,22 +319,41 @@ def train(
     if first_step >= total_steps:
         print(f"already trained to step {first_step} >= train.steps={total_steps}", flush=True)
         return tf_keras.callbacks.History()
+    skipped_steps = _SkippedSteps(model_dir)
+    history = tf_keras.callbacks.History()
     all_callbacks = [
-        _CheckpointEachEpoch(manager, first_step, checkpoint_every),
+        _StepCounterFromOptimizer(),
+        skipped_steps,
+        _CheckpointEachEpoch(manager),
         tf_keras.callbacks.TensorBoard(
             log_dir=model_dir, update_freq=log_every or checkpoint_every
         ),
         TrainingScalars(model_dir, global_batch_size, log_every or checkpoint_every),
+        history,
         *callbacks,
     ]
-    return model.fit(
-        make_train_dataset(first_step),
-        initial_epoch=first_step // checkpoint_every,
-        epochs=total_steps // checkpoint_every,
-        steps_per_epoch=checkpoint_every,
-        callbacks=all_callbacks,
-        verbose=verbose,
-    )
+    epochs = []
+    for chunk_start in range(first_step, total_steps, checkpoint_every):
+        # A fresh pipeline per chunk: an uninterrupted run and a run resumed from this
+        # chunk's checkpoint read the same batches with the same augmentation draws.
+        epoch = chunk_start // checkpoint_every
+        model.fit(
+            make_train_dataset(chunk_start),
+            initial_epoch=epoch,
+            epochs=epoch + 1,
+            steps_per_epoch=checkpoint_every,
+            callbacks=all_callbacks,
+            verbose=verbose,
+        )
+        epochs.append(epoch)
+    if skipped_steps.skipped:
+        print(
+            f"float16: {skipped_steps.skipped} step(s) were skipped for non-finite gradients "
+            "in this run",
+            flush=True,
+        )
+    history.epoch = epochs
+    return history
 
 
 def export_saved_model(export_dir, obj, signatures=None, options=None):
