@@ -1,0 +1,196 @@
+"""TPU readiness without a TPU: each recipe's whole training step compiles with XLA.
+
+A TPU runs the replica step as one XLA program with static shapes. Here each recipe's own
+builders make the model, loss, LAMB/LARS and gradient accumulation under the
+`mixed_bfloat16` policy, the recipe's real input pipeline (TFRecords written by the
+recipe's own converter, distributed with `distribute_datasets_from_function`) gives one
+batch, and `tf.function(model.train_step, jit_compile=True)` is lowered to HLO
+(`experimental_get_compiler_ir`, which raises on anything XLA cannot compile: host-only
+ops, string tensors) and then run once. The HLO must hold no bounded dynamic dimension
+(data-dependent shapes, which XLA:CPU accepts but a TPU program should not have) and the
+input pipeline's element spec must be fully static and numeric. The input pipelines are also
+checked to shard per host through `InputContext`.
+"""
+import numpy as np
+import pytest
+import tensorflow as tf
+import tf_keras
+
+import tiny_bert_data
+from lamb_tf import accumulation
+from recipes.bert import input as bert_input
+from recipes.bert import model as bert_model
+from recipes.bert import pretrain
+from recipes.bert import vocabulary
+from recipes.bert.config import BertPretrainingConfig
+from recipes.resnet import convert
+from recipes.resnet import input as resnet_input
+from recipes.resnet import model as resnet_model
+from recipes.resnet.config import ResNetConfig
+
+GLOBAL_BATCH, MICRO_BATCH = 8, 4  # one replica: k = 2 accumulation steps
+
+
+@pytest.fixture(scope="module")
+def bert_data(tmp_path_factory):
+    return tiny_bert_data.prepare(tmp_path_factory.mktemp("bert_data"))
+
+
+@pytest.fixture(scope="module")
+def digits_pattern(tmp_path_factory):
+    """16 random 32x32 RGB images of 4 classes as ImageNet TFRecords (2 shards)."""
+    output_dir = tmp_path_factory.mktemp("images")
+    rng = np.random.default_rng(0)
+    images = rng.integers(0, 256, size=(16, 32, 32, 3), dtype=np.uint8)
+    labels = np.arange(16) % 4
+    convert.convert_arrays(images, labels, str(output_dir), num_shards=2)
+    return str(output_dir / "train-*")
+
+
+@pytest.fixture
+def bfloat16_policy():
+    tf_keras.mixed_precision.set_global_policy("mixed_bfloat16")
+    yield
+    tf_keras.mixed_precision.set_global_policy("float32")
+
+
+def _bert_config(data):
+    config = BertPretrainingConfig()
+    config.data.seq_length = tiny_bert_data.SEQ_LENGTH
+    config.data.max_predictions_per_seq = tiny_bert_data.MAX_PREDICTIONS_PER_SEQ
+    config.model.hidden_size, config.model.num_layers = 16, 1
+    config.model.num_attention_heads, config.model.intermediate_size = 2, 32
+    config.model.max_sequence_length = 32
+    config.train.global_batch_size, config.train.micro_batch_size = GLOBAL_BATCH, MICRO_BATCH
+    config.train.precision, config.train.jit_compile = "mixed_bfloat16", True
+    config.optimizer.warmup_steps = 0  # a non-zero learning rate at the first step
+    return config
+
+
+def _resnet_config(optimizer_name):
+    config = ResNetConfig()
+    config.data.num_classes, config.data.image_size = 4, 32  # converter labels 1..4, offset 1
+    config.data.shuffle_buffer_size = 16
+    config.model.depth, config.model.depth_multiplier = 10, 0.25
+    config.optimizer.name = optimizer_name
+    config.optimizer.warmup_steps = 0  # a non-zero learning rate at the first step
+    config.train.global_batch_size, config.train.micro_batch_size = GLOBAL_BATCH, MICRO_BATCH
+    config.train.steps = 10
+    config.runtime.mixed_precision = "mixed_bfloat16"
+    return config
+
+
+def _assert_static_numeric(element_spec):
+    for spec in tf.nest.flatten(element_spec):
+        assert spec.shape.is_fully_defined(), spec
+        assert spec.dtype != tf.string, spec
+
+
+def _compile_and_run_step(model, distributed_dataset):
+    """Lowers the whole train step to HLO, runs it once; returns (hlo text, weights moved)."""
+    batch = next(iter(distributed_dataset))
+    _assert_static_numeric(distributed_dataset.element_spec)
+    step = tf.function(model.train_step, jit_compile=True)
+    hlo = step.experimental_get_compiler_ir(batch)(stage="hlo")
+    # XLA:CPU accepts data-dependent shapes (tf.where, boolean_mask) as bounded dynamic
+    # dimensions, written `[<=n]`; TPU programs should not have them
+    assert "[<=" not in hlo and ",<=" not in hlo
+    before = [v.numpy() for v in model.trainable_variables]
+    logs = step(batch)
+    assert np.isfinite(float(logs["loss"]))
+    assert int(model.optimizer.iterations.numpy()) == 1  # k micro-batches, one update
+    moved = [not np.array_equal(b, v.numpy()) for b, v in zip(before, model.trainable_variables)]
+    return hlo, moved
+
+
+def test_bert_step_compiles_with_xla_under_bfloat16(bert_data, bfloat16_policy):
+    config = _bert_config(bert_data)
+    strategy = tf.distribute.get_strategy()
+    plan = accumulation.plan_batch(GLOBAL_BATCH, MICRO_BATCH, strategy.num_replicas_in_sync)
+    vocab_size = len(vocabulary.read_vocabulary(bert_data.vocab_file))
+    # the same builder calls as recipes.bert.pretrain.run
+    _, pretrainer = bert_model.build_pretrainer(config.model, vocab_size)
+    inner = bert_model.build_training_model(
+        pretrainer, config.data.seq_length, config.data.max_predictions_per_seq)
+    model = accumulation.GradientAccumulationModel(inner, plan.accumulation_steps)
+    model.compile(optimizer=pretrain.make_optimizer(config.optimizer, config.train.steps),
+                  loss=bert_model.losses(), weighted_metrics=bert_model.weighted_metrics(),
+                  jit_compile=config.train.jit_compile)
+    dataset = pretrain.make_train_dataset(strategy, config, bert_data.train_files, 0)
+
+    hlo, moved = _compile_and_run_step(model, dataset)
+
+    assert model._jit_compile  # the recipe's flag reaches Keras' compiled train function
+    assert "bf16[" in hlo  # mixed_bfloat16 compute inside the compiled step
+    assert "while" in hlo  # the k-micro-batch accumulation loop is inside the XLA program
+    assert all(moved)
+
+
+def test_resnet_lars_step_compiles_with_xla_under_bfloat16(digits_pattern, bfloat16_policy):
+    # LARS here, LAMB in the BERT step: each optimizer's update is compiled once
+    config = _resnet_config("lars")
+    strategy = tf.distribute.get_strategy()
+    plan = accumulation.plan_batch(GLOBAL_BATCH, MICRO_BATCH, strategy.num_replicas_in_sync)
+    # the same builder calls as recipes.resnet.train.run
+    classifier = resnet_model.build_model(config.model, config.data.num_classes,
+                                          config.data.image_size)
+    model = accumulation.GradientAccumulationModel(classifier, plan.accumulation_steps)
+    model.compile(optimizer=resnet_model.build_optimizer(config.optimizer, config.train.steps),
+                  loss=resnet_model.SmoothedCrossEntropy(config.data.num_classes,
+                                                         config.train.label_smoothing),
+                  metrics=resnet_model.metrics())
+    dataset = strategy.distribute_datasets_from_function(
+        lambda context: resnet_input.make_train_dataset(
+            config.data, digits_pattern, plan.per_replica_batch_size, input_context=context,
+            dtype="bfloat16"))
+
+    hlo, moved = _compile_and_run_step(model, dataset)
+
+    assert "bf16[" in hlo and "while" in hlo
+    assert all(moved)
+
+
+def _hosts():
+    """Input contexts of two hosts with one replica each."""
+    return [tf.distribute.InputContext(num_input_pipelines=2, input_pipeline_id=host,
+                                       num_replicas_in_sync=2) for host in (0, 1)]
+
+
+def test_bert_input_shards_per_host_with_static_shapes(bert_data):
+    rows = []
+    for context in _hosts():
+        dataset = bert_input.make_pretraining_dataset(
+            bert_data.train_files, seq_length=tiny_bert_data.SEQ_LENGTH,
+            max_predictions_per_seq=tiny_bert_data.MAX_PREDICTIONS_PER_SEQ,
+            batch_size=GLOBAL_BATCH, is_training=False, input_context=context)
+        _assert_static_numeric(dataset.element_spec)
+        features, _ = dataset.element_spec
+        assert features["input_word_ids"].shape == (GLOBAL_BATCH // 2, tiny_bert_data.SEQ_LENGTH)
+        rows.append({tuple(row) for features, _ in dataset
+                     for row in features["input_word_ids"].numpy()})
+    assert rows[0] and rows[1] and not rows[0] & rows[1]  # each host reads its own shard
+
+
+def test_resnet_input_shards_per_host_with_static_shapes(digits_pattern):
+    config = _resnet_config("lamb")
+    steps = resnet_input.eval_steps(16, GLOBAL_BATCH, num_pipelines=2)
+    fingerprints = []  # pixel sum of each real (weight 1) eval image, per host
+    for context in _hosts():
+        dataset = resnet_input.make_eval_dataset(
+            config.data, digits_pattern, GLOBAL_BATCH // 2, steps, input_context=context)
+        _assert_static_numeric(dataset.element_spec)
+        assert dataset.element_spec[0].shape == (GLOBAL_BATCH // 2, 32, 32, 3)
+        fingerprints.append([float(image.numpy().sum()) for images, _, weights in dataset
+                             for image, weight in zip(images, weights) if weight > 0])
+    assert len(fingerprints[0]) + len(fingerprints[1]) == 16  # every image once
+    assert not set(fingerprints[0]) & set(fingerprints[1])
+
+
+def test_bert_pipeline_feeds_each_replica_its_share(bert_data, two_cpu_strategy):
+    config = _bert_config(bert_data)
+    dataset = pretrain.make_train_dataset(two_cpu_strategy, config, bert_data.train_files, 0)
+    features, _, _ = next(iter(dataset))
+    shares = two_cpu_strategy.experimental_local_results(features["input_word_ids"])
+    assert [tuple(share.shape) for share in shares] == [(GLOBAL_BATCH // 2,
+                                                         tiny_bert_data.SEQ_LENGTH)] * 2
+    assert not np.array_equal(shares[0].numpy(), shares[1].numpy())
