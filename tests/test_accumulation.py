@@ -52,7 +52,9 @@ OPTIMIZERS = {
 }
 
 
-def train(make_optimizer, accumulation_steps=None, strategy=None, jit_compile=False):
+def train(
+    make_optimizer, accumulation_steps=None, strategy=None, jit_compile=False, sample_weight=None
+):
     """STEPS optimizer steps of batch BATCH; returns (weights, history loss, optimizer)."""
     strategy = strategy or tf.distribute.get_strategy()
     with strategy.scope():
@@ -60,7 +62,8 @@ def train(make_optimizer, accumulation_steps=None, strategy=None, jit_compile=Fa
         if accumulation_steps:
             model = GradientAccumulationModel(model, accumulation_steps)
         model.compile(make_optimizer(), loss="mse", jit_compile=jit_compile)
-    dataset = tf.data.Dataset.from_tensor_slices((X, Y)).batch(BATCH, drop_remainder=True)
+    examples = (X, Y) if sample_weight is None else (X, Y, sample_weight)
+    dataset = tf.data.Dataset.from_tensor_slices(examples).batch(BATCH, drop_remainder=True)
     history = model.fit(dataset, epochs=1, verbose=0)
     return [w.numpy() for w in model.weights], history.history["loss"][0], model.optimizer
 
@@ -93,6 +96,15 @@ def test_jit_compiled_accumulation_equals_one_batch():
     one_batch = train(OPTIMIZERS["lamb"])
     compiled = train(OPTIMIZERS["lamb"], accumulation_steps=4, jit_compile=True)
     assert_same_training(compiled, one_batch)
+
+
+def test_per_example_sample_weights_stay_exact():
+    """Keras' mean reduction divides weighted losses by the example count: a mean over
+    examples, so accumulation stays exact with per-example weights."""
+    weights = RNG.uniform(0.0, 2.0, size=(BATCH * STEPS,)).astype(np.float32)
+    one_batch = train(OPTIMIZERS["sgd"], sample_weight=weights)
+    accumulated = train(OPTIMIZERS["sgd"], accumulation_steps=4, sample_weight=weights)
+    assert_same_training(accumulated, one_batch)
 
 
 def test_loss_scale_optimizer_scales_and_unscales_once():
