@@ -310,3 +310,26 @@ def test_plan_batch_error_names_the_numbers_and_nearest_choices():
 def test_plan_batch_bad_arguments(args, error, fragment):
     with pytest.raises(error, match=fragment):
         plan_batch(*args)
+
+
+def test_embedding_gradients_accumulate_exactly():
+    """Embedding lookups give IndexedSlices gradients; they are summed densely."""
+    ids = RNG.integers(0, 10, size=(BATCH, 2)).astype(np.int32)
+    table = RNG.normal(size=(10, 3)).astype(np.float32)
+
+    def run(accumulation_steps):
+        embedder = tf_keras.Sequential(
+            [tf_keras.layers.Embedding(10, 3, input_length=2), tf_keras.layers.Flatten()]
+        )
+        embedder.build((None, 2))
+        embedder.set_weights([table])
+        model = embedder
+        if accumulation_steps:
+            model = GradientAccumulationModel(embedder, accumulation_steps)
+        model.compile(tf_keras.optimizers.SGD(0.5), loss="mse")
+        model.fit(ids, np.ones((BATCH, 6), np.float32), batch_size=BATCH, verbose=0)
+        return embedder.weights[0].numpy()
+
+    accumulated = run(4)
+    np.testing.assert_allclose(accumulated, run(None), rtol=1e-6, atol=1e-7)
+    assert np.max(np.abs(accumulated - table)) > 1e-3  # rows really moved
