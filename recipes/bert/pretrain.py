@@ -75,7 +75,8 @@ def main(argv):
 
 def run(config, mode, strategy, plan, model_dir):
     """Everything after the batch plan, for one process writing to `model_dir`."""
-    tf_keras.utils.set_random_seed(config.train.seed)
+    # Seeds, checkpointed dropout RNG state (exact resume), op determinism if asked.
+    training.set_up_randomness(config.train.seed, deterministic=FLAGS.deterministic)
 
     # ---- Data ---------------------------------------------------------------------------
     data = locate_or_prepare_data(config.data, model_dir)
@@ -117,7 +118,7 @@ def run(config, mode, strategy, plan, model_dir):
             evaluate("before training")
         training.train(
             model,
-            lambda skip_steps: make_train_dataset(strategy, config, data.train_files, skip_steps),
+            lambda first_step: make_train_dataset(strategy, config, data.train_files, first_step),
             model_dir=model_dir,
             total_steps=config.train.steps,
             checkpoint_every=config.train.checkpoint_every,
@@ -209,9 +210,15 @@ def locate_or_prepare_data(data_config, model_dir):
     return DataFiles(prepared.train_files, prepared.eval_files, prepared.vocab_file)
 
 
-def make_train_dataset(strategy, config, file_pattern, skip_steps):
-    """Endless global batches, each replica's share from its own input pipeline, starting
-    after `skip_steps` optimizer steps (deterministic: same seed, same batches)."""
+def make_train_dataset(strategy, config, file_pattern, first_step):
+    """Endless global batches for the chunk of training that starts at `first_step`.
+
+    recipes.common.training builds one pipeline per checkpoint chunk. Each chunk shuffles
+    with its own seed (train.seed + first_step) instead of skipping the batches earlier
+    chunks read: the batches depend only on the chunk, so a run resumed from a checkpoint
+    reads exactly what the uninterrupted run read, and resuming late in a long run costs
+    nothing (skipping would re-read and parse every earlier batch).
+    """
 
     def replica_dataset(input_context):
         dataset = input_lib.make_pretraining_dataset(
@@ -221,9 +228,9 @@ def make_train_dataset(strategy, config, file_pattern, skip_steps):
             batch_size=config.train.global_batch_size,  # the reader divides by replicas
             is_training=True,
             input_context=input_context,
-            seed=config.train.seed,
+            seed=config.train.seed + first_step,
         )
-        return dataset.skip(skip_steps).map(model_lib.keras_targets)
+        return dataset.map(model_lib.keras_targets)
 
     return strategy.distribute_datasets_from_function(replica_dataset)
 
