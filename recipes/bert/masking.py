@@ -7,9 +7,11 @@ probability 0.8, a random vocabulary id with probability 0.1, and stays unchange
 probability 0.1 (a `tensorflow_text.MaskValuesChooser`); `tensorflow_text.mask_language_model`
 applies both. The labels are the original ids at the selected positions.
 
-Two small differences from Google's `create_pretraining_data.py`, both from the library:
-the count rounds up (`ceil`) where Google rounds to nearest with a minimum of 1. The random
-replacement is drawn over the whole vocabulary, reserved tokens included, as in Google's.
+One small difference from Google's `create_pretraining_data.py`, from the library: the
+count rounds up (`ceil`, computed in float32, so at exact multiples such as n = 20 or 100
+it gives one more: float32(0.15) is 0.15000000596) where Google rounds to nearest with a
+minimum of 1. The random replacement is drawn over the whole vocabulary, reserved tokens
+included, as in Google's.
 
 Reproducibility: tensorflow-text's default randomness is TF's stateful random ops seeded
 from the global seed; measured here, two processes with the same seeds gave different masks
