@@ -20,7 +20,11 @@ tf.config.set_logical_device_configuration(
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-@pytest.fixture
+@pytest.fixture(scope="session")
 def two_cpu_strategy():
-    """A MirroredStrategy over the two logical CPUs."""
+    """One MirroredStrategy over the two logical CPUs, shared by the session.
+
+    Every new MirroredStrategy reuses the same collective keys, so two strategies whose
+    all-reduces carry different shapes abort each other; one shared instance avoids that.
+    """
     return tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
