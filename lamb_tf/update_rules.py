@@ -81,6 +81,16 @@ def dense_gradient(g, shape):
     return g
 
 
+def _one_minus_power(beta, t):
+    """1 - β^t in t's dtype, as -expm1(t · log1p(-(1 - β))).
+
+    Written out because `1 - tf.pow(β, t)` cancels: in float32, β2 = 0.999 is stored as
+    0.99900001, which puts a 1e-5 relative error into 1 - β2^t for small t. Here 1 - β is
+    formed in Python float64 and nothing cancels (XLA/TPU-friendly, no float64 tensors).
+    """
+    return -tf.math.expm1(t * tf.math.log1p(tf.constant(-(1.0 - beta), t.dtype)))
+
+
 def lamb_step(x, g, m, v, t, eta, beta_1, beta_2, epsilon, weight_decay_rate, *,
               decay=True, adapt=True, bias_correction=True, phi_bounds=None):
     """One LAMB update (Algorithm 2) of one variable.
@@ -105,9 +115,9 @@ def lamb_step(x, g, m, v, t, eta, beta_1, beta_2, epsilon, weight_decay_rate, *,
     # v_t = β2 v_{t-1} + (1 - β2) g_t²
     v = beta_2 * v + (1.0 - beta_2) * tf.square(g)
     # m̂_t = m_t / (1 - β1^t)
-    m_hat = m / (1.0 - tf.pow(tf.cast(beta_1, dtype), t)) if bias_correction else m
+    m_hat = m / _one_minus_power(beta_1, t) if bias_correction else m
     # v̂_t = v_t / (1 - β2^t)
-    v_hat = v / (1.0 - tf.pow(tf.cast(beta_2, dtype), t)) if bias_correction else v
+    v_hat = v / _one_minus_power(beta_2, t) if bias_correction else v
     # r_t = m̂_t / (√v̂_t + ε)
     r = m_hat / (tf.sqrt(v_hat) + epsilon)
     # u_t = r_t + λ x_t

@@ -1,0 +1,90 @@
+"""lamb_tf.update_rules on its own: the trust ratio's zero-norm guard and φ bounds, LAMB's
+layer-wise step size, and the trust ratios the optimizers report after a step.
+"""
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import numpy_reference as ref
+from flavours import FLAVOURS, value
+from lamb_tf import update_rules
+
+
+@pytest.mark.parametrize("x_norm,u_norm,kwargs,expected", [
+    (3.0, 2.0, {}, 1.5),
+    (0.0, 2.0, {}, 1.0),
+    (3.0, 0.0, {}, 1.0),
+    (0.0, 0.0, {}, 1.0),
+    (3.0, 2.0, dict(coefficient=0.001), 0.0015),
+    (30.0, 2.0, dict(phi_bounds=(0.5, 10.0)), 5.0),
+    (0.1, 2.0, dict(phi_bounds=(0.5, 10.0)), 0.25),
+    (0.0, 2.0, dict(phi_bounds=(0.5, 10.0)), 1.0),
+])
+def test_trust_ratio(x_norm, u_norm, kwargs, expected):
+    got = update_rules.trust_ratio(tf.constant(x_norm), tf.constant(u_norm), **kwargs)
+    assert float(got) == pytest.approx(expected, rel=1e-6)
+    assert float(got) == pytest.approx(ref.trust_ratio(np.full(1, x_norm), np.full(1, u_norm), **kwargs), rel=1e-6)
+
+
+def test_trust_ratio_gradient_is_finite_at_zero_norm():
+    """No inf/nan is formed even in the branch that is not taken (XLA- and tape-safe)."""
+    u_norm = tf.Variable(0.0)
+    with tf.GradientTape() as tape:
+        ratio = update_rules.trust_ratio(tf.constant(1.0), u_norm)
+    assert np.isfinite(tape.gradient(ratio, u_norm).numpy())
+
+
+@pytest.mark.parametrize("gradient_scale", [1e-3, 1.0, 1e3])
+def test_lamb_step_norm_is_lr_times_weight_norm_whatever_the_gradient_scale(gradient_scale):
+    rng = np.random.default_rng(4)
+    x = tf.constant(rng.normal(size=(5, 7)), tf.float32)
+    g = tf.constant(gradient_scale * rng.normal(size=(5, 7)), tf.float32)
+    zeros = tf.zeros_like(x)
+    x_next, _, _, ratio = update_rules.lamb_step(x, g, zeros, zeros, 1, 0.01, 0.9, 0.999, 1e-6, 0.01)
+    assert float(tf.norm(x_next - x)) == pytest.approx(0.01 * float(tf.norm(x)), rel=1e-5)
+    bounded, _, _, _ = update_rules.lamb_step(x, g, zeros, zeros, 1, 0.01, 0.9, 0.999, 1e-6, 0.01,
+                                              phi_bounds=(0.0, 1.0))
+    assert float(tf.norm(bounded - x)) == pytest.approx(0.01 * 1.0, rel=1e-5)
+
+
+def test_dense_gradient_sums_repeated_rows():
+    slices = tf.IndexedSlices(tf.constant([[1.0, 2.0], [3.0, 4.0], [5.0, 6.0]]), tf.constant([1, 0, 1]),
+                              dense_shape=tf.constant([3, 2]))
+    np.testing.assert_array_equal(update_rules.dense_gradient(slices, (3, 2)).numpy(),
+                                  [[3.0, 4.0], [6.0, 8.0], [0.0, 0.0]])
+
+
+@pytest.mark.parametrize("flavour_name", FLAVOURS)
+def test_optimizers_report_last_trust_ratios(flavour_name):
+    flavour = FLAVOURS[flavour_name]()
+    rng = np.random.default_rng(5)
+    x0 = {"dense/kernel": rng.normal(size=(3, 4)), "dense/bias": np.zeros(4), "norm/gamma": np.ones(4)}
+    grads = [{p: rng.normal(size=v.shape) for p, v in x0.items()} for _ in range(2)]
+    for optimizer_name in ("LAMB", "LARS"):
+        variables = {p: flavour.variable(p, v) for p, v in x0.items()}
+        optimizer = getattr(flavour.module, optimizer_name)(
+            0.1, weight_decay_rate=0.01, exclude_from_weight_decay=["norm"])
+        for step in grads:
+            flavour.apply(optimizer, [step[p] for p in variables], list(variables.values()))
+        ratios = optimizer.trust_ratios()
+        assert len(ratios) == 3
+        # the report is a scalar per variable: its cost is one scalar assignment per step
+        assert all(tuple(v.shape) == () for v in optimizer._trust_ratio_variables)
+        x, state = dict(x0), {p: [np.zeros_like(v), np.zeros_like(v)] for p, v in x0.items()}
+        expected = {}
+        for t, step in enumerate(grads, start=1):
+            for p in x0:
+                decay = adapt = p != "norm/gamma"
+                if optimizer_name == "LAMB":
+                    x[p], state[p][0], state[p][1], expected[p] = ref.lamb_step(
+                        x[p], step[p], *state[p], t, 0.1, 0.9, 0.999, 1e-6, 0.01,
+                        decay=decay, adapt=adapt, return_trust_ratio=True)
+                else:
+                    x[p], state[p][0], expected[p] = ref.lars_step(
+                        x[p], step[p], state[p][0], 0.1, 0.9, 0.01, 0.001,
+                        decay=decay, adapt=adapt, return_trust_ratio=True)
+        for path, got in ratios.items():
+            (p,) = [q for q in x0 if path.endswith(q)]
+            assert got == pytest.approx(expected[p], rel=1e-5), (optimizer_name, p)
+        # excluded from adaptation: exactly 1; the others are real ratios
+        assert expected["norm/gamma"] == 1.0 and expected["dense/kernel"] != 1.0
