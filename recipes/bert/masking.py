@@ -20,6 +20,8 @@ are *stateless*, from `(seed, call number)`: the selector gets a stateless `shuf
 (its documented hook), and the values chooser is a subclass whose only change is where its
 uniform numbers come from.
 """
+import functools
+
 import numpy as np
 import tensorflow as tf
 import tensorflow_text as tf_text
@@ -56,36 +58,44 @@ class _StatelessMaskValuesChooser(tf_text.MaskValuesChooser):
     return masked_lm_ids.with_flat_values(values)
 
 
+@functools.lru_cache(maxsize=None)
+def _masking_function(vocab_size: int, special_ids: SpecialIds, masked_lm_prob: float,
+                      max_predictions_per_seq: int):
+  """The traced masking graph; the seed is an input, so one trace serves every seed."""
+  unselectable_ids = [special_ids.cls, special_ids.sep, special_ids.pad]
+
+  @tf.function(input_signature=[tf.RaggedTensorSpec([None, None], tf.int64),
+                                tf.TensorSpec([2], tf.int64)])
+  def mask(token_ids, call_seed):
+    shuffle_seed, values_seed = tf.unstack(
+        tf.random.experimental.stateless_split(call_seed, 2))
+
+    def shuffle_row(positions):
+      # Rows hold disjoint, increasing flat positions, so the row's largest position
+      # gives each row of the batch its own seed.
+      row_seed = tf.random.experimental.stateless_fold_in(
+          shuffle_seed, tf.reduce_max(positions))
+      return tf.random.experimental.stateless_shuffle(positions, seed=row_seed)
+
+    selector = tf_text.RandomItemSelector(
+        max_selections_per_batch=max_predictions_per_seq,  # Applied per sequence (row).
+        selection_rate=masked_lm_prob, unselectable_ids=unselectable_ids,
+        shuffle_fn=shuffle_row)
+    chooser = _StatelessMaskValuesChooser(vocab_size, special_ids.mask, values_seed)
+    return tf_text.mask_language_model(token_ids, selector, chooser)
+
+  return mask
+
+
 class Masker:
   """Masks batches of variable-length sequences of token ids, reproducibly from `seed`."""
 
   def __init__(self, *, vocab_size: int, special_ids: SpecialIds, masked_lm_prob: float,
                max_predictions_per_seq: int, seed: int):
+    self._mask = _masking_function(vocab_size, special_ids, masked_lm_prob,
+                                   max_predictions_per_seq)
     self._seed = seed
     self._num_calls = 0
-    unselectable_ids = [special_ids.cls, special_ids.sep, special_ids.pad]
-
-    @tf.function(input_signature=[tf.RaggedTensorSpec([None, None], tf.int64),
-                                  tf.TensorSpec([2], tf.int64)])
-    def mask(token_ids, call_seed):
-      shuffle_seed, values_seed = tf.unstack(
-          tf.random.experimental.stateless_split(call_seed, 2))
-
-      def shuffle_row(positions):
-        # Rows hold disjoint, increasing flat positions, so the row's largest position
-        # gives each row of the batch its own seed.
-        row_seed = tf.random.experimental.stateless_fold_in(
-            shuffle_seed, tf.reduce_max(positions))
-        return tf.random.experimental.stateless_shuffle(positions, seed=row_seed)
-
-      selector = tf_text.RandomItemSelector(
-          max_selections_per_batch=max_predictions_per_seq,  # Applied per sequence (row).
-          selection_rate=masked_lm_prob, unselectable_ids=unselectable_ids,
-          shuffle_fn=shuffle_row)
-      chooser = _StatelessMaskValuesChooser(vocab_size, special_ids.mask, values_seed)
-      return tf_text.mask_language_model(token_ids, selector, chooser)
-
-    self._mask = mask
 
   def __call__(self, sequences):
     """Masks a list of id lists.
