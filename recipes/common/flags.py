@@ -51,6 +51,13 @@ def define_flags():
         ("auto", "ring", "nccl"),
         "Collective implementation for MultiWorkerMirroredStrategy.",
     )
+    flags.DEFINE_bool(
+        "deterministic",
+        False,
+        "Turn on TF op determinism: a run and a run resumed from its checkpoints give "
+        "bitwise-equal weights on the same hardware and software (slower; see "
+        "docs/reliability.md).",
+    )
     flags.mark_flag_as_required("model_dir")
 
 
