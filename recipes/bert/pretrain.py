@@ -124,6 +124,7 @@ def run(config, mode, strategy, plan, model_dir):
             checkpoint_every=config.train.checkpoint_every,
             global_batch_size=config.train.global_batch_size,
             log_every=config.train.log_every,
+            data_files=data.train_files,  # a corrupt record is reported with its file
         )
 
     # ---- Evaluate -----------------------------------------------------------------------

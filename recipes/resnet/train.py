@@ -131,6 +131,8 @@ def main(argv):
 
 def run(config, strategy, plan, model_dir):
     mode = FLAGS.mode
+    # Seeds, checkpointed dropout RNG state (exact resume), op determinism if asked.
+    training.set_up_randomness(config.data.seed, deterministic=FLAGS.deterministic)
     image_dtype = "bfloat16" if config.runtime.mixed_precision == "mixed_bfloat16" else "float32"
     # ------------------------------------------------------------------ data
     train_pattern, eval_pattern, eval_examples, labels_file = resolve_data(config, model_dir)
