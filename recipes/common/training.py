@@ -99,8 +99,9 @@ def restore(manager, model_dir=None):
     except (ValueError, AssertionError, tf.errors.InvalidArgumentError) as error:
         detail = str(error).strip().splitlines()[0][:240]
         raise UserError(
-            f"checkpoint {path} does not fit this model ({detail}); use a new "
-            "--model_dir or the config it was trained with"
+            f"checkpoint {path} does not fit this model ({detail}); it was trained with "
+            "other model.* settings or another vocabulary / number of classes: use the "
+            "config and data it was trained with, or a new --model_dir"
         ) from None
     step = int(manager.checkpoint.optimizer.iterations.numpy())
     print(f"restored {path} at step {step}", flush=True)
@@ -212,6 +213,22 @@ class _SkippedSteps(tf_keras.callbacks.Callback):
         self._scale = scale
 
 
+# Testing hook (fault injection), documented in docs/reliability.md: when set, every
+# training step prints "step N done" and then sleeps this many seconds, so that a test can
+# SIGKILL the program in the middle of a chunk, between two checkpoints.
+STEP_HOOK_ENV = "LAMB_TF_TEST_STEP_SECONDS"
+
+
+class _StepHookForTests(tf_keras.callbacks.Callback):
+    def __init__(self, seconds):
+        super().__init__()
+        self._seconds = seconds
+
+    def on_train_batch_end(self, batch, logs=None):
+        print(f"step {int(self.model.optimizer.iterations.numpy())} done", flush=True)
+        time.sleep(self._seconds)
+
+
 class _StepCounterFromOptimizer(tf_keras.callbacks.Callback):
     """Starts Keras' per-fit batch counter at the optimizer step, so that TensorBoard's
     batch-level scalars use the true step across chunks and restarts (`fit` resets the
@@ -286,17 +303,21 @@ def train(
     log_every=None,
     callbacks=(),
     verbose=1,
+    data_files=None,
 ):
     """Trains `model` (compiled, optimizer built) to `total_steps`, resuming from `model_dir`.
 
     Args:
       model: a compiled tf_keras model whose optimizer counts applied updates.
       make_train_dataset: `skip_steps -> dataset` of endless, deterministic global batches
-        that starts after `skip_steps` batches (a dataset or a distributed dataset).
+        that starts after `skip_steps` batches (a dataset or a distributed dataset);
+        called once per chunk, so the same `skip_steps` must give the same batches.
       model_dir: where checkpoints and summaries go (a worker's private dir off the chief).
       total_steps: optimizer steps to reach; must be a multiple of `checkpoint_every`.
       checkpoint_every: optimizer steps between checkpoints.
       global_batch_size: examples per optimizer step (for examples/s).
+      data_files: the training TFRecords (comma-separated globs); if given, a corrupt
+        record stops training with a `UserError` naming the damaged file.
     Returns:
       The Keras History of this run (empty if the run was already complete).
     """
@@ -332,19 +353,32 @@ def train(
         history,
         *callbacks,
     ]
+    if os.environ.get(STEP_HOOK_ENV):
+        all_callbacks.append(_StepHookForTests(float(os.environ[STEP_HOOK_ENV])))
     epochs = []
     for chunk_start in range(first_step, total_steps, checkpoint_every):
         # A fresh pipeline per chunk: an uninterrupted run and a run resumed from this
         # chunk's checkpoint read the same batches with the same augmentation draws.
         epoch = chunk_start // checkpoint_every
-        model.fit(
-            make_train_dataset(chunk_start),
-            initial_epoch=epoch,
-            epochs=epoch + 1,
-            steps_per_epoch=checkpoint_every,
-            callbacks=all_callbacks,
-            verbose=verbose,
-        )
+        if verbose:
+            print(
+                f"training steps {chunk_start + 1}-{chunk_start + checkpoint_every} of "
+                f"{total_steps}",
+                flush=True,
+            )
+        try:
+            model.fit(
+                make_train_dataset(chunk_start),
+                initial_epoch=epoch,
+                epochs=epoch + 1,
+                steps_per_epoch=checkpoint_every,
+                callbacks=all_callbacks,
+                verbose=verbose,
+            )
+        except tf.errors.DataLossError as error:
+            if data_files is None:
+                raise
+            raise UserError(describe_corrupt_data(data_files, error)) from None
         epochs.append(epoch)
     if skipped_steps.skipped:
         print(
@@ -354,6 +388,39 @@ def train(
         )
     history.epoch = epochs
     return history
+
+
+def find_corrupt_tfrecord(file_patterns):
+    """(path, records readable before the damage, TF's message) of the first TFRecord file
+    matched by the comma-separated globs that cannot be read to its end, or None."""
+    for pattern in file_patterns.split(","):
+        for path in sorted(tf.io.gfile.glob(pattern.strip())):
+            readable = 0
+            try:
+                for _ in tf.data.TFRecordDataset(path):
+                    readable += 1
+            except tf.errors.DataLossError as error:
+                return path, readable, _first_line(error)
+    return None
+
+
+def describe_corrupt_data(file_patterns, error):
+    """One line naming the damaged TFRecord file behind a DataLossError during training."""
+    found = find_corrupt_tfrecord(file_patterns)
+    if found is None:
+        return (
+            f"corrupt training data in {file_patterns} ({_first_line(error)}); check or "
+            "re-create the TFRecord files"
+        )
+    path, readable, message = found
+    return (
+        f"corrupt TFRecord file {path}: unreadable after {readable} record(s) ({message}); "
+        "re-create it (or remove it from the training files)"
+    )
+
+
+def _first_line(error):
+    return str(getattr(error, "message", error)).strip().splitlines()[0][:200]
 
 
 def export_saved_model(export_dir, obj, signatures=None, options=None):
