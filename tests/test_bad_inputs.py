@@ -1,0 +1,214 @@
+"""Every bad input of docs/reliability.md's table, through the real command lines.
+
+Each row must end with exit status 2, stderr's last line `error: ...` holding the row's
+key words (what, where, what to do), no traceback, and nothing written that a later run
+could take for a result: no checkpoint, no export, no finished data preparation, and a
+trained model_dir's checkpoints untouched.
+
+The command lines run through tests/preloaded_cli.py (import TensorFlow once, fork one
+process per command line, two at a time); each is still `python -m <recipe> <flags>`
+from its `__main__` block to its exit status.
+"""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+import reliability_cli as cli
+import tiny_bert_data
+
+BERT = "recipes.bert.pretrain"
+RESNET = "recipes.resnet.train"
+TRAINED = "trained"  # the row runs in a copy of a model_dir trained for 2 steps
+FRESH = "fresh"
+
+# id: (program, where, arguments ({d}: the inputs directory), key words of the message)
+CASES = {
+    "missing-config-file": (BERT, FRESH, ["--config_file=/nonexistent/bert.yaml"],
+                            ["config file '/nonexistent/bert.yaml' does not exist",
+                             "check --config_file"]),
+    "unreadable-config-file": (BERT, FRESH, ["--config_file={d}/a_directory.yaml"],
+                               ["a_directory.yaml' cannot be read"]),
+    "config-file-bad-yaml": (BERT, FRESH, ["--config_file={d}/broken.yaml"],
+                             ["broken.yaml", "fix the YAML syntax"]),
+    "unknown-key-in-file": (BERT, FRESH, ["--config_file={d}/unknown_key.yaml"],
+                            ["unknown_key.yaml", "unknown config key 'train.stepz'",
+                             "known keys under train"]),
+    "unknown-override": (BERT, FRESH, ["--params_override=train.stepz=3"],
+                         ["--params_override", "unknown config key 'train.stepz'"]),
+    "wrong-type": (BERT, FRESH, ["--params_override=train.steps=two"],
+                   ["config key 'train.steps' must be int"]),
+    "batch-does-not-divide": (BERT, FRESH, ["--params_override=train.micro_batch_size=5"],
+                              ["train.global_batch_size", "global_batch_size=16 is not divisible"]),
+    "missing-data-files": (BERT, FRESH, ["--params_override=data.train_files=/nonexistent/train-*"],
+                           ["/nonexistent/train-*", "matches no TFRecord files",
+                            "prepare_data"]),
+    "corrupt-tfrecord": (BERT, FRESH, ["--params_override=data.train_files={d}/corrupt-*"],
+                         ["corrupt TFRecord file {d}/corrupt-00000.tfrecord", "re-create it"]),
+    "empty-corpus": (BERT, FRESH, ["--params_override=data.corpus={d}/empty_corpus,"
+                                   "data.train_files=''"],
+                     ["empty_corpus", "are empty", "one sentence per line"]),
+    "corpus-without-sentence-pairs": (BERT, FRESH,
+                                      ["--params_override=data.corpus={d}/one_sentence_documents,"
+                                       "data.train_files=''"],
+                                      ["one_sentence_documents", "no training sentence pairs"]),
+    "vocabulary-does-not-match-checkpoint": (BERT, TRAINED,
+                                             ["--params_override=data.vocab_file={d}/bigger_vocab.txt"],
+                                             ["does not fit this model", "vocabulary"]),
+    "model-dir-holds-another-model-shape": (BERT, TRAINED,
+                                           ["--params_override=model.hidden_size=32"],
+                                           ["does not fit this model", "new --model_dir"]),
+    "tpu-flag-without-tpu": (BERT, FRESH, ["--tpu=local"],
+                             ["--tpu=local", "no usable TPU", "drop --tpu"]),
+    "export-before-any-checkpoint": (BERT, FRESH, ["--mode=export"],
+                                     ["no checkpoint in", "train first"]),
+    "resnet-empty-glob": (RESNET, FRESH, ["--params_override=data.train_file_pattern={d}/none-*"],
+                          ["data.train_file_pattern='{d}/none-*' matches no file"]),
+    "resnet-corrupt-tfrecord": (RESNET, FRESH,
+                                ["--params_override=data.train_file_pattern={d}/corrupt-*"],
+                                ["{d}/corrupt-00000.tfrecord"]),
+    "resnet-export-before-any-checkpoint": (RESNET, FRESH, ["--mode=export"],
+                                            ["no checkpoint in", "train first"]),
+}
+TPU_SECONDS = 60  # the `--tpu` row must fail within this wall time on a machine without TPU
+
+
+def _write_inputs(d, bert_data):
+    (d / "a_directory.yaml").mkdir()
+    (d / "broken.yaml").write_text("train: [1,\n")
+    (d / "unknown_key.yaml").write_text("train:\n  stepz: 3\n")
+    (d / "corrupt-00000.tfrecord").write_bytes(b"this is not a TFRecord file" * 4)
+    (d / "empty_corpus").mkdir()
+    (d / "empty_corpus" / "a.txt").write_text("")
+    (d / "one_sentence_documents").mkdir()
+    (d / "one_sentence_documents" / "a.txt").write_text(
+        "Only one sentence here.\n\nAnother document of one sentence.\n")
+    vocab = open(bert_data.vocab_file, encoding="utf-8").read().splitlines()
+    (d / "bigger_vocab.txt").write_text("\n".join(vocab + [f"extra{i}" for i in range(8)]) + "\n")
+
+
+def _base_args(program, config_file, model_dir):
+    if program == BERT:
+        return [f"--config_file={config_file}", "--mode=train", f"--model_dir={model_dir}"]
+    override = ("data.embedded_digits=false,data.train_file_pattern={d}/none-*,"
+                "train.global_batch_size=16,train.micro_batch_size=8,train.steps=2,"
+                "train.checkpoint_every=2,optimizer.warmup_steps=1")
+    return ["--config_file=configs/resnet/tiny_cpu.yaml", "--mode=train",
+            f"--params_override={override}", f"--model_dir={model_dir}"]
+
+
+def _run_jobs(jobs, workdir):
+    """Runs the jobs through tests/preloaded_cli.py; returns their results (dicts)."""
+    jobs_path, results_path = os.path.join(workdir, "jobs.json"), os.path.join(workdir, "out.json")
+    with open(jobs_path, "w") as f:
+        json.dump(jobs, f)
+    subprocess.run([sys.executable, os.path.join(cli.REPO_ROOT, "tests", "preloaded_cli.py"),
+                    jobs_path, results_path], cwd=cli.REPO_ROOT, env=cli.ENV, check=True,
+                   timeout=sum(job["timeout"] for job in jobs), start_new_session=True)
+    with open(results_path) as f:
+        return json.load(f)
+
+
+def _snapshot(directory):
+    """{relative path: (size, mtime)} of every file under `directory`."""
+    found = {}
+    for root, _, files in os.walk(directory):
+        for name in files:
+            path = os.path.join(root, name)
+            found[os.path.relpath(path, directory)] = (os.path.getsize(path),
+                                                        os.stat(path).st_mtime_ns)
+    return found
+
+
+@pytest.fixture(scope="module")
+def outcomes(tmp_path_factory):
+    """Runs every row; returns {id: (returncode, seconds, stderr, model_dir, before)}."""
+    root = tmp_path_factory.mktemp("bad_inputs")
+    bert_data = tiny_bert_data.prepare(root)
+    inputs = root / "inputs"
+    inputs.mkdir()
+    _write_inputs(inputs, bert_data)
+    config = {
+        "data": {"train_files": bert_data.train_files, "eval_files": bert_data.eval_files,
+                 "vocab_file": bert_data.vocab_file, "seq_length": tiny_bert_data.SEQ_LENGTH,
+                 "max_predictions_per_seq": tiny_bert_data.MAX_PREDICTIONS_PER_SEQ},
+        "model": {"hidden_size": 16, "num_layers": 1, "num_attention_heads": 2,
+                  "intermediate_size": 32, "max_sequence_length": 32},
+        "optimizer": {"learning_rate": 0.01, "warmup_steps": 1},
+        "train": {"global_batch_size": 16, "micro_batch_size": 16, "steps": 2,
+                  "checkpoint_every": 2},
+        "eval": {"batch_size": 8, "steps": 1},
+    }
+    config_file = root / "tiny.yaml"
+    config_file.write_text(yaml.safe_dump(config))
+
+    def job(case_id, program, args, model_dir, timeout=240):
+        return {"module": program, "args": args, "timeout": timeout,
+                "stdout": str(root / f"{case_id}.out"), "stderr": str(root / f"{case_id}.err")}
+
+    def args_of(case_id, model_dir):
+        program, _, extra, _ = CASES[case_id]
+        base = _base_args(program, config_file, model_dir)
+        # A later --params_override replaces an earlier one: merge them into one flag.
+        overrides = [a.split("=", 1)[1] for a in base + extra if a.startswith("--params_override=")]
+        others = [a for a in base + extra if not a.startswith("--params_override=")]
+        if overrides:
+            others.append("--params_override=" + ",".join(overrides))
+        return [a.replace("{d}", str(inputs)) for a in others]
+
+    # Phase 1: the rows on fresh model_dirs, and the 2-step run the other rows start from.
+    trained_dir = str(root / "trained")
+    jobs, ids = [job("train", BERT, _base_args(BERT, config_file, trained_dir), trained_dir)], []
+    for case_id, (program, where, _, _) in CASES.items():
+        if where == FRESH:
+            model_dir = str(root / case_id)
+            jobs.append(job(case_id, program, args_of(case_id, model_dir), model_dir))
+            ids.append(case_id)
+    results = _run_jobs(jobs, str(root))
+    assert results[0]["returncode"] == 0, cli.read(jobs[0]["stderr"])[-3000:]
+    # Phase 2: the rows on a copy of the trained model_dir.
+    jobs2, ids2, before = [], [], {}
+    for case_id, (program, where, _, _) in CASES.items():
+        if where == TRAINED:
+            model_dir = str(root / case_id)
+            shutil.copytree(trained_dir, model_dir)
+            before[case_id] = _snapshot(os.path.join(model_dir, "checkpoints"))
+            jobs2.append(job(case_id, program, args_of(case_id, model_dir), model_dir))
+            ids2.append(case_id)
+    results2 = _run_jobs(jobs2, str(root))
+    found = {}
+    for case_id, result, job_ in zip(ids + ids2, results[1:] + results2, jobs[1:] + jobs2):
+        found[case_id] = (result["returncode"], result["seconds"], cli.read(job_["stderr"]),
+                          str(root / case_id), before.get(case_id), str(inputs))
+    return found
+
+
+@pytest.mark.parametrize("case_id", list(CASES))
+def test_bad_input_gives_one_line_and_writes_nothing(outcomes, case_id):
+    returncode, seconds, stderr, model_dir, before, inputs = outcomes[case_id]
+    _, where, _, key_words = CASES[case_id]
+    lines = [line for line in stderr.splitlines() if line.strip()]
+    assert returncode == 2, stderr[-3000:]
+    assert "Traceback" not in stderr, stderr[-3000:]
+    assert lines and lines[-1].startswith("error: "), stderr[-3000:]
+    assert [line for line in lines if line.startswith("error: ")] == [lines[-1]]
+    for words in key_words:
+        assert words.replace("{d}", inputs) in lines[-1], lines[-1]
+    if case_id == "tpu-flag-without-tpu":
+        assert seconds < TPU_SECONDS
+    # Nothing a later run could take for a result.
+    for output in ("export", "saved_model", os.path.join("data", "metadata.json")):
+        assert not os.path.exists(os.path.join(model_dir, output)), output
+    checkpoints = os.path.join(model_dir, "checkpoints")
+    if where == TRAINED:
+        assert _snapshot(checkpoints) == before
+    else:
+        assert not os.path.exists(checkpoints) or not os.listdir(checkpoints)
+    tfrecords = [name for _, _, files in os.walk(model_dir) for name in files
+                 if ".tfrecord" in name or name.startswith(("train-", "validation-"))]
+    assert not tfrecords, tfrecords

@@ -1,0 +1,218 @@
+"""Preemption through the real command lines: SIGKILL in the middle of training, restart
+with the same command, and the final weights equal those of an uninterrupted run.
+
+Also through the BERT command line: a kill during the export leaves no export directory,
+and a NaN in the data stops training at the step it happened, keeping the last good
+checkpoint. Tiny shapes; dropout is on, so the checkpointed RNG state is exercised.
+"""
+
+import glob
+import os
+import shutil
+
+import numpy as np
+import pytest
+import tensorflow as tf
+import yaml
+
+import reliability_cli as cli
+import tiny_bert_data
+
+BERT = "recipes.bert.pretrain"
+RESNET = "recipes.resnet.train"
+STEPS = 6
+CHECKPOINT_EVERY = 2
+
+
+def _bert_config(data):
+    return {
+        "data": {
+            "train_files": data.train_files,
+            "eval_files": data.eval_files,
+            "vocab_file": data.vocab_file,
+            "seq_length": tiny_bert_data.SEQ_LENGTH,
+            "max_predictions_per_seq": tiny_bert_data.MAX_PREDICTIONS_PER_SEQ,
+        },
+        "model": {
+            "hidden_size": 16,
+            "num_layers": 1,
+            "num_attention_heads": 2,
+            "intermediate_size": 32,
+            "max_sequence_length": 32,
+            "dropout_rate": 0.1,
+            "attention_dropout_rate": 0.1,
+        },
+        "optimizer": {"learning_rate": 0.01, "warmup_steps": 1},
+        # Two micro-batches per step: accumulation is inside the step, so it is exercised too.
+        "train": {
+            "global_batch_size": 16,
+            "micro_batch_size": 8,
+            "steps": STEPS,
+            "checkpoint_every": CHECKPOINT_EVERY,
+            "log_every": 1,
+        },
+        "eval": {"batch_size": 8, "steps": 1},
+    }
+
+
+@pytest.fixture(scope="module")
+def bert_data(tmp_path_factory):
+    return tiny_bert_data.prepare(tmp_path_factory.mktemp("bert_data"))
+
+
+@pytest.fixture(scope="module")
+def bert_args(bert_data, tmp_path_factory):
+    path = tmp_path_factory.mktemp("bert_config") / "tiny.yaml"
+    path.write_text(yaml.safe_dump(_bert_config(bert_data)), encoding="utf-8")
+    return [f"--config_file={path}", "--mode=train", "--deterministic"]
+
+
+def _step_done(log_path, step):
+    return lambda: f"step {step} done" in cli.read(log_path)
+
+
+def _interrupted_then_resumed(module, args, model_dir, log_dir, kill_resumed_when=None):
+    """Runs `args` in `model_dir`, SIGKILLed right after step 3 (mid-chunk: the checkpoint
+    of step 2 exists, that of step 4 not yet); then the same command again. The restart is
+    killed too when `kill_resumed_when(model_dir)` holds. Returns both logs' text."""
+    killed_log = os.path.join(log_dir, "killed.log")
+    process = cli.start(module, *args, f"--model_dir={model_dir}", log_path=killed_log,
+                        env={cli.STEP_HOOK_ENV: "0.5"})
+    assert cli.kill_when(process, _step_done(killed_log, 3)), cli.read(killed_log)[-3000:]
+    assert cli.latest_checkpoint(model_dir).endswith("ckpt-2"), cli.read(killed_log)[-3000:]
+    resumed_log = os.path.join(log_dir, "resumed.log")
+    process = cli.start(module, *args, f"--model_dir={model_dir}", log_path=resumed_log)
+    if kill_resumed_when is None:
+        assert process.wait(timeout=300) == 0, cli.read(resumed_log)[-3000:]
+    else:
+        killed = cli.kill_when(process, lambda: kill_resumed_when(model_dir), timeout=300)
+        assert killed, cli.read(resumed_log)[-3000:]
+    return cli.read(killed_log), cli.read(resumed_log)
+
+
+def _assert_same_checkpoints(straight_dir, resumed_dir):
+    straight = cli.checkpoint_values(straight_dir)
+    resumed = cli.checkpoint_values(resumed_dir)
+    assert straight.keys() == resumed.keys()
+    steps = [int(v) for k, v in straight.items() if k.startswith("optimizer/_iterations")]
+    assert steps == [STEPS]
+    # The dropout generators' states are in the checkpoint and continued exactly.
+    assert any(key.startswith("random_generators/") for key in straight)
+    for key, value in straight.items():
+        np.testing.assert_array_equal(resumed[key], value, err_msg=key)
+    return straight
+
+
+def _temporary_export_exists(model_dir):
+    return bool(glob.glob(os.path.join(model_dir, "export.tmp-*", "variables", "*")))
+
+
+@pytest.fixture(scope="module")
+def bert_runs(bert_args, tmp_path_factory):
+    """An uninterrupted run, and a run killed mid-chunk then restarted; the restart is
+    itself killed during its export (after its last checkpoint)."""
+    straight_dir = str(tmp_path_factory.mktemp("bert_straight"))
+    result = cli.run(BERT, *bert_args, f"--model_dir={straight_dir}")
+    assert result.returncode == 0, result.stderr[-3000:]
+    resumed_dir = str(tmp_path_factory.mktemp("bert_resumed"))
+    logs = _interrupted_then_resumed(
+        BERT, bert_args, resumed_dir, str(tmp_path_factory.mktemp("bert_logs")),
+        kill_resumed_when=_temporary_export_exists)
+    return straight_dir, resumed_dir, logs
+
+
+def test_bert_killed_mid_chunk_resumes_to_the_same_weights(bert_runs):
+    straight_dir, resumed_dir, (killed_log, resumed_log) = bert_runs
+    assert "step 3 done" in killed_log and "step 4 done" not in killed_log
+    assert "restored" in resumed_log and "at step 2" in resumed_log
+    values = _assert_same_checkpoints(straight_dir, resumed_dir)
+    weights = [k for k in values if k.startswith("model/") and "OPTIMIZER_SLOT" not in k]
+    assert len(weights) > 20
+
+
+def test_bert_kill_during_export_leaves_no_export_directory(bert_runs):
+    straight_dir, resumed_dir, _ = bert_runs
+    # The uninterrupted run's export is complete and loads ...
+    loaded = tf.saved_model.load(os.path.join(straight_dir, "export"))
+    assert "serving_default" in loaded.signatures or loaded.signatures
+    # ... the killed one is absent (only a temporary sibling, safe to delete, remains).
+    assert not os.path.exists(os.path.join(resumed_dir, "export"))
+    assert glob.glob(os.path.join(resumed_dir, "export.tmp-*"))
+
+
+def _poison_masked_lm_weights(pattern, output_dir):
+    """Copies of the TFRecords with every masked-LM weight set to NaN (corrupt float data)."""
+    os.makedirs(output_dir)
+    for path in sorted(glob.glob(pattern)):
+        output = os.path.join(output_dir, os.path.basename(path))
+        with tf.io.TFRecordWriter(output) as writer:
+            for record in tf.data.TFRecordDataset(path).as_numpy_iterator():
+                example = tf.train.Example.FromString(record)
+                weights = example.features.feature["masked_lm_weights"].float_list.value
+                weights[:] = [float("nan")] * len(weights)
+                writer.write(example.SerializeToString())
+    return os.path.join(output_dir, os.path.basename(pattern))
+
+
+def test_nan_in_the_data_stops_at_its_step_and_keeps_the_last_good_checkpoint(
+        bert_runs, bert_data, bert_args, tmp_path):
+    straight_dir, _, _ = bert_runs
+    model_dir = str(tmp_path / "run")
+    shutil.copytree(os.path.join(straight_dir, "checkpoints"),
+                    os.path.join(model_dir, "checkpoints"))
+    good = cli.checkpoint_values(model_dir)
+    poisoned = _poison_masked_lm_weights(bert_data.train_files, str(tmp_path / "poisoned"))
+    result = cli.run(BERT, *bert_args, f"--model_dir={model_dir}",
+                     f"--params_override=data.train_files={poisoned},train.steps={STEPS + 2}")
+    assert result.returncode == 2, result.stderr[-3000:]
+    last = cli.last_stderr_line(result)
+    assert last.startswith("error: loss became nan at step 7;"), result.stderr[-3000:]
+    assert f"ckpt-{STEPS}" in last and "Traceback" not in result.stderr
+    # The last good checkpoint is still the newest, unchanged, finite, and loads.
+    assert cli.latest_checkpoint(model_dir).endswith(f"ckpt-{STEPS}")
+    after = cli.checkpoint_values(model_dir)
+    for key, value in good.items():
+        np.testing.assert_array_equal(after[key], value, err_msg=key)
+        if value.dtype.kind == "f":
+            assert np.isfinite(value).all(), key
+    assert not os.path.exists(os.path.join(model_dir, "export"))
+
+
+# ---- ResNet ------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def resnet_args(tmp_path_factory):
+    from recipes.resnet import digits
+
+    data_dir = str(tmp_path_factory.mktemp("digits"))
+    info = digits.prepare(data_dir, validation_fraction=0.2, num_shards=2, jpeg_quality=95,
+                          seed=0)
+    train_pattern = os.path.join(data_dir, info["splits"]["train"]["file_pattern"])
+    override = ",".join([
+        "data.embedded_digits=false",
+        f"data.train_file_pattern={train_pattern}",
+        "data.random_flip=true",  # random crops and flips in the pipeline: exercised
+        "data.shuffle_buffer_size=200",
+        "model.dropout_rate=0.2",  # and the checkpointed dropout state
+        "train.global_batch_size=16",
+        "train.micro_batch_size=8",
+        f"train.steps={STEPS}",
+        f"train.checkpoint_every={CHECKPOINT_EVERY}",
+        "optimizer.warmup_steps=1",
+        "export.enabled=false",
+    ])
+    return ["--config_file=configs/resnet/tiny_cpu.yaml", f"--params_override={override}",
+            "--mode=train", "--deterministic"]
+
+
+def test_resnet_killed_mid_chunk_resumes_to_the_same_weights(resnet_args, tmp_path):
+    straight_dir = str(tmp_path / "straight")
+    result = cli.run(RESNET, *resnet_args, f"--model_dir={straight_dir}")
+    assert result.returncode == 0, result.stderr[-3000:]
+    resumed_dir = str(tmp_path / "resumed")
+    killed_log, resumed_log = _interrupted_then_resumed(
+        RESNET, resnet_args, resumed_dir, str(tmp_path))
+    assert "step 3 done" in killed_log and "step 4 done" not in killed_log
+    assert "restored" in resumed_log and "at step 2" in resumed_log
+    _assert_same_checkpoints(straight_dir, resumed_dir)
