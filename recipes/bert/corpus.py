@@ -30,8 +30,7 @@ from typing import Iterator, List, Sequence, Tuple
 # and installed packages.
 EXCLUDED_TOP_LEVEL = frozenset({
     "test", "tests", "idlelib", "tkinter", "turtledemo", "lib2to3", "ensurepip",
-    "site-packages", "dist-packages", "config-3.11-x86_64-linux-gnu", "__pycache__",
-    "__phello__", "antigravity", "this",
+    "site-packages", "dist-packages", "__pycache__", "__phello__", "antigravity", "this",
 })
 
 # Compiled modules whose docstrings are read by importing them. Extension modules run no
@@ -74,8 +73,8 @@ def _stdlib_source_files() -> List[Tuple[str, str]]:
   for directory, subdirectories, files in os.walk(root):
     relative = os.path.relpath(directory, root)
     parts = [] if relative == "." else relative.split(os.sep)
-    if parts and (parts[0] in EXCLUDED_TOP_LEVEL or "__pycache__" in parts
-                  or any(p in ("test", "tests") for p in parts)):
+    if parts and (parts[0] in EXCLUDED_TOP_LEVEL or parts[0].startswith("config-")
+                  or any(p in ("test", "tests", "__pycache__") for p in parts)):
       subdirectories[:] = []
       continue
     for file_name in files:
