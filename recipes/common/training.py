@@ -34,6 +34,20 @@ class TrainingDiverged(UserError):
     """The loss became NaN or Inf; the last good checkpoint is kept."""
 
 
+class WorkerLost(UserError):
+    """Multi-worker: a collective failed because another worker died or became unreachable."""
+
+
+# What a collective raises on the survivors when a worker dies (connection refused or reset,
+# the coordination service's heartbeat timeout, CommunicationOptions.timeout_seconds).
+_COLLECTIVE_FAILURES = (
+    tf.errors.UnavailableError,
+    tf.errors.DeadlineExceededError,
+    tf.errors.CancelledError,
+    tf.errors.AbortedError,
+)
+
+
 def set_up_randomness(seed, deterministic=False):
     """Seeds Python, NumPy and TF, and makes tf_keras layers draw from checkpointable state.
 
@@ -304,6 +318,7 @@ def train(
     callbacks=(),
     verbose=1,
     data_files=None,
+    restore_dir=None,
 ):
     """Trains `model` (compiled, optimizer built) to `total_steps`, resuming from `model_dir`.
 
@@ -316,6 +331,9 @@ def train(
       total_steps: optimizer steps to reach; must be a multiple of `checkpoint_every`.
       checkpoint_every: optimizer steps between checkpoints.
       global_batch_size: examples per optimizer step (for examples/s).
+      restore_dir: where to look for the checkpoint to resume from; default `model_dir`.
+        Multi-worker: the chief's model_dir, for every worker (workers other than the chief
+        write into private directories, but all must resume from the same step).
       data_files: the training TFRecords (comma-separated globs); if given, a corrupt
         record stops training with a `UserError` naming the damaged file.
     Returns:
@@ -330,7 +348,10 @@ def train(
         )
     manager = make_checkpoint_manager(model, model_dir)
     build_optimizer_state(model)
-    first_step = restore(manager)
+    if restore_dir is None or restore_dir == model_dir:
+        first_step = restore(manager)
+    else:
+        first_step = restore(make_checkpoint_manager(model, restore_dir))
     if first_step % checkpoint_every:
         raise UserError(
             f"the checkpoint in {model_dir} is at step {first_step}, not a multiple of "
@@ -379,6 +400,16 @@ def train(
             if data_files is None:
                 raise
             raise UserError(describe_corrupt_data(data_files, error)) from None
+        except _COLLECTIVE_FAILURES as error:
+            if not isinstance(model.distribute_strategy, tf.distribute.MultiWorkerMirroredStrategy):
+                raise
+            last = latest_checkpoint(restore_dir or model_dir)
+            raise WorkerLost(
+                f"lost contact with another worker during training steps {chunk_start + 1}-"
+                f"{chunk_start + checkpoint_every} ({_first_line(error)}); stopped, the last "
+                f"checkpoint is {last}; restart every worker with the same command to resume "
+                "from it"
+            ) from None
         epochs.append(epoch)
     if skipped_steps.skipped:
         print(
