@@ -125,6 +125,7 @@ def run(config, mode, strategy, plan, model_dir):
             global_batch_size=config.train.global_batch_size,
             log_every=config.train.log_every,
             data_files=data.train_files,  # a corrupt record is reported with its file
+            restore_dir=FLAGS.model_dir,  # every worker resumes from the chief's checkpoint
         )
 
     # ---- Evaluate -----------------------------------------------------------------------

@@ -195,6 +195,7 @@ def run(config, strategy, plan, model_dir):
                 checkpoint_every=config.train.checkpoint_every,
                 global_batch_size=config.train.global_batch_size,
                 verbose=2,
+                restore_dir=FLAGS.model_dir,  # every worker resumes from the chief's checkpoint
             )
         except (tf.errors.InvalidArgumentError, tf.errors.DataLossError) as error:
             raise explain_input_error(error, [train_pattern], jpeg_only) or error
