@@ -25,6 +25,7 @@ import uuid
 import tensorflow as tf
 import tf_keras
 
+from recipes.common import config as config_lib
 from recipes.common.errors import UserError
 
 CHECKPOINT_SUBDIR = "checkpoints"
@@ -319,6 +320,7 @@ def train(
     verbose=1,
     data_files=None,
     restore_dir=None,
+    config=None,
 ):
     """Trains `model` (compiled, optimizer built) to `total_steps`, resuming from `model_dir`.
 
@@ -334,6 +336,9 @@ def train(
       restore_dir: where to look for the checkpoint to resume from; default `model_dir`.
         Multi-worker: the chief's model_dir, for every worker (workers other than the chief
         write into private directories, but all must resume from the same step).
+      config: the run's config; written to `model_dir/config.yaml` once the checkpoint in
+        `model_dir` (if any) has been restored into the model, so that a run refused for a
+        checkpoint of another shape leaves the trained run's config.yaml as it was.
       data_files: the training TFRecords (comma-separated globs); if given, a corrupt
         record stops training with a `UserError` naming the damaged file.
     Returns:
@@ -358,6 +363,8 @@ def train(
             f"train.checkpoint_every={checkpoint_every}; keep the checkpoint_every it "
             "was trained with"
         )
+    if config is not None:
+        config_lib.save_config(config, model_dir)
     if first_step >= total_steps:
         print(f"already trained to step {first_step} >= train.steps={total_steps}", flush=True)
         return tf_keras.callbacks.History()
