@@ -68,8 +68,7 @@ def main(argv):
     strategy_lib.log_batch_plan(strategy, plan)
 
     with strategy_lib.WorkerDirectory(FLAGS.model_dir, strategy) as work_dir:
-        if work_dir.chief:
-            config_lib.save_config(config, FLAGS.model_dir)
+        # config.yaml is written by training.train after the restore succeeded.
         run(config, FLAGS.mode, strategy, plan, work_dir.path)
 
 
@@ -126,6 +125,7 @@ def run(config, mode, strategy, plan, model_dir):
             log_every=config.train.log_every,
             data_files=data.train_files,  # a corrupt record is reported with its file
             restore_dir=FLAGS.model_dir,  # every worker resumes from the chief's checkpoint
+            config=config,  # saved as config.yaml once the checkpoint fits the model
         )
 
     # ---- Evaluate -----------------------------------------------------------------------

@@ -124,8 +124,7 @@ def main(argv):
             f"{strategy.num_replicas_in_sync} replicas"
         )
     with strategy_lib.WorkerDirectory(FLAGS.model_dir, strategy) as work_dir:
-        if work_dir.chief:
-            config_lib.save_config(config, FLAGS.model_dir)
+        # config.yaml is written by training.train after the restore succeeded.
         run(config, strategy, plan, work_dir.path)
 
 
@@ -196,6 +195,7 @@ def run(config, strategy, plan, model_dir):
                 global_batch_size=config.train.global_batch_size,
                 verbose=2,
                 restore_dir=FLAGS.model_dir,  # every worker resumes from the chief's checkpoint
+                config=config,  # saved as config.yaml once the checkpoint fits the model
             )
         except (tf.errors.InvalidArgumentError, tf.errors.DataLossError) as error:
             raise explain_input_error(error, [train_pattern], jpeg_only) or error
