@@ -19,6 +19,7 @@ See docs/reliability.md for the guarantees and what is deterministic.
 
 import math
 import os
+import re
 import time
 import uuid
 
@@ -458,7 +459,10 @@ def describe_corrupt_data(file_patterns, error):
 
 
 def _first_line(error):
-    return str(getattr(error, "message", error)).strip().splitlines()[0][:200]
+    """TF's message without its graph-node prefix and op suffix, one line, bounded."""
+    message = str(getattr(error, "message", error)).strip().splitlines()[0]
+    message = re.sub(r"\{\{[^}]*\}\}\s*", "", message)
+    return re.sub(r"\s*\[Op:[^\]]*\].*$", "", message)[:200]
 
 
 def export_saved_model(export_dir, obj, signatures=None, options=None):
