@@ -428,6 +428,14 @@ def test_empty_directory_glob_and_files_are_user_errors(tmp_path):
     prepare_small(str(tmp_path / "blank"), str(tmp_path / "out"))
 
 
+def test_text_file_that_is_not_utf8_is_a_user_error_naming_it(tmp_path):
+  corpus_dir = tmp_path / "corpus"
+  write_corpus(str(corpus_dir), synthetic_documents(5))
+  (corpus_dir / "latin1.txt").write_bytes("Caf\xe9 au lait.\nSecond sentence.\n".encode("latin-1"))
+  with pytest.raises(UserError, match=r"latin1\.txt is not UTF-8 text"):
+    prepare_small(str(corpus_dir), str(tmp_path / "out"))
+
+
 def test_corpus_without_sentence_pairs_is_a_user_error_and_leaves_no_shards(tmp_path):
   corpus_path = write_corpus(str(tmp_path / "corpus"), [["Only one sentence here."]])
   with pytest.raises(UserError, match="no training sentence pairs") as raised:

@@ -233,6 +233,7 @@ def _split_documents(files: Sequence[str], heldout_fraction: float, seed: int,
     for document in text_files.read_documents(files):
       bar.update(sum(len(sentence) + 1 for sentence in document) + 1)
       yield split_rng.random() < heldout_fraction, document
+    bar.update(max(0, bar.total - bar.n))  # The byte count per document is approximate.
 
 
 def _batched(items, size: int) -> Iterator[List]:

@@ -44,12 +44,26 @@ def learn_vocabulary(sentence_batches: Iterable[Sequence[str]], vocab_size: int,
   only the word counts (which grow with the number of distinct words, not the corpus
   size) are held in memory.
   """
+  reading_errors = []
+
+  def batches():
+    try:
+      for batch in sentence_batches:
+        yield list(batch)
+    except Exception as error:  # tf.data would replace it with an opaque OpError.
+      reading_errors.append(error)
+      raise
+
   dataset = tf.data.Dataset.from_generator(
-      lambda: (list(batch) for batch in sentence_batches),
-      output_signature=tf.TensorSpec([None], tf.string))
-  tokens = bert_vocab_from_dataset.bert_vocab_from_dataset(
-      dataset, vocab_size=vocab_size, reserved_tokens=list(RESERVED_TOKENS),
-      bert_tokenizer_params={"lower_case": lower_case}, learn_params=_LEARN_PARAMS)
+      batches, output_signature=tf.TensorSpec([None], tf.string))
+  try:
+    tokens = bert_vocab_from_dataset.bert_vocab_from_dataset(
+        dataset, vocab_size=vocab_size, reserved_tokens=list(RESERVED_TOKENS),
+        bert_tokenizer_params={"lower_case": lower_case}, learn_params=_LEARN_PARAMS)
+  except tf.errors.OpError:
+    if reading_errors:
+      raise reading_errors[0] from None  # E.g. the UserError for a non-UTF-8 file.
+    raise
   # The learner's bisection over thresholds can stop above `vocab_size` (which it
   # documents as the maximum) when it runs out of thresholds. Its output is ordered:
   # reserved tokens, single characters, then pieces by descending count, so cutting the
