@@ -438,11 +438,13 @@ def test_text_file_that_is_not_utf8_is_a_user_error_naming_it(tmp_path):
 
 def test_corpus_without_sentence_pairs_is_a_user_error_and_leaves_no_shards(tmp_path):
   corpus_path = write_corpus(str(tmp_path / "corpus"), [["Only one sentence here."]])
+  (tmp_path / "out").mkdir()
+  (tmp_path / "out" / "metadata.json").write_text("{}")  # From an earlier, finished run.
   with pytest.raises(UserError, match="no training sentence pairs") as raised:
     prepare_small(corpus_path, str(tmp_path / "out"))
   assert "\n" not in str(raised.value)
   assert not glob.glob(str(tmp_path / "out" / "*.tfrecord*"))  # No partial output.
-  assert not os.path.exists(tmp_path / "out" / "metadata.json")
+  assert not os.path.exists(tmp_path / "out" / "metadata.json")  # Not "finished".
 
 
 def test_heldout_split_without_pairs_is_a_user_error(tmp_path):

@@ -118,6 +118,11 @@ def prepare_pretraining_data(
                    chunk_sentences=chunk_sentences)
   started = time.time()
   os.makedirs(output_dir, exist_ok=True)
+  # metadata.json marks a finished preparation: remove it first, so that a run that fails
+  # half-way (after replacing vocab.txt) never looks finished.
+  metadata_path = os.path.join(output_dir, "metadata.json")
+  if os.path.exists(metadata_path):
+    os.remove(metadata_path)
   if input_path is None:
     files = corpus.write_embedded_corpus(os.path.join(output_dir, "corpus"))
     source = "the embedded corpus (stdlib docstrings + pydoc_data.topics)"
@@ -190,8 +195,9 @@ def prepare_pretraining_data(
       num_eval_sequences=heldout.writer.num_records,
       num_train_documents=train.num_documents, num_eval_documents=heldout.num_documents,
       num_words=num_words)
-  with open(os.path.join(output_dir, "metadata.json"), "w", encoding="utf-8") as out:
+  with open(metadata_path + ".tmp", "w", encoding="utf-8") as out:
     json.dump(dataclasses.asdict(prepared), out, indent=2)
+  os.replace(metadata_path + ".tmp", metadata_path)
   logging.info("Wrote %d training sequences (%d documents) and %d held-out sequences (%d "
                "documents) from %d words to %s in %.1f s.", prepared.num_train_sequences,
                prepared.num_train_documents, prepared.num_eval_sequences,
