@@ -459,8 +459,17 @@ def describe_corrupt_data(file_patterns, error):
 
 
 def _first_line(error):
-    """TF's message without its graph-node prefix and op suffix, one line, bounded."""
-    message = str(getattr(error, "message", error)).strip().splitlines()[0]
+    """The first informative line of TF's message (not "Graph execution error:" nor the
+    "Detected at node" traceback), without graph-node prefix and op suffix, bounded."""
+    lines = str(getattr(error, "message", error)).strip().splitlines()
+    informative = [
+        line
+        for line in lines
+        if line.strip()
+        and not line[0].isspace()
+        and not line.startswith(("Graph execution error", "Detected at node", "File "))
+    ]
+    message = (informative or lines or [""])[0]
     message = re.sub(r"\{\{[^}]*\}\}\s*", "", message)
     return re.sub(r"\s*\[Op:[^\]]*\].*$", "", message)[:200]
 
