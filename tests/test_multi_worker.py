@@ -26,7 +26,8 @@ from conftest import REPO_ROOT
 
 STEPS = 3
 CLUSTER_TIMEOUT_SECONDS = 240
-RECIPE = [sys.executable, os.path.join(REPO_ROOT, "tests", "bert_pretrain_without_record_shuffle.py")]
+RECIPE = [sys.executable,
+          os.path.join(REPO_ROOT, "tests", "bert_pretrain_without_record_shuffle.py")]
 QUIET = {"TF_CPP_MIN_LOG_LEVEL": "2"}
 
 

@@ -11,6 +11,8 @@ ops, string tensors) and then run once. The HLO must hold no bounded dynamic dim
 input pipeline's element spec must be fully static and numeric. The input pipelines are also
 checked to shard per host through `InputContext`.
 """
+import os
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -20,8 +22,13 @@ import tiny_bert_data
 from lamb_tf import accumulation
 from recipes.bert import input as bert_input
 from recipes.bert import model as bert_model
-from recipes.bert import pretrain
 from recipes.bert import vocabulary
+
+_LEGACY_KERAS = os.environ.get("TF_USE_LEGACY_KERAS")
+from recipes.bert import pretrain  # noqa: E402  (sets TF_USE_LEGACY_KERAS for its CLI)
+
+if _LEGACY_KERAS is None:  # keep `tf.keras` of this pytest process as it was
+    os.environ.pop("TF_USE_LEGACY_KERAS", None)
 from recipes.bert.config import BertPretrainingConfig
 from recipes.resnet import convert
 from recipes.resnet import input as resnet_input
@@ -54,7 +61,7 @@ def bfloat16_policy():
     tf_keras.mixed_precision.set_global_policy("float32")
 
 
-def _bert_config(data):
+def _bert_config():
     config = BertPretrainingConfig()
     config.data.seq_length = tiny_bert_data.SEQ_LENGTH
     config.data.max_predictions_per_seq = tiny_bert_data.MAX_PREDICTIONS_PER_SEQ
@@ -104,7 +111,7 @@ def _compile_and_run_step(model, distributed_dataset):
 
 
 def test_bert_step_compiles_with_xla_under_bfloat16(bert_data, bfloat16_policy):
-    config = _bert_config(bert_data)
+    config = _bert_config()
     strategy = tf.distribute.get_strategy()
     plan = accumulation.plan_batch(GLOBAL_BATCH, MICRO_BATCH, strategy.num_replicas_in_sync)
     vocab_size = len(vocabulary.read_vocabulary(bert_data.vocab_file))
@@ -187,7 +194,7 @@ def test_resnet_input_shards_per_host_with_static_shapes(digits_pattern):
 
 
 def test_bert_pipeline_feeds_each_replica_its_share(bert_data, two_cpu_strategy):
-    config = _bert_config(bert_data)
+    config = _bert_config()
     dataset = pretrain.make_train_dataset(two_cpu_strategy, config, bert_data.train_files, 0)
     features, _, _ = next(iter(dataset))
     shares = two_cpu_strategy.experimental_local_results(features["input_word_ids"])
