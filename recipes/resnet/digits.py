@@ -9,6 +9,7 @@ run exercises exactly the pipeline an ImageNet run uses.
 import os
 
 import numpy as np
+import tensorflow as tf
 
 from recipes.common.errors import UserError
 from recipes.resnet import convert
@@ -44,7 +45,7 @@ def prepare(output_dir, validation_fraction, num_shards, jpeg_quality, seed):
         "jpeg_quality": jpeg_quality,
         "seed": seed,
     }
-    if os.path.exists(os.path.join(output_dir, convert.INFO_FILE)):
+    if tf.io.gfile.exists(os.path.join(output_dir, convert.INFO_FILE)):  # local or gs://
         info = convert.read_info(output_dir)
         if info.get("digits_settings") == settings:
             return info

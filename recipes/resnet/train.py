@@ -40,6 +40,7 @@ from recipes.resnet.config import ResNetConfig  # noqa: E402
 FLAGS = flags.FLAGS
 DIGITS_SUBDIR = "digits"
 EXPORT_SUBDIR = "saved_model"
+EXCLUSIONS_FILE = "exclusions.txt"
 
 
 def resolve_data(config, work_dir):
@@ -161,9 +162,7 @@ def run(config, strategy, plan, model_dir):
         training.build_optimizer_state(model)
     layerwise = getattr(optimizer, "inner_optimizer", optimizer)
     summary, table = model_lib.exclusion_summary(layerwise)
-    print(summary, flush=True)
-    with tf.io.gfile.GFile(os.path.join(model_dir, "exclusions.txt"), "w") as f:
-        f.write(summary + "\n\n" + table + "\n")
+    print(summary, flush=True)  # the full table goes to model_dir once the checkpoint fits
 
     jpeg_only = config.data.decode_jpeg_only
 
@@ -207,6 +206,8 @@ def run(config, strategy, plan, model_dir):
         manager = training.make_checkpoint_manager(model, model_dir)
         training.require_checkpoint(model_dir)
         training.restore(manager)
+    with tf.io.gfile.GFile(os.path.join(model_dir, EXCLUSIONS_FILE), "w") as f:
+        f.write(summary + "\n\n" + table + "\n")  # which variables get weight decay / trust ratio
 
     # ------------------------------------------------------------------ evaluate
     if mode in ("eval", "train_and_eval"):
