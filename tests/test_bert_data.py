@@ -3,6 +3,7 @@
 Expected values come from the rules (BERT's masking procedure, Google's pair construction)
 and from the hand-written corpus, never from the code under test.
 """
+
 import glob
 import math
 import os
@@ -29,478 +30,622 @@ RESERVED = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 PAD, CLS, SEP, MASK = 0, 2, 3, 4  # Ids in every vocabulary the tests write.
 
 HAND_WRITTEN_DOCUMENTS = [
-    ["The quick brown fox jumps over the lazy dog.",
-     "It was a bright cold day in April.",
-     "The clocks were striking thirteen.",
-     "Nobody expected the fox to return so soon."],
-    ["Call me Ishmael.",
-     "Some years ago I went to sea.",
-     "Having little money in my purse, I thought I would sail about a little.",
-     "It is a way I have of driving off the spleen."],
-    ["All happy families are alike.",
-     "Each unhappy family is unhappy in its own way.",
-     "Everything was in confusion in the house."],
-    ["In a hole in the ground there lived a hobbit.",
-     "Not a nasty, dirty, wet hole.",
-     "It was a hobbit hole, and that means comfort.",
-     "The door was perfectly round like a porthole."],
+    [
+        "The quick brown fox jumps over the lazy dog.",
+        "It was a bright cold day in April.",
+        "The clocks were striking thirteen.",
+        "Nobody expected the fox to return so soon.",
+    ],
+    [
+        "Call me Ishmael.",
+        "Some years ago I went to sea.",
+        "Having little money in my purse, I thought I would sail about a little.",
+        "It is a way I have of driving off the spleen.",
+    ],
+    [
+        "All happy families are alike.",
+        "Each unhappy family is unhappy in its own way.",
+        "Everything was in confusion in the house.",
+    ],
+    [
+        "In a hole in the ground there lived a hobbit.",
+        "Not a nasty, dirty, wet hole.",
+        "It was a hobbit hole, and that means comfort.",
+        "The door was perfectly round like a porthole.",
+    ],
 ]
 
 
 def words_of(text):
-  """The test's own tokenization: lower-case words and single punctuation marks."""
-  return re.findall(r"\w+|[^\w\s]", text.lower())
+    """The test's own tokenization: lower-case words and single punctuation marks."""
+    return re.findall(r"\w+|[^\w\s]", text.lower())
 
 
 def write_corpus(directory, documents, name="corpus.txt"):
-  os.makedirs(directory, exist_ok=True)
-  path = os.path.join(directory, name)
-  with open(path, "w", encoding="utf-8") as out:
-    out.write("\n\n".join("\n".join(document) for document in documents) + "\n")
-  return path
+    os.makedirs(directory, exist_ok=True)
+    path = os.path.join(directory, name)
+    with open(path, "w", encoding="utf-8") as out:
+        out.write("\n\n".join("\n".join(document) for document in documents) + "\n")
+    return path
 
 
 def write_vocab(path, tokens):
-  with open(path, "w", encoding="utf-8") as out:
-    out.write("".join(token + "\n" for token in tokens))
-  return path
+    with open(path, "w", encoding="utf-8") as out:
+        out.write("".join(token + "\n" for token in tokens))
+    return path
 
 
 def synthetic_documents(num_documents, seed=0):
-  rng = random.Random(seed)
-  words = [f"w{i}" for i in range(300)]
-  return [[" ".join(rng.choice(words) for _ in range(rng.randint(4, 12))) + "."
-           for _ in range(rng.randint(3, 9))] for _ in range(num_documents)]
+    rng = random.Random(seed)
+    words = [f"w{i}" for i in range(300)]
+    return [
+        [
+            " ".join(rng.choice(words) for _ in range(rng.randint(4, 12))) + "."
+            for _ in range(rng.randint(3, 9))
+        ]
+        for _ in range(num_documents)
+    ]
 
 
 def read_records(pattern):
-  """All records of the shards matching `pattern`, as dicts of lists, file by file."""
-  records = []
-  for path in sorted(glob.glob(pattern)):
-    for serialized in tf.data.TFRecordDataset(path):
-      example = tf.train.Example.FromString(serialized.numpy())
-      records.append({name: list(feature.int64_list.value or feature.float_list.value)
-                      for name, feature in example.features.feature.items()})
-  return records
+    """All records of the shards matching `pattern`, as dicts of lists, file by file."""
+    records = []
+    for path in sorted(glob.glob(pattern)):
+        for serialized in tf.data.TFRecordDataset(path):
+            example = tf.train.Example.FromString(serialized.numpy())
+            records.append(
+                {
+                    name: list(feature.int64_list.value or feature.float_list.value)
+                    for name, feature in example.features.feature.items()
+                }
+            )
+    return records
 
 
 @pytest.fixture(scope="module")
 def hand_written(tmp_path_factory):
-  """The hand-written corpus prepared with a whole-word vocabulary (exact decoding)."""
-  root = tmp_path_factory.mktemp("hand_written")
-  corpus_dir = root / "corpus"
-  write_corpus(str(corpus_dir), HAND_WRITTEN_DOCUMENTS)
-  words = sorted({w for d in HAND_WRITTEN_DOCUMENTS for s in d for w in words_of(s)})
-  vocab_tokens = RESERVED + words
-  vocab_file = write_vocab(str(root / "vocab.txt"), vocab_tokens)
-  prepared = prepare_data.prepare_pretraining_data(
-      str(corpus_dir), str(root / "out"), vocab_file=vocab_file, seq_length=48,
-      max_predictions_per_seq=6, dupe_factor=3, num_shards=2, heldout_fraction=0.0,
-      seed=3, progress=False)
-  return prepared, vocab_tokens
+    """The hand-written corpus prepared with a whole-word vocabulary (exact decoding)."""
+    root = tmp_path_factory.mktemp("hand_written")
+    corpus_dir = root / "corpus"
+    write_corpus(str(corpus_dir), HAND_WRITTEN_DOCUMENTS)
+    words = sorted({w for d in HAND_WRITTEN_DOCUMENTS for s in d for w in words_of(s)})
+    vocab_tokens = RESERVED + words
+    vocab_file = write_vocab(str(root / "vocab.txt"), vocab_tokens)
+    prepared = prepare_data.prepare_pretraining_data(
+        str(corpus_dir),
+        str(root / "out"),
+        vocab_file=vocab_file,
+        seq_length=48,
+        max_predictions_per_seq=6,
+        dupe_factor=3,
+        num_shards=2,
+        heldout_fraction=0.0,
+        seed=3,
+        progress=False,
+    )
+    return prepared, vocab_tokens
 
 
 def test_round_trip_decodes_to_the_source_text(hand_written):
-  prepared, vocab_tokens = hand_written
-  seq_length, max_predictions = 48, 6
-  document_words = [[w for s in d for w in words_of(s)] for d in HAND_WRITTEN_DOCUMENTS]
+    prepared, vocab_tokens = hand_written
+    seq_length, max_predictions = 48, 6
+    document_words = [[w for s in d for w in words_of(s)] for d in HAND_WRITTEN_DOCUMENTS]
 
-  def contiguous_in(needle, haystack):
-    return any(haystack[i:i + len(needle)] == needle
-               for i in range(len(haystack) - len(needle) + 1))
+    def contiguous_in(needle, haystack):
+        return any(
+            haystack[i : i + len(needle)] == needle for i in range(len(haystack) - len(needle) + 1)
+        )
 
-  dataset = input_lib.make_pretraining_dataset(
-      prepared.train_files, seq_length=seq_length, max_predictions_per_seq=max_predictions,
-      batch_size=4, is_training=False)
-  num_sequences = 0
-  for features, labels in dataset:
-    assert features["input_word_ids"].shape == (4, seq_length)
-    assert features["input_word_ids"].dtype == tf.int32
-    assert features["masked_lm_positions"].shape == (4, max_predictions)
-    assert labels["masked_lm_weights"].dtype == tf.float32
-    assert labels["next_sentence_labels"].shape == (4, 1)
-    for i in range(4):
-      ids = features["input_word_ids"][i].numpy()
-      mask = features["input_mask"][i].numpy()
-      types = features["input_type_ids"][i].numpy()
-      positions = features["masked_lm_positions"][i].numpy()
-      original = labels["masked_lm_ids"][i].numpy()
-      weights = labels["masked_lm_weights"][i].numpy()
-      n = int(mask.sum())
-      assert list(mask) == [1] * n + [0] * (seq_length - n)  # Real tokens, then padding.
-      assert all(ids[n:] == PAD)
-      num_predictions = int(weights.sum())
-      assert list(weights) == [1.0] * num_predictions + [0.0] * (max_predictions - num_predictions)
-      # Undo the masking with the labels, then decode.
-      restored = ids[:n].copy()
-      restored[positions[:num_predictions]] = original[:num_predictions]
-      assert list(positions[num_predictions:]) == [0] * (max_predictions - num_predictions)
-      separators = [j for j in range(n) if restored[j] == SEP]
-      assert restored[0] == CLS and len(separators) == 2 and separators[1] == n - 1
-      first_sep = separators[0]
-      # Segment ids: 0 for [CLS] A [SEP], 1 for B [SEP], 0 for padding.
-      assert list(types) == ([0] * (first_sep + 1) + [1] * (n - first_sep - 1)
-                             + [0] * (seq_length - n))
-      segment_a = [vocab_tokens[t] for t in restored[1:first_sep]]
-      segment_b = [vocab_tokens[t] for t in restored[first_sep + 1:n - 1]]
-      assert segment_a and segment_b
-      assert any(contiguous_in(segment_a, words) for words in document_words)
-      assert any(contiguous_in(segment_b, words) for words in document_words)
-      if labels["next_sentence_labels"][i, 0] == sentence_pairs.IS_NEXT:
-        assert any(contiguous_in(segment_a + segment_b, words) for words in document_words)
-      # Special tokens are never prediction targets.
-      assert not set(original[:num_predictions]) & {PAD, CLS, SEP}
-      num_sequences += 1
-  assert num_sequences == prepared.num_train_sequences // 4 * 4  # drop_remainder
-  assert num_sequences > 0
+    dataset = input_lib.make_pretraining_dataset(
+        prepared.train_files,
+        seq_length=seq_length,
+        max_predictions_per_seq=max_predictions,
+        batch_size=4,
+        is_training=False,
+    )
+    num_sequences = 0
+    for features, labels in dataset:
+        assert features["input_word_ids"].shape == (4, seq_length)
+        assert features["input_word_ids"].dtype == tf.int32
+        assert features["masked_lm_positions"].shape == (4, max_predictions)
+        assert labels["masked_lm_weights"].dtype == tf.float32
+        assert labels["next_sentence_labels"].shape == (4, 1)
+        for i in range(4):
+            ids = features["input_word_ids"][i].numpy()
+            mask = features["input_mask"][i].numpy()
+            types = features["input_type_ids"][i].numpy()
+            positions = features["masked_lm_positions"][i].numpy()
+            original = labels["masked_lm_ids"][i].numpy()
+            weights = labels["masked_lm_weights"][i].numpy()
+            n = int(mask.sum())
+            assert list(mask) == [1] * n + [0] * (seq_length - n)  # Real tokens, then padding.
+            assert all(ids[n:] == PAD)
+            num_predictions = int(weights.sum())
+            assert list(weights) == [1.0] * num_predictions + [0.0] * (
+                max_predictions - num_predictions
+            )
+            # Undo the masking with the labels, then decode.
+            restored = ids[:n].copy()
+            restored[positions[:num_predictions]] = original[:num_predictions]
+            assert list(positions[num_predictions:]) == [0] * (max_predictions - num_predictions)
+            separators = [j for j in range(n) if restored[j] == SEP]
+            assert restored[0] == CLS and len(separators) == 2 and separators[1] == n - 1
+            first_sep = separators[0]
+            # Segment ids: 0 for [CLS] A [SEP], 1 for B [SEP], 0 for padding.
+            assert list(types) == (
+                [0] * (first_sep + 1) + [1] * (n - first_sep - 1) + [0] * (seq_length - n)
+            )
+            segment_a = [vocab_tokens[t] for t in restored[1:first_sep]]
+            segment_b = [vocab_tokens[t] for t in restored[first_sep + 1 : n - 1]]
+            assert segment_a and segment_b
+            assert any(contiguous_in(segment_a, words) for words in document_words)
+            assert any(contiguous_in(segment_b, words) for words in document_words)
+            if labels["next_sentence_labels"][i, 0] == sentence_pairs.IS_NEXT:
+                assert any(contiguous_in(segment_a + segment_b, words) for words in document_words)
+            # Special tokens are never prediction targets.
+            assert not set(original[:num_predictions]) & {PAD, CLS, SEP}
+            num_sequences += 1
+    assert num_sequences == prepared.num_train_sequences // 4 * 4  # drop_remainder
+    assert num_sequences > 0
 
 
 def test_masking_follows_bert_rules():
-  vocab_size = 1000
-  special = vocabulary.SpecialIds(pad=PAD, unk=1, cls=CLS, sep=SEP, mask=MASK)
-  masker = masking.Masker(vocab_size=vocab_size, special_ids=special, masked_lm_prob=0.15,
-                          max_predictions_per_seq=20, seed=11)
-  rng = np.random.default_rng(0)
-  sequences = []
-  for _ in range(3000):
-    length_a, length_b = rng.integers(1, 100, size=2)
-    body = lambda k: list(rng.integers(10, vocab_size, size=k))
-    sequence = [CLS] + body(length_a) + [SEP] + body(length_b) + [SEP]
-    if rng.random() < 0.2:
-      sequence += [PAD] * 5  # [PAD] must never be selected either.
-    sequences.append(sequence)
-  masked, positions, original = masker(sequences)
+    vocab_size = 1000
+    special = vocabulary.SpecialIds(pad=PAD, unk=1, cls=CLS, sep=SEP, mask=MASK)
+    masker = masking.Masker(
+        vocab_size=vocab_size,
+        special_ids=special,
+        masked_lm_prob=0.15,
+        max_predictions_per_seq=20,
+        seed=11,
+    )
+    rng = np.random.default_rng(0)
+    sequences = []
+    for _ in range(3000):
+        length_a, length_b = rng.integers(1, 100, size=2)
+        body = lambda k: list(rng.integers(10, vocab_size, size=k))
+        sequence = [CLS] + body(length_a) + [SEP] + body(length_b) + [SEP]
+        if rng.random() < 0.2:
+            sequence += [PAD] * 5  # [PAD] must never be selected either.
+        sequences.append(sequence)
+    masked, positions, original = masker(sequences)
 
-  outcomes = {"mask": 0, "random": 0, "unchanged": 0}
-  for sequence, masked_row, position_row, original_row in zip(sequences, masked, positions,
-                                                               original):
-    sequence = np.array(sequence)
-    selectable = int(np.sum(~np.isin(sequence, [PAD, CLS, SEP])))
-    # 15% of the non-special tokens, rounded up, at most max_predictions_per_seq.
-    # tensorflow-text computes the product in float32, where 0.15 is 0.15000000596: at
-    # exact multiples (n = 20, 40, 100, ...) it rounds up to one more than 15%.
-    assert len(position_row) == min(math.ceil(np.float32(selectable) * np.float32(0.15)), 20)
-    assert list(position_row) == sorted(set(position_row))
-    assert not np.isin(sequence[position_row], [PAD, CLS, SEP]).any()
-    assert list(original_row) == list(sequence[position_row])  # Labels: original ids.
-    untouched = np.ones(len(sequence), bool)
-    untouched[position_row] = False
-    assert (masked_row[untouched] == sequence[untouched]).all()
-    for before, after in zip(sequence[position_row], masked_row[position_row]):
-      outcomes["mask" if after == MASK else "unchanged" if after == before else "random"] += 1
-  total = sum(outcomes.values())
-  assert total > 30_000  # ~40k selections: 5 standard deviations < 0.011 for each share.
-  # A random replacement equals [MASK] or the original with probability 1/vocab_size each.
-  expected = {"mask": 0.8 + 0.1 / vocab_size, "random": 0.1 * (1 - 2 / vocab_size),
-              "unchanged": 0.1 + 0.1 / vocab_size}
-  for outcome, share in expected.items():
-    assert abs(outcomes[outcome] / total - share) < 0.011, (outcome, outcomes)
+    outcomes = {"mask": 0, "random": 0, "unchanged": 0}
+    for sequence, masked_row, position_row, original_row in zip(
+        sequences, masked, positions, original
+    ):
+        sequence = np.array(sequence)
+        selectable = int(np.sum(~np.isin(sequence, [PAD, CLS, SEP])))
+        # 15% of the non-special tokens, rounded up, at most max_predictions_per_seq.
+        # tensorflow-text computes the product in float32, where 0.15 is 0.15000000596: at
+        # exact multiples (n = 20, 40, 100, ...) it rounds up to one more than 15%.
+        assert len(position_row) == min(math.ceil(np.float32(selectable) * np.float32(0.15)), 20)
+        assert list(position_row) == sorted(set(position_row))
+        assert not np.isin(sequence[position_row], [PAD, CLS, SEP]).any()
+        assert list(original_row) == list(sequence[position_row])  # Labels: original ids.
+        untouched = np.ones(len(sequence), bool)
+        untouched[position_row] = False
+        assert (masked_row[untouched] == sequence[untouched]).all()
+        for before, after in zip(sequence[position_row], masked_row[position_row]):
+            outcomes["mask" if after == MASK else "unchanged" if after == before else "random"] += 1
+    total = sum(outcomes.values())
+    assert total > 30_000  # ~40k selections: 5 standard deviations < 0.011 for each share.
+    # A random replacement equals [MASK] or the original with probability 1/vocab_size each.
+    expected = {
+        "mask": 0.8 + 0.1 / vocab_size,
+        "random": 0.1 * (1 - 2 / vocab_size),
+        "unchanged": 0.1 + 0.1 / vocab_size,
+    }
+    for outcome, share in expected.items():
+        assert abs(outcomes[outcome] / total - share) < 0.011, (outcome, outcomes)
 
 
 def test_masking_is_reproducible_from_the_seed():
-  special = vocabulary.SpecialIds(pad=PAD, unk=1, cls=CLS, sep=SEP, mask=MASK)
-  sequences = [[CLS] + list(range(10, 60)) + [SEP] + list(range(60, 90)) + [SEP]] * 30
+    special = vocabulary.SpecialIds(pad=PAD, unk=1, cls=CLS, sep=SEP, mask=MASK)
+    sequences = [[CLS] + list(range(10, 60)) + [SEP] + list(range(60, 90)) + [SEP]] * 30
 
-  def run(seed):
-    masker = masking.Masker(vocab_size=100, special_ids=special, masked_lm_prob=0.15,
-                            max_predictions_per_seq=20, seed=seed)
-    return [np.concatenate(rows) for rows in masker(sequences) + masker(sequences)]
+    def run(seed):
+        masker = masking.Masker(
+            vocab_size=100,
+            special_ids=special,
+            masked_lm_prob=0.15,
+            max_predictions_per_seq=20,
+            seed=seed,
+        )
+        return [np.concatenate(rows) for rows in masker(sequences) + masker(sequences)]
 
-  first, again, other = run(5), run(5), run(6)
-  assert all((a == b).all() for a, b in zip(first, again))
-  assert not all(a.shape == b.shape and (a == b).all() for a, b in zip(first, other))
+    first, again, other = run(5), run(5), run(6)
+    assert all((a == b).all() for a, b in zip(first, again))
+    assert not all(a.shape == b.shape and (a == b).all() for a, b in zip(first, other))
 
 
 def numbered_pool(num_documents, rng):
-  """Documents whose token ids are unique and increase through each document."""
-  pool = []
-  for d in range(num_documents):
-    next_id = d * 100_000
-    document = []
-    for _ in range(rng.randint(2, 30)):
-      length = rng.randint(1, 25)
-      document.append(list(range(next_id, next_id + length)))
-      next_id += length
-    pool.append(document)
-  return pool
+    """Documents whose token ids are unique and increase through each document."""
+    pool = []
+    for d in range(num_documents):
+        next_id = d * 100_000
+        document = []
+        for _ in range(rng.randint(2, 30)):
+            length = rng.randint(1, 25)
+            document.append(list(range(next_id, next_id + length)))
+            next_id += length
+        pool.append(document)
+    return pool
 
 
 def test_sentence_pairs_next_is_consecutive_and_labels_are_balanced():
-  rng = random.Random(1)
-  pool = numbered_pool(300, rng)
-  seq_length = 64
-  pairs = [pair for index in range(len(pool))
-           for pair in sentence_pairs.pairs_from_document(
-               index, pool, seq_length=seq_length, short_seq_prob=0.1, rng=rng)]
-  assert len(pairs) > 1500
-  for pair in pairs:
-    a, b = pair.tokens_a, pair.tokens_b
-    assert a and b and len(a) + len(b) <= seq_length - 3
-    # Each segment is a contiguous run of one document (truncation trims only the ends).
-    for segment in (a, b):
-      assert segment == list(range(segment[0], segment[0] + len(segment)))
-    same_document = a[0] // 100_000 == b[0] // 100_000
-    if pair.next_sentence_label == sentence_pairs.IS_NEXT:
-      assert same_document and a[-1] < b[0]  # B comes after A in the same document.
-    else:
-      assert not same_document
-  random_share = np.mean([p.next_sentence_label == sentence_pairs.IS_RANDOM for p in pairs])
-  # 50% by coin; slightly more because a one-sentence chunk can only take a random B.
-  assert 0.45 < random_share < 0.60, random_share
+    rng = random.Random(1)
+    pool = numbered_pool(300, rng)
+    seq_length = 64
+    pairs = [
+        pair
+        for index in range(len(pool))
+        for pair in sentence_pairs.pairs_from_document(
+            index, pool, seq_length=seq_length, short_seq_prob=0.1, rng=rng
+        )
+    ]
+    assert len(pairs) > 1500
+    for pair in pairs:
+        a, b = pair.tokens_a, pair.tokens_b
+        assert a and b and len(a) + len(b) <= seq_length - 3
+        # Each segment is a contiguous run of one document (truncation trims only the ends).
+        for segment in (a, b):
+            assert segment == list(range(segment[0], segment[0] + len(segment)))
+        same_document = a[0] // 100_000 == b[0] // 100_000
+        if pair.next_sentence_label == sentence_pairs.IS_NEXT:
+            assert same_document and a[-1] < b[0]  # B comes after A in the same document.
+        else:
+            assert not same_document
+    random_share = np.mean([p.next_sentence_label == sentence_pairs.IS_RANDOM for p in pairs])
+    # 50% by coin; slightly more because a one-sentence chunk can only take a random B.
+    assert 0.45 < random_share < 0.60, random_share
 
 
 def test_truncation_keeps_the_pair_within_the_limit():
-  rng = random.Random(0)
-  for _ in range(200):
-    a = list(range(rng.randint(1, 80)))
-    b = list(range(100, 100 + rng.randint(1, 80)))
-    total = len(a) + len(b)
-    sentence_pairs.truncate_pair(a, b, 40, rng)
-    assert len(a) + len(b) == min(total, 40)
-    assert a and b
+    rng = random.Random(0)
+    for _ in range(200):
+        a = list(range(rng.randint(1, 80)))
+        b = list(range(100, 100 + rng.randint(1, 80)))
+        total = len(a) + len(b)
+        sentence_pairs.truncate_pair(a, b, 40, rng)
+        assert len(a) + len(b) == min(total, 40)
+        assert a and b
 
 
 def test_same_seed_same_bytes_other_seed_other_bytes(tmp_path):
-  corpus_path = write_corpus(str(tmp_path / "corpus"), synthetic_documents(30))
+    corpus_path = write_corpus(str(tmp_path / "corpus"), synthetic_documents(30))
 
-  def run(name, seed):
-    return prepare_data.prepare_pretraining_data(
-        corpus_path, str(tmp_path / name), vocab_size=120, seq_length=32,
-        max_predictions_per_seq=5, dupe_factor=2, num_shards=3, heldout_fraction=0.2,
-        seed=seed, progress=False)
+    def run(name, seed):
+        return prepare_data.prepare_pretraining_data(
+            corpus_path,
+            str(tmp_path / name),
+            vocab_size=120,
+            seq_length=32,
+            max_predictions_per_seq=5,
+            dupe_factor=2,
+            num_shards=3,
+            heldout_fraction=0.2,
+            seed=seed,
+            progress=False,
+        )
 
-  first, again, other = run("a", 7), run("b", 7), run("c", 8)
+    first, again, other = run("a", 7), run("b", 7), run("c", 8)
 
-  def file_bytes(prepared):
-    paths = sorted(glob.glob(prepared.train_files) + glob.glob(prepared.eval_files))
-    paths.append(prepared.vocab_file)
-    return [open(path, "rb").read() for path in paths]
+    def file_bytes(prepared):
+        paths = sorted(glob.glob(prepared.train_files) + glob.glob(prepared.eval_files))
+        paths.append(prepared.vocab_file)
+        return [open(path, "rb").read() for path in paths]
 
-  assert len(glob.glob(first.train_files)) == 3 and len(glob.glob(first.eval_files)) == 3
-  assert first.num_train_sequences > 0 and first.num_eval_sequences > 0
-  assert file_bytes(first) == file_bytes(again)
-  assert file_bytes(first) != file_bytes(other)
+    assert len(glob.glob(first.train_files)) == 3 and len(glob.glob(first.eval_files)) == 3
+    assert first.num_train_sequences > 0 and first.num_eval_sequences > 0
+    assert file_bytes(first) == file_bytes(again)
+    assert file_bytes(first) != file_bytes(other)
 
 
 def test_cli_writes_the_same_bytes_in_a_fresh_process(tmp_path):
-  corpus_path = write_corpus(str(tmp_path / "corpus"), synthetic_documents(20, seed=4))
-  arguments = dict(vocab_size=100, seq_length=32, max_predictions_per_seq=5, dupe_factor=2,
-                   num_shards=2, heldout_fraction=0.25, seed=9)
-  in_process = prepare_data.prepare_pretraining_data(
-      corpus_path, str(tmp_path / "in_process"), progress=False, **arguments)
-  environment = dict(os.environ, PYTHONHASHSEED="123")  # Other string hashing too.
-  completed = subprocess.run(
-      [sys.executable, "-m", "recipes.bert.prepare_data", f"--input_path={corpus_path}",
-       f"--output_dir={tmp_path / 'cli'}"] + [f"--{k}={v}" for k, v in arguments.items()],
-      cwd=REPO_ROOT, env=environment, capture_output=True, text=True, timeout=300)
-  assert completed.returncode == 0, completed.stderr[-2000:]
-  for path in sorted(glob.glob(str(tmp_path / "in_process" / "*.tfrecord"))) + [
-      in_process.vocab_file]:
-    cli_path = path.replace("in_process", "cli")
-    assert open(path, "rb").read() == open(cli_path, "rb").read(), path
+    corpus_path = write_corpus(str(tmp_path / "corpus"), synthetic_documents(20, seed=4))
+    arguments = dict(
+        vocab_size=100,
+        seq_length=32,
+        max_predictions_per_seq=5,
+        dupe_factor=2,
+        num_shards=2,
+        heldout_fraction=0.25,
+        seed=9,
+    )
+    in_process = prepare_data.prepare_pretraining_data(
+        corpus_path, str(tmp_path / "in_process"), progress=False, **arguments
+    )
+    environment = dict(os.environ, PYTHONHASHSEED="123")  # Other string hashing too.
+    completed = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "recipes.bert.prepare_data",
+            f"--input_path={corpus_path}",
+            f"--output_dir={tmp_path / 'cli'}",
+        ]
+        + [f"--{k}={v}" for k, v in arguments.items()],
+        cwd=REPO_ROOT,
+        env=environment,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert completed.returncode == 0, completed.stderr[-2000:]
+    for path in sorted(glob.glob(str(tmp_path / "in_process" / "*.tfrecord"))) + [
+        in_process.vocab_file
+    ]:
+        cli_path = path.replace("in_process", "cli")
+        assert open(path, "rb").read() == open(cli_path, "rb").read(), path
 
 
 def test_chunks_stream_and_bound_the_random_pool(tmp_path, monkeypatch):
-  documents = synthetic_documents(60, seed=2)
-  corpus_path = write_corpus(str(tmp_path / "corpus"), documents)
-  longest = max(len(d) for d in documents)
-  chunk_sentences = 20
-  documents_read = []
-  first_pairs_after = []
-  largest_pool = []
+    documents = synthetic_documents(60, seed=2)
+    corpus_path = write_corpus(str(tmp_path / "corpus"), documents)
+    longest = max(len(d) for d in documents)
+    chunk_sentences = 20
+    documents_read = []
+    first_pairs_after = []
+    largest_pool = []
 
-  real_read = text_files.read_documents
+    real_read = text_files.read_documents
 
-  def counting_read(files):
-    for document in real_read(files):
-      documents_read.append(document)
-      yield document
+    def counting_read(files):
+        for document in real_read(files):
+            documents_read.append(document)
+            yield document
 
-  real_pairs = sentence_pairs.pairs_from_document
+    real_pairs = sentence_pairs.pairs_from_document
 
-  def watching_pairs(index, pool, **kwargs):
-    if not first_pairs_after:
-      first_pairs_after.append(len(documents_read))
-    largest_pool.append(sum(len(d) for d in pool))
-    return real_pairs(index, pool, **kwargs)
+    def watching_pairs(index, pool, **kwargs):
+        if not first_pairs_after:
+            first_pairs_after.append(len(documents_read))
+        largest_pool.append(sum(len(d) for d in pool))
+        return real_pairs(index, pool, **kwargs)
 
-  monkeypatch.setattr(text_files, "read_documents", counting_read)
-  monkeypatch.setattr(sentence_pairs, "pairs_from_document", watching_pairs)
-  prepared = prepare_data.prepare_pretraining_data(
-      corpus_path, str(tmp_path / "out"), vocab_size=120, seq_length=32,
-      max_predictions_per_seq=5, dupe_factor=1, num_shards=1, heldout_fraction=0.0,
-      seed=0, chunk_sentences=chunk_sentences, progress=False)
-  total_read = len(documents_read)
-  # Two passes (vocabulary, then pairs): the pairs of the first chunk are made long
-  # before the second pass has read all documents.
-  assert total_read == 2 * len(documents)
-  assert first_pairs_after[0] - len(documents) <= min(chunk_sentences, len(documents) // 3)
-  # The random-B pool holds at most the previous and the current chunk.
-  assert max(largest_pool) <= 2 * (chunk_sentences + longest - 1)
-  assert prepared.num_train_sequences > 0
+    monkeypatch.setattr(text_files, "read_documents", counting_read)
+    monkeypatch.setattr(sentence_pairs, "pairs_from_document", watching_pairs)
+    prepared = prepare_data.prepare_pretraining_data(
+        corpus_path,
+        str(tmp_path / "out"),
+        vocab_size=120,
+        seq_length=32,
+        max_predictions_per_seq=5,
+        dupe_factor=1,
+        num_shards=1,
+        heldout_fraction=0.0,
+        seed=0,
+        chunk_sentences=chunk_sentences,
+        progress=False,
+    )
+    total_read = len(documents_read)
+    # Two passes (vocabulary, then pairs): the pairs of the first chunk are made long
+    # before the second pass has read all documents.
+    assert total_read == 2 * len(documents)
+    assert first_pairs_after[0] - len(documents) <= min(chunk_sentences, len(documents) // 3)
+    # The random-B pool holds at most the previous and the current chunk.
+    assert max(largest_pool) <= 2 * (chunk_sentences + longest - 1)
+    assert prepared.num_train_sequences > 0
 
 
 def test_embedded_corpus_is_safe_deterministic_and_large(tmp_path, capsys):
-  before = set(sys.modules)
-  paths = corpus.write_embedded_corpus(str(tmp_path / "a"))
-  again = corpus.write_embedded_corpus(str(tmp_path / "b"))
-  assert capsys.readouterr().out == ""  # Nothing printed.
-  newly_imported = set(sys.modules) - before
-  assert not newly_imported & {"antigravity", "this", "tkinter", "idlelib", "turtle",
-                               "webbrowser"}
-  assert not any(name.startswith("test.") for name in newly_imported)
-  contents = [open(p, encoding="utf-8").read() for p in paths]
-  assert contents == [open(p, encoding="utf-8").read() for p in again]
-  words = sum(len(text.split()) for text in contents)
-  assert words > 250_000, words
-  documents = [d for text in contents for d in text.split("\n\n")]
-  assert len(documents) > 300
-  assert "Return the absolute value of the argument." in contents[0]  # builtins.abs
-  assert all(line.strip() for d in documents for line in d.strip("\n").split("\n"))
+    before = set(sys.modules)
+    paths = corpus.write_embedded_corpus(str(tmp_path / "a"))
+    again = corpus.write_embedded_corpus(str(tmp_path / "b"))
+    assert capsys.readouterr().out == ""  # Nothing printed.
+    newly_imported = set(sys.modules) - before
+    assert not newly_imported & {
+        "antigravity",
+        "this",
+        "tkinter",
+        "idlelib",
+        "turtle",
+        "webbrowser",
+    }
+    assert not any(name.startswith("test.") for name in newly_imported)
+    contents = [open(p, encoding="utf-8").read() for p in paths]
+    assert contents == [open(p, encoding="utf-8").read() for p in again]
+    words = sum(len(text.split()) for text in contents)
+    assert words > 250_000, words
+    documents = [d for text in contents for d in text.split("\n\n")]
+    assert len(documents) > 300
+    assert "Return the absolute value of the argument." in contents[0]  # builtins.abs
+    assert all(line.strip() for d in documents for line in d.strip("\n").split("\n"))
 
 
 def test_docstring_sentences_split_prose_and_drop_doctests():
-  text = """Summary line here.
+    text = """Summary line here.
 
       More text. Another sentence! A third?
       >>> for word in words:
       ...     print(word)
       .. note:: a reST directive
   """
-  assert corpus.docstring_sentences(text) == [
-      "Summary line here.", "More text.", "Another sentence!", "A third?"]
+    assert corpus.docstring_sentences(text) == [
+        "Summary line here.",
+        "More text.",
+        "Another sentence!",
+        "A third?",
+    ]
 
 
 def test_make_pretraining_dataset_trains_shuffled_repeated_and_sharded(hand_written):
-  prepared, _ = hand_written
-  kwargs = dict(seq_length=48, max_predictions_per_seq=6, batch_size=4)
+    prepared, _ = hand_written
+    kwargs = dict(seq_length=48, max_predictions_per_seq=6, batch_size=4)
 
-  def first_batches(seed, count):
-    dataset = input_lib.make_pretraining_dataset(prepared.train_files, is_training=True,
-                                                 seed=seed, **kwargs)
-    return [x["input_word_ids"].numpy() for x, _ in dataset.take(count)]
+    def first_batches(seed, count):
+        dataset = input_lib.make_pretraining_dataset(
+            prepared.train_files, is_training=True, seed=seed, **kwargs
+        )
+        return [x["input_word_ids"].numpy() for x, _ in dataset.take(count)]
 
-  count = prepared.num_train_sequences // 4 + 3  # More than one pass: it repeats.
-  first, again = first_batches(1, count), first_batches(1, count)
-  assert len(first) == count
-  assert all((a == b).all() for a, b in zip(first, again))
-  in_order = [x["input_word_ids"].numpy() for x, _ in input_lib.make_pretraining_dataset(
-      prepared.train_files, is_training=False, **kwargs)]
-  assert not all((a == b).all() for a, b in zip(first, in_order))  # Shuffled.
+    count = prepared.num_train_sequences // 4 + 3  # More than one pass: it repeats.
+    first, again = first_batches(1, count), first_batches(1, count)
+    assert len(first) == count
+    assert all((a == b).all() for a, b in zip(first, again))
+    in_order = [
+        x["input_word_ids"].numpy()
+        for x, _ in input_lib.make_pretraining_dataset(
+            prepared.train_files, is_training=False, **kwargs
+        )
+    ]
+    assert not all((a == b).all() for a, b in zip(first, in_order))  # Shuffled.
 
-  # Two hosts: each reads its own file (the prepared data has 2 shards), and each
-  # replica gets batch / replicas = 2 sequences per element.
-  shards = sorted(glob.glob(prepared.train_files))
-  assert len(shards) == 2
-  for host in range(2):
-    context = tf.distribute.InputContext(num_input_pipelines=2, input_pipeline_id=host,
-                                         num_replicas_in_sync=2)
-    dataset = input_lib.make_pretraining_dataset(prepared.train_files, is_training=False,
-                                                 input_context=context, **kwargs)
-    assert dataset.element_spec[0]["input_word_ids"].shape == (2, 48)
-    rows = [list(r) for x, _ in dataset for r in x["input_word_ids"].numpy()]
-    in_file = [record["input_ids"] for record in read_records(shards[host])]
-    assert rows and rows == in_file[:len(in_file) // 2 * 2]
-  with pytest.raises(ValueError, match="seed=None"):
-    input_lib.make_pretraining_dataset(
-        prepared.train_files, is_training=True, seed=None,
-        input_context=tf.distribute.InputContext(2, 0, 2), **kwargs)
+    # Two hosts: each reads its own file (the prepared data has 2 shards), and each
+    # replica gets batch / replicas = 2 sequences per element.
+    shards = sorted(glob.glob(prepared.train_files))
+    assert len(shards) == 2
+    for host in range(2):
+        context = tf.distribute.InputContext(
+            num_input_pipelines=2, input_pipeline_id=host, num_replicas_in_sync=2
+        )
+        dataset = input_lib.make_pretraining_dataset(
+            prepared.train_files, is_training=False, input_context=context, **kwargs
+        )
+        assert dataset.element_spec[0]["input_word_ids"].shape == (2, 48)
+        rows = [list(r) for x, _ in dataset for r in x["input_word_ids"].numpy()]
+        in_file = [record["input_ids"] for record in read_records(shards[host])]
+        assert rows and rows == in_file[: len(in_file) // 2 * 2]
+    with pytest.raises(ValueError, match="seed=None"):
+        input_lib.make_pretraining_dataset(
+            prepared.train_files,
+            is_training=True,
+            seed=None,
+            input_context=tf.distribute.InputContext(2, 0, 2),
+            **kwargs,
+        )
 
 
 # --- Bad input --------------------------------------------------------------------------
 
+
 def prepare_small(input_path, output_dir, **kwargs):
-  arguments = dict(vocab_size=60, seq_length=32, max_predictions_per_seq=5, dupe_factor=1,
-                   num_shards=1, heldout_fraction=0.0, seed=0, progress=False)
-  arguments.update(kwargs)
-  return prepare_data.prepare_pretraining_data(input_path, output_dir, **arguments)
+    arguments = dict(
+        vocab_size=60,
+        seq_length=32,
+        max_predictions_per_seq=5,
+        dupe_factor=1,
+        num_shards=1,
+        heldout_fraction=0.0,
+        seed=0,
+        progress=False,
+    )
+    arguments.update(kwargs)
+    return prepare_data.prepare_pretraining_data(input_path, output_dir, **arguments)
 
 
 def test_empty_directory_glob_and_files_are_user_errors(tmp_path):
-  (tmp_path / "empty").mkdir()
-  with pytest.raises(UserError, match=r"empty has no \.txt files"):
-    prepare_small(str(tmp_path / "empty"), str(tmp_path / "out"))
-  with pytest.raises(UserError, match="matches no files"):
-    prepare_small(str(tmp_path / "nothing" / "*.txt"), str(tmp_path / "out"))
-  (tmp_path / "blank").mkdir()
-  (tmp_path / "blank" / "a.txt").write_text("")
-  with pytest.raises(UserError, match="are empty"):
-    prepare_small(str(tmp_path / "blank"), str(tmp_path / "out"))
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(UserError, match=r"empty has no \.txt files"):
+        prepare_small(str(tmp_path / "empty"), str(tmp_path / "out"))
+    with pytest.raises(UserError, match="matches no files"):
+        prepare_small(str(tmp_path / "nothing" / "*.txt"), str(tmp_path / "out"))
+    (tmp_path / "blank").mkdir()
+    (tmp_path / "blank" / "a.txt").write_text("")
+    with pytest.raises(UserError, match="are empty"):
+        prepare_small(str(tmp_path / "blank"), str(tmp_path / "out"))
 
 
 def test_text_file_that_is_not_utf8_is_a_user_error_naming_it(tmp_path):
-  corpus_dir = tmp_path / "corpus"
-  write_corpus(str(corpus_dir), synthetic_documents(5))
-  (corpus_dir / "latin1.txt").write_bytes("Caf\xe9 au lait.\nSecond sentence.\n".encode("latin-1"))
-  with pytest.raises(UserError, match=r"latin1\.txt is not UTF-8 text"):
-    prepare_small(str(corpus_dir), str(tmp_path / "out"))
+    corpus_dir = tmp_path / "corpus"
+    write_corpus(str(corpus_dir), synthetic_documents(5))
+    (corpus_dir / "latin1.txt").write_bytes(
+        "Caf\xe9 au lait.\nSecond sentence.\n".encode("latin-1")
+    )
+    with pytest.raises(UserError, match=r"latin1\.txt is not UTF-8 text"):
+        prepare_small(str(corpus_dir), str(tmp_path / "out"))
 
 
 def test_corpus_without_sentence_pairs_is_a_user_error_and_leaves_no_shards(tmp_path):
-  corpus_path = write_corpus(str(tmp_path / "corpus"), [["Only one sentence here."]])
-  (tmp_path / "out").mkdir()
-  (tmp_path / "out" / "metadata.json").write_text("{}")  # From an earlier, finished run.
-  with pytest.raises(UserError, match="no training sentence pairs") as raised:
-    prepare_small(corpus_path, str(tmp_path / "out"))
-  assert "\n" not in str(raised.value)
-  assert not glob.glob(str(tmp_path / "out" / "*.tfrecord*"))  # No partial output.
-  assert not os.path.exists(tmp_path / "out" / "metadata.json")  # Not "finished".
+    corpus_path = write_corpus(str(tmp_path / "corpus"), [["Only one sentence here."]])
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "metadata.json").write_text("{}")  # From an earlier, finished run.
+    with pytest.raises(UserError, match="no training sentence pairs") as raised:
+        prepare_small(corpus_path, str(tmp_path / "out"))
+    assert "\n" not in str(raised.value)
+    assert not glob.glob(str(tmp_path / "out" / "*.tfrecord*"))  # No partial output.
+    assert not os.path.exists(tmp_path / "out" / "metadata.json")  # Not "finished".
 
 
 def test_heldout_split_without_pairs_is_a_user_error(tmp_path):
-  corpus_path = write_corpus(str(tmp_path / "corpus"), synthetic_documents(3))
-  with pytest.raises(UserError, match="no held-out sentence pairs"):
-    prepare_small(corpus_path, str(tmp_path / "out"), heldout_fraction=0.01)
+    corpus_path = write_corpus(str(tmp_path / "corpus"), synthetic_documents(3))
+    with pytest.raises(UserError, match="no held-out sentence pairs"):
+        prepare_small(corpus_path, str(tmp_path / "out"), heldout_fraction=0.01)
 
 
-@pytest.mark.parametrize("contents, message", [
-    (None, "does not exist"),
-    (b"[PAD]\n[UNK]\n[CLS]\n[SEP]\n\xff\xfe\n", "cannot be read"),
-    ("[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\ntwo words\n", "line 6 is malformed"),
-    ("[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\nfox\nfox\n", "line 7 repeats the token 'fox'"),
-    ("[PAD]\n[UNK]\n[CLS]\n[SEP]\nfox\n", r"lacks the reserved token\(s\) \[MASK\]"),
-    ("", r"lacks the reserved token"),
-])
+@pytest.mark.parametrize(
+    "contents, message",
+    [
+        (None, "does not exist"),
+        (b"[PAD]\n[UNK]\n[CLS]\n[SEP]\n\xff\xfe\n", "cannot be read"),
+        ("[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\ntwo words\n", "line 6 is malformed"),
+        ("[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\nfox\nfox\n", "line 7 repeats the token 'fox'"),
+        ("[PAD]\n[UNK]\n[CLS]\n[SEP]\nfox\n", r"lacks the reserved token\(s\) \[MASK\]"),
+        ("", r"lacks the reserved token"),
+    ],
+)
 def test_bad_vocabulary_files_are_user_errors(tmp_path, contents, message):
-  corpus_path = write_corpus(str(tmp_path / "corpus"), synthetic_documents(5))
-  vocab_path = tmp_path / "vocab.txt"
-  if isinstance(contents, bytes):
-    vocab_path.write_bytes(contents)
-  elif contents is not None:
-    vocab_path.write_text(contents)
-  with pytest.raises(UserError, match=message) as raised:
-    prepare_small(corpus_path, str(tmp_path / "out"), vocab_file=str(vocab_path))
-  assert str(vocab_path) in str(raised.value) and "\n" not in str(raised.value)
+    corpus_path = write_corpus(str(tmp_path / "corpus"), synthetic_documents(5))
+    vocab_path = tmp_path / "vocab.txt"
+    if isinstance(contents, bytes):
+        vocab_path.write_bytes(contents)
+    elif contents is not None:
+        vocab_path.write_text(contents)
+    with pytest.raises(UserError, match=message) as raised:
+        prepare_small(corpus_path, str(tmp_path / "out"), vocab_file=str(vocab_path))
+    assert str(vocab_path) in str(raised.value) and "\n" not in str(raised.value)
 
 
 def test_vocabulary_that_is_a_directory_is_a_user_error(tmp_path):
-  with pytest.raises(UserError, match="cannot be read"):
-    vocabulary.read_vocabulary(str(tmp_path))
+    with pytest.raises(UserError, match="cannot be read"):
+        vocabulary.read_vocabulary(str(tmp_path))
 
 
-@pytest.mark.parametrize("argument, value", [
-    ("seq_length", 4), ("max_predictions_per_seq", 0), ("masked_lm_prob", 0.0),
-    ("dupe_factor", 0), ("num_shards", 0), ("heldout_fraction", 1.0), ("vocab_size", 5),
-])
+@pytest.mark.parametrize(
+    "argument, value",
+    [
+        ("seq_length", 4),
+        ("max_predictions_per_seq", 0),
+        ("masked_lm_prob", 0.0),
+        ("dupe_factor", 0),
+        ("num_shards", 0),
+        ("heldout_fraction", 1.0),
+        ("vocab_size", 5),
+    ],
+)
 def test_out_of_range_arguments_name_themselves(tmp_path, argument, value):
-  with pytest.raises(ValueError, match=f"{argument}={value!r}"):
-    prepare_small("unused", str(tmp_path / "out"), **{argument: value})
+    with pytest.raises(ValueError, match=f"{argument}={value!r}"):
+        prepare_small("unused", str(tmp_path / "out"), **{argument: value})
 
 
 def test_missing_tfrecords_are_a_user_error(tmp_path):
-  with pytest.raises(UserError, match="matches no TFRecord files"):
-    input_lib.make_pretraining_dataset(str(tmp_path / "train-*.tfrecord"), seq_length=8,
-                                       max_predictions_per_seq=2, batch_size=2,
-                                       is_training=False)
+    with pytest.raises(UserError, match="matches no TFRecord files"):
+        input_lib.make_pretraining_dataset(
+            str(tmp_path / "train-*.tfrecord"),
+            seq_length=8,
+            max_predictions_per_seq=2,
+            batch_size=2,
+            is_training=False,
+        )
 
 
 def test_cli_reports_bad_input_in_one_line(tmp_path):
-  (tmp_path / "empty").mkdir()
-  completed = subprocess.run(
-      [sys.executable, "-m", "recipes.bert.prepare_data",
-       f"--input_path={tmp_path / 'empty'}", f"--output_dir={tmp_path / 'out'}"],
-      cwd=REPO_ROOT, capture_output=True, text=True, timeout=300)
-  assert completed.returncode == 2
-  last_lines = [line for line in completed.stderr.splitlines() if line.startswith("error:")]
-  assert len(last_lines) == 1 and "has no .txt files" in last_lines[0]
-  assert "Traceback" not in completed.stderr
+    (tmp_path / "empty").mkdir()
+    completed = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "recipes.bert.prepare_data",
+            f"--input_path={tmp_path / 'empty'}",
+            f"--output_dir={tmp_path / 'out'}",
+        ],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert completed.returncode == 2
+    last_lines = [line for line in completed.stderr.splitlines() if line.startswith("error:")]
+    assert len(last_lines) == 1 and "has no .txt files" in last_lines[0]
+    assert "Traceback" not in completed.stderr

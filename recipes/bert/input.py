@@ -24,6 +24,7 @@ There is no third (sample_weight) element: the masked-LM weights are per predict
 per example, so they travel in `labels` and the loss applies them (as Model Garden's
 `MaskedLMTask.build_losses` does with `masked_lm_weights`).
 """
+
 import glob
 from typing import Optional
 
@@ -37,53 +38,80 @@ LABEL_KEYS = ("masked_lm_ids", "masked_lm_weights", "next_sentence_labels")
 SHUFFLE_BUFFER_SIZE = 10_000  # Records; Model Garden's DataConfig default is 100.
 
 
-def make_pretraining_dataset(file_pattern: str, *, seq_length: int,
-                             max_predictions_per_seq: int, batch_size: int,
-                             is_training: bool,
-                             input_context: Optional[tf.distribute.InputContext] = None,
-                             seed: Optional[int] = None) -> tf.data.Dataset:
-  """A dataset of `(features, labels)` batches read from the pretraining TFRecords.
+def make_pretraining_dataset(
+    file_pattern: str,
+    *,
+    seq_length: int,
+    max_predictions_per_seq: int,
+    batch_size: int,
+    is_training: bool,
+    input_context: Optional[tf.distribute.InputContext] = None,
+    seed: Optional[int] = None,
+) -> tf.data.Dataset:
+    """A dataset of `(features, labels)` batches read from the pretraining TFRecords.
 
-  Args:
-    file_pattern: a glob (or comma-separated globs) of TFRecord files, e.g.
-      `PreparedData.train_files`.
-    seq_length, max_predictions_per_seq: the values the files were written with.
-    batch_size: the global batch of one element; with `input_context` each replica gets
-      `batch_size / num_replicas_in_sync` (e.g. the micro-batch times the replicas).
-    is_training: True: shuffled with `seed` (files, then a 10k-record buffer) and
-      repeated forever. False: one pass in file order (files sorted by name, records in
-      file order), no shuffling.
-    input_context: from `strategy.distribute_datasets_from_function`; shards the files
-      per input pipeline (host).
-    seed: shuffling seed. Must be set when several input pipelines read for training, so
-      that all hosts shuffle the file list the same way before taking their shard.
+    Args:
+      file_pattern: a glob (or comma-separated globs) of TFRecord files, e.g.
+        `PreparedData.train_files`.
+      seq_length, max_predictions_per_seq: the values the files were written with.
+      batch_size: the global batch of one element; with `input_context` each replica gets
+        `batch_size / num_replicas_in_sync` (e.g. the micro-batch times the replicas).
+      is_training: True: shuffled with `seed` (files, then a 10k-record buffer) and
+        repeated forever. False: one pass in file order (files sorted by name, records in
+        file order), no shuffling.
+      input_context: from `strategy.distribute_datasets_from_function`; shards the files
+        per input pipeline (host).
+      seed: shuffling seed. Must be set when several input pipelines read for training, so
+        that all hosts shuffle the file list the same way before taking their shard.
 
-  Both modes drop the last partial batch (static shapes): an evaluation pass covers
-  `floor(num_sequences / batch_size) * batch_size` sequences.
+    Both modes drop the last partial batch (static shapes): an evaluation pass covers
+    `floor(num_sequences / batch_size) * batch_size` sequences.
 
-  Raises:
-    UserError: `file_pattern` matches no files.
-    ValueError: `seed` is None while several input pipelines read training data.
-  """
-  files = sorted({path for pattern in file_pattern.split(",") if pattern.strip()
-                  for path in glob.glob(pattern.strip())})
-  if not files:
-    raise UserError(f"pretraining data: {file_pattern} matches no TFRecord files: run "
-                    "`python -m recipes.bert.prepare_data --output_dir=DIR` and point the "
-                    "config at DIR/train-*.tfrecord")
-  if (is_training and seed is None and input_context is not None
-      and input_context.num_input_pipelines > 1):
-    raise ValueError(f"seed=None with {input_context.num_input_pipelines} input pipelines: "
-                     "give a seed so every host shuffles the file list the same way")
-  config = pretrain_dataloader.BertPretrainDataConfig(
-      input_path=files, global_batch_size=batch_size, is_training=is_training,
-      seq_length=seq_length, max_predictions_per_seq=max_predictions_per_seq,
-      use_next_sentence_label=True, drop_remainder=True, deterministic=True, seed=seed,
-      shuffle_buffer_size=SHUFFLE_BUFFER_SIZE)
-  dataset = pretrain_dataloader.BertPretrainDataLoader(config).load(input_context)
-  return dataset.map(_features_and_labels, num_parallel_calls=tf.data.AUTOTUNE,
-                     deterministic=True)
+    Raises:
+      UserError: `file_pattern` matches no files.
+      ValueError: `seed` is None while several input pipelines read training data.
+    """
+    files = sorted(
+        {
+            path
+            for pattern in file_pattern.split(",")
+            if pattern.strip()
+            for path in glob.glob(pattern.strip())
+        }
+    )
+    if not files:
+        raise UserError(
+            f"pretraining data: {file_pattern} matches no TFRecord files: run "
+            "`python -m recipes.bert.prepare_data --output_dir=DIR` and point the "
+            "config at DIR/train-*.tfrecord"
+        )
+    if (
+        is_training
+        and seed is None
+        and input_context is not None
+        and input_context.num_input_pipelines > 1
+    ):
+        raise ValueError(
+            f"seed=None with {input_context.num_input_pipelines} input pipelines: "
+            "give a seed so every host shuffles the file list the same way"
+        )
+    config = pretrain_dataloader.BertPretrainDataConfig(
+        input_path=files,
+        global_batch_size=batch_size,
+        is_training=is_training,
+        seq_length=seq_length,
+        max_predictions_per_seq=max_predictions_per_seq,
+        use_next_sentence_label=True,
+        drop_remainder=True,
+        deterministic=True,
+        seed=seed,
+        shuffle_buffer_size=SHUFFLE_BUFFER_SIZE,
+    )
+    dataset = pretrain_dataloader.BertPretrainDataLoader(config).load(input_context)
+    return dataset.map(
+        _features_and_labels, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True
+    )
 
 
 def _features_and_labels(batch):
-  return ({key: batch[key] for key in FEATURE_KEYS}, {key: batch[key] for key in LABEL_KEYS})
+    return ({key: batch[key] for key in FEATURE_KEYS}, {key: batch[key] for key in LABEL_KEYS})

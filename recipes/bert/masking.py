@@ -20,6 +20,7 @@ are *stateless*, from `(seed, call number)`: the selector gets a stateless `shuf
 (its documented hook), and the values chooser is a subclass whose only change is where its
 uniform numbers come from.
 """
+
 import functools
 
 import numpy as np
@@ -33,87 +34,106 @@ RANDOM_TOKEN_RATE = 0.1  # 10% a random token, (and the remaining 10% unchanged)
 
 
 class _StatelessMaskValuesChooser(tf_text.MaskValuesChooser):
-  """`MaskValuesChooser.get_mask_values` with the same rule, from stateless draws.
+    """`MaskValuesChooser.get_mask_values` with the same rule, from stateless draws.
 
-  Hand-written because the library's chooser has no hook for its random source.
-  """
+    Hand-written because the library's chooser has no hook for its random source.
+    """
 
-  def __init__(self, vocab_size, mask_token, seed):
-    super().__init__(vocab_size, mask_token, mask_token_rate=MASK_TOKEN_RATE,
-                     random_token_rate=RANDOM_TOKEN_RATE)
-    self._seed = seed  # A [2] int64 tensor, new for every call.
+    def __init__(self, vocab_size, mask_token, seed):
+        super().__init__(
+            vocab_size,
+            mask_token,
+            mask_token_rate=MASK_TOKEN_RATE,
+            random_token_rate=RANDOM_TOKEN_RATE,
+        )
+        self._seed = seed  # A [2] int64 tensor, new for every call.
 
-  def get_mask_values(self, masked_lm_ids):
-    flat_ids = masked_lm_ids.flat_values
-    kind_seed, id_seed = tf.unstack(tf.random.experimental.stateless_split(self._seed, 2))
-    # u ~ U[0, 1) decides per selected token: [MASK], random id, or unchanged.
-    u = tf.random.stateless_uniform(tf.shape(flat_ids), seed=kind_seed)
-    random_ids = tf.random.stateless_uniform(
-        tf.shape(flat_ids), seed=id_seed, minval=0, maxval=self.vocab_size,
-        dtype=flat_ids.dtype)
-    use_mask = u < MASK_TOKEN_RATE  # 80%: [MASK]
-    use_random = (u >= MASK_TOKEN_RATE) & (u < MASK_TOKEN_RATE + RANDOM_TOKEN_RATE)  # 10%
-    values = tf.where(use_mask, tf.cast(self.mask_token, flat_ids.dtype),
-                      tf.where(use_random, random_ids, flat_ids))  # else 10%: unchanged
-    return masked_lm_ids.with_flat_values(values)
+    def get_mask_values(self, masked_lm_ids):
+        flat_ids = masked_lm_ids.flat_values
+        kind_seed, id_seed = tf.unstack(tf.random.experimental.stateless_split(self._seed, 2))
+        # u ~ U[0, 1) decides per selected token: [MASK], random id, or unchanged.
+        u = tf.random.stateless_uniform(tf.shape(flat_ids), seed=kind_seed)
+        random_ids = tf.random.stateless_uniform(
+            tf.shape(flat_ids), seed=id_seed, minval=0, maxval=self.vocab_size, dtype=flat_ids.dtype
+        )
+        use_mask = u < MASK_TOKEN_RATE  # 80%: [MASK]
+        use_random = (u >= MASK_TOKEN_RATE) & (u < MASK_TOKEN_RATE + RANDOM_TOKEN_RATE)  # 10%
+        values = tf.where(
+            use_mask,
+            tf.cast(self.mask_token, flat_ids.dtype),
+            tf.where(use_random, random_ids, flat_ids),
+        )  # else 10%: unchanged
+        return masked_lm_ids.with_flat_values(values)
 
 
 @functools.lru_cache(maxsize=None)
-def _masking_function(vocab_size: int, special_ids: SpecialIds, masked_lm_prob: float,
-                      max_predictions_per_seq: int):
-  """The traced masking graph; the seed is an input, so one trace serves every seed."""
-  unselectable_ids = [special_ids.cls, special_ids.sep, special_ids.pad]
+def _masking_function(
+    vocab_size: int, special_ids: SpecialIds, masked_lm_prob: float, max_predictions_per_seq: int
+):
+    """The traced masking graph; the seed is an input, so one trace serves every seed."""
+    unselectable_ids = [special_ids.cls, special_ids.sep, special_ids.pad]
 
-  @tf.function(input_signature=[tf.RaggedTensorSpec([None, None], tf.int64),
-                                tf.TensorSpec([2], tf.int64)])
-  def mask(token_ids, call_seed):
-    shuffle_seed, values_seed = tf.unstack(
-        tf.random.experimental.stateless_split(call_seed, 2))
+    @tf.function(
+        input_signature=[tf.RaggedTensorSpec([None, None], tf.int64), tf.TensorSpec([2], tf.int64)]
+    )
+    def mask(token_ids, call_seed):
+        shuffle_seed, values_seed = tf.unstack(tf.random.experimental.stateless_split(call_seed, 2))
 
-    def shuffle_row(positions):
-      # Rows hold disjoint, increasing flat positions, so the row's largest position
-      # gives each row of the batch its own seed.
-      row_seed = tf.random.experimental.stateless_fold_in(
-          shuffle_seed, tf.reduce_max(positions))
-      return tf.random.experimental.stateless_shuffle(positions, seed=row_seed)
+        def shuffle_row(positions):
+            # Rows hold disjoint, increasing flat positions, so the row's largest position
+            # gives each row of the batch its own seed.
+            row_seed = tf.random.experimental.stateless_fold_in(
+                shuffle_seed, tf.reduce_max(positions)
+            )
+            return tf.random.experimental.stateless_shuffle(positions, seed=row_seed)
 
-    selector = tf_text.RandomItemSelector(
-        max_selections_per_batch=max_predictions_per_seq,  # Applied per sequence (row).
-        selection_rate=masked_lm_prob, unselectable_ids=unselectable_ids,
-        shuffle_fn=shuffle_row)
-    chooser = _StatelessMaskValuesChooser(vocab_size, special_ids.mask, values_seed)
-    return tf_text.mask_language_model(token_ids, selector, chooser)
+        selector = tf_text.RandomItemSelector(
+            max_selections_per_batch=max_predictions_per_seq,  # Applied per sequence (row).
+            selection_rate=masked_lm_prob,
+            unselectable_ids=unselectable_ids,
+            shuffle_fn=shuffle_row,
+        )
+        chooser = _StatelessMaskValuesChooser(vocab_size, special_ids.mask, values_seed)
+        return tf_text.mask_language_model(token_ids, selector, chooser)
 
-  return mask
+    return mask
 
 
 class Masker:
-  """Masks batches of variable-length sequences of token ids, reproducibly from `seed`."""
+    """Masks batches of variable-length sequences of token ids, reproducibly from `seed`."""
 
-  def __init__(self, *, vocab_size: int, special_ids: SpecialIds, masked_lm_prob: float,
-               max_predictions_per_seq: int, seed: int):
-    self._mask = _masking_function(vocab_size, special_ids, masked_lm_prob,
-                                   max_predictions_per_seq)
-    self._seed = seed
-    self._num_calls = 0
+    def __init__(
+        self,
+        *,
+        vocab_size: int,
+        special_ids: SpecialIds,
+        masked_lm_prob: float,
+        max_predictions_per_seq: int,
+        seed: int
+    ):
+        self._mask = _masking_function(
+            vocab_size, special_ids, masked_lm_prob, max_predictions_per_seq
+        )
+        self._seed = seed
+        self._num_calls = 0
 
-  def __call__(self, sequences):
-    """Masks a list of id lists.
+    def __call__(self, sequences):
+        """Masks a list of id lists.
 
-    Returns (masked_ids, positions, original_ids): lists of NumPy int64 arrays, one per
-    sequence; positions are ascending.
-    """
-    lengths = np.array([len(s) for s in sequences], np.int64)
-    flat = np.fromiter((t for s in sequences for t in s), np.int64, int(lengths.sum()))
-    ragged = tf.RaggedTensor.from_row_lengths(flat, lengths)
-    call_seed = tf.constant([self._seed, self._num_calls], tf.int64)
-    self._num_calls += 1
-    masked_ids, positions, original_ids = self._mask(ragged, call_seed)
-    return tuple(_rows(r) for r in (masked_ids, positions, original_ids))
+        Returns (masked_ids, positions, original_ids): lists of NumPy int64 arrays, one per
+        sequence; positions are ascending.
+        """
+        lengths = np.array([len(s) for s in sequences], np.int64)
+        flat = np.fromiter((t for s in sequences for t in s), np.int64, int(lengths.sum()))
+        ragged = tf.RaggedTensor.from_row_lengths(flat, lengths)
+        call_seed = tf.constant([self._seed, self._num_calls], tf.int64)
+        self._num_calls += 1
+        masked_ids, positions, original_ids = self._mask(ragged, call_seed)
+        return tuple(_rows(r) for r in (masked_ids, positions, original_ids))
 
 
 def _rows(ragged):
-  """A ragged [batch, (n)] tensor as a list of NumPy rows."""
-  values = ragged.flat_values.numpy()
-  splits = ragged.row_splits.numpy()
-  return [values[splits[i]:splits[i + 1]] for i in range(len(splits) - 1)]
+    """A ragged [batch, (n)] tensor as a list of NumPy rows."""
+    values = ragged.flat_values.numpy()
+    splits = ragged.row_splits.numpy()
+    return [values[splits[i] : splits[i + 1]] for i in range(len(splits) - 1)]
