@@ -57,8 +57,8 @@ def make_pretraining_dataset(
       batch_size: the global batch of one element; with `input_context` each replica gets
         `batch_size / num_replicas_in_sync` (e.g. the micro-batch times the replicas).
       is_training: True: shuffled with `seed` (files, then a 10k-record buffer) and
-        repeated forever. False: one pass in file order (files sorted by name, records in
-        file order), no shuffling.
+        repeated forever. False: one pass, no shuffling, in a fixed order (files sorted by
+        name, records of the files interleaved deterministically).
       input_context: from `strategy.distribute_datasets_from_function`; shards the files
         per input pipeline (host).
       seed: shuffling seed. Must be set when several input pipelines read for training, so
