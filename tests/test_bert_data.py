@@ -619,6 +619,15 @@ def test_out_of_range_arguments_name_themselves(tmp_path, argument, value):
         prepare_small("unused", str(tmp_path / "out"), **{argument: value})
 
 
+@pytest.mark.parametrize(
+    "argument, value",
+    [("seq_length", "128"), ("dupe_factor", 2.5), ("masked_lm_prob", None), ("num_shards", True)],
+)
+def test_arguments_of_the_wrong_type_name_themselves(tmp_path, argument, value):
+    with pytest.raises(TypeError, match=re.escape(f"{argument}={value!r}")):
+        prepare_small("unused", str(tmp_path / "out"), **{argument: value})
+
+
 def test_missing_tfrecords_are_a_user_error(tmp_path):
     with pytest.raises(UserError, match="matches no TFRecord files"):
         input_lib.make_pretraining_dataset(

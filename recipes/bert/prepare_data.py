@@ -120,6 +120,7 @@ def prepare_pretraining_data(
       A `PreparedData`.
 
     Raises:
+      TypeError: an argument of the wrong type (named, with its value).
       ArgumentError (a ValueError): an argument out of range (named, with its value).
       UserError: the corpus or vocabulary cannot be used (one line: what, where, what to do).
     """
@@ -257,8 +258,17 @@ class ArgumentError(ValueError):
     """An argument of `prepare_pretraining_data` is out of range."""
 
 
+_FLOAT_ARGUMENTS = ("masked_lm_prob", "short_seq_prob", "heldout_fraction")
+
+
 def _check_arguments(**values):
-    """Raises ArgumentError naming the first argument out of its range."""
+    """Raises TypeError / ArgumentError naming the first argument of a wrong type or range."""
+    for name, value in values.items():
+        expected_type = (int, float) if name in _FLOAT_ARGUMENTS else int
+        if isinstance(value, bool) or not isinstance(value, expected_type):
+            raise TypeError(
+                f"{name}={value!r}: expected {'a float' if name in _FLOAT_ARGUMENTS else 'an int'}"
+            )
     rules = {
         "seq_length": (lambda v: v >= 5, "an int >= 5 ([CLS] A [SEP] B [SEP])"),
         "max_predictions_per_seq": (
