@@ -91,6 +91,10 @@ def make_checkpoint_manager(model, directory, max_to_keep=3):
     checkpoint = tf.train.Checkpoint(
         model=model, optimizer=model.optimizer, random_generators=random_generators(model)
     )
+    # Create the lazily made save counter now, on every worker alike: made later inside
+    # `fit` (a MultiWorkerMirroredStrategy scope) it would be a broadcast that only the
+    # workers which had not restored would run, and the collectives would mismatch.
+    checkpoint.save_counter  # pylint: disable=pointless-statement
     return tf.train.CheckpointManager(
         checkpoint, os.path.join(directory, CHECKPOINT_SUBDIR), max_to_keep=max_to_keep
     )
@@ -101,13 +105,14 @@ def latest_checkpoint(model_dir):
     return tf.train.latest_checkpoint(os.path.join(model_dir, CHECKPOINT_SUBDIR))
 
 
-def restore(manager, model_dir=None):
-    """Restores the newest checkpoint; returns the restored optimizer step (0 if none).
+def restore(manager, restore_dir=None):
+    """Restores the newest checkpoint of `restore_dir` (default: the manager's directory)
+    into the manager's objects; returns the restored optimizer step (0 if none).
 
     The model and optimizer must already be built, so that a checkpoint of another model
     shape fails here with one line instead of deep inside training.
     """
-    path = manager.latest_checkpoint
+    path = latest_checkpoint(restore_dir) if restore_dir else manager.latest_checkpoint
     if path is None:
         return 0
     try:
@@ -354,10 +359,9 @@ def train(
         )
     manager = make_checkpoint_manager(model, model_dir)
     build_optimizer_state(model)
-    if restore_dir is None or restore_dir == model_dir:
-        first_step = restore(manager)
-    else:
-        first_step = restore(make_checkpoint_manager(model, restore_dir))
+    # Into the objects of the manager that saves: one Checkpoint object per process, alike
+    # on every worker.
+    first_step = restore(manager, restore_dir)
     if first_step % checkpoint_every:
         raise UserError(
             f"the checkpoint in {model_dir} is at step {first_step}, not a multiple of "
