@@ -193,3 +193,13 @@ def test_find_corrupt_records_names_record_and_file(tmp_path):
     assert (found.file, found.index) == (path, 2)
     line = convert.describe_corrupt_record(found)
     assert "record 2" in line and path in line and "\n" not in line
+
+
+def test_png_record_is_flagged_only_when_the_pipeline_reads_jpeg_only(tmp_path):
+    convert.convert_arrays(
+        np.zeros((3, 4, 4), np.uint8), [0, 1, 0], str(tmp_path), image_format="png", num_shards=1
+    )
+    found = convert.find_corrupt_records(str(tmp_path / "train-*"), jpeg_only=True)
+    assert [record.index for record in found] == [0, 1, 2]
+    assert "decode_jpeg_only" in found[0].problem and "function_node" not in found[0].problem
+    assert convert.find_corrupt_records(str(tmp_path / "train-*"), jpeg_only=False) == []

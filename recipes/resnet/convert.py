@@ -33,6 +33,7 @@ import collections
 import dataclasses
 import json
 import os
+import re
 import sys
 import uuid
 
@@ -47,6 +48,7 @@ IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".gif")
 IMAGE_FORMATS = ("jpeg", "png")
 INFO_FILE = "dataset_info.json"
 LABELS_FILE = "labels.txt"
+JPEG_MAGIC = b"\xff\xd8\xff"  # start of every JPEG file
 
 CorruptRecord = collections.namedtuple("CorruptRecord", ["file", "index", "problem"])
 
@@ -125,7 +127,7 @@ def read_image_file(path, label):
             "delete the file"
         ) from None
     is_rgb_jpeg = (
-        contents[:3] == b"\xff\xd8\xff" and int(tf.image.extract_jpeg_shape(contents)[2]) == 3
+        contents.startswith(JPEG_MAGIC) and int(tf.image.extract_jpeg_shape(contents)[2]) == 3
     )
     if is_rgb_jpeg:
         return Source(
@@ -151,7 +153,7 @@ def sources_from_arrays(images, labels):
         )
     if labels.ndim != 1 or len(labels) != len(images):
         raise UserError(f"labels must have shape [N] = [{len(images)}], got {list(labels.shape)}")
-    if not np.issubdtype(labels.dtype, np.integer) or len(labels) and labels.min() < 0:
+    if not np.issubdtype(labels.dtype, np.integer) or (len(labels) and labels.min() < 0):
         raise UserError(
             "labels must be integers >= 0 (class indices), got "
             f"dtype {labels.dtype}" + (f", min {labels.min()}" if len(labels) else "")
@@ -366,7 +368,11 @@ def _decodes(serialized, jpeg_only):
     )
     encoded = features["image/encoded"]
     if jpeg_only:
-        return tf.shape(tf.io.decode_jpeg(encoded, channels=3))
+        # the pipeline's fused path (Model Garden random_crop_image_v2 / center_crop_image_v2):
+        # it refuses PNG, which tf.io.decode_jpeg would quietly accept
+        shape = tf.image.extract_jpeg_shape(encoded)
+        window = tf.stack([0, 0, shape[0], shape[1]])
+        return tf.shape(tf.image.decode_and_crop_jpeg(encoded, window, channels=3))
     return tf.shape(tf.io.decode_image(encoded, channels=3, expand_animations=False))
 
 
@@ -417,8 +423,13 @@ def _why_undecodable(serialized, jpeg_only):
         _decodes(serialized, jpeg_only)
     except (tf.errors.InvalidArgumentError, tf.errors.UnimplementedError) as error:
         message = _first_line(error)
-        if jpeg_only and "JPEG" not in message.upper():
-            message += " (data.decode_jpeg_only is true: only JPEG images are read)"
+        example = tf.train.Example.FromString(serialized.numpy())
+        encoded = example.features.feature["image/encoded"].bytes_list.value
+        if jpeg_only and encoded and not encoded[0].startswith(JPEG_MAGIC):
+            message += (
+                " (the image is not a JPEG and data.decode_jpeg_only is true: set it to false"
+                " or convert with --image_format=jpeg)"
+            )
         return message
     return "decodes when read alone"
 
@@ -433,6 +444,7 @@ def describe_corrupt_record(record):
 
 def _first_line(error):
     message = getattr(error, "message", None) or str(error)
+    message = re.sub(r"\{\{function_node [^}]*\}\}\s*", "", message)  # TF's graph-function prefix
     return message.strip().splitlines()[0][:200]
 
 
