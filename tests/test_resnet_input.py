@@ -137,3 +137,26 @@ def test_label_outside_num_classes_fails_with_a_named_reason(four_files):
 def test_empty_pattern_is_a_user_error(tmp_path):
     with pytest.raises(input_lib.UserError, match="matches no file"):
         input_lib.make_train_dataset(data_config(), str(tmp_path / "nothing-*"), 4)
+
+
+def test_eval_under_two_replicas_counts_every_example_once(four_files, two_cpu_strategy):
+    # MirroredStrategy over 2 logical CPUs: one input pipeline feeding 2 replicas.
+    steps = input_lib.eval_steps(24, 10)  # global eval batch 10 = 2 replicas x 5
+    dataset = two_cpu_strategy.distribute_datasets_from_function(
+        lambda context: input_lib.make_eval_dataset(
+            data_config(), four_files, 5, steps, input_context=context
+        )
+    )
+    labels_seen, total_weight, batches = [], 0.0, 0
+    for _, labels, weights in dataset:
+        batches += 1
+        for replica_labels, replica_weights in zip(
+            two_cpu_strategy.experimental_local_results(labels),
+            two_cpu_strategy.experimental_local_results(weights),
+        ):
+            assert replica_weights.shape == (5,)
+            labels_seen.extend(replica_labels.numpy()[replica_weights.numpy() == 1.0])
+            total_weight += float(replica_weights.numpy().sum())
+    assert batches == steps == 3
+    assert total_weight == 24
+    assert np.bincount(labels_seen).tolist() == [6, 6, 6, 6]
