@@ -17,6 +17,20 @@ tf.config.set_logical_device_configuration(
     _cpus[0], [tf.config.LogicalDeviceConfiguration(), tf.config.LogicalDeviceConfiguration()]
 )
 
+# Resolve `tf.keras` now, as Keras 3 (the TF 2.20 default), so that a recipe module imported
+# during collection (it sets TF_USE_LEGACY_KERAS=1 for its own CLI) cannot flip it for the
+# tests that follow; the variable itself is put back once collection is done.
+_LEGACY_KERAS_AT_START = os.environ.get("TF_USE_LEGACY_KERAS")
+assert tf.keras.optimizers.Optimizer is not None
+
+
+def pytest_collection_finish(session):
+    if _LEGACY_KERAS_AT_START is None:
+        os.environ.pop("TF_USE_LEGACY_KERAS", None)
+    else:
+        os.environ["TF_USE_LEGACY_KERAS"] = _LEGACY_KERAS_AT_START
+
+
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 

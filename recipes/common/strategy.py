@@ -91,7 +91,10 @@ def _tpu_strategy(tpu):
             "check the TPU name and that this VM can reach it, or drop --tpu"
         )
     if "error" in outcome:
-        first_line = str(outcome["error"]).strip().splitlines()[0][:200]
+        first_line = str(outcome["error"]).strip().splitlines()[0]
+        first_line = first_line.split(" with these attrs")[0]  # TF appends op attributes
+        if len(first_line) > 200:
+            first_line = first_line[:200].rsplit(" ", 1)[0] + " ..."
         raise UserError(
             f"--tpu={tpu}: no usable TPU on this machine ({first_line}); run on a "
             "TPU VM, or drop --tpu to train on CPU/GPU"
