@@ -10,13 +10,16 @@ process per command line, two at a time); each is still `python -m <recipe> <fla
 from its `__main__` block to its exit status.
 """
 
+import glob
 import json
 import os
 import shutil
 import subprocess
 import sys
 
+import numpy as np
 import pytest
+import tensorflow as tf
 import yaml
 
 import reliability_cli as cli
@@ -63,6 +66,12 @@ CASES = {
     "model-dir-holds-another-model-shape": (BERT, TRAINED,
                                            ["--params_override=model.hidden_size=32"],
                                            ["does not fit this model", "new --model_dir"]),
+    # Corrupt float data (every masked-LM weight NaN): the run restores step 2, its loss is
+    # NaN at step 3, it stops there and the checkpoint of step 2 stays as it was.
+    "nan-in-training-data": (BERT, TRAINED,
+                             ["--params_override=data.train_files={d}/nan/train-*,train.steps=4"],
+                             ["loss became nan at step 3;", "last good checkpoint is",
+                              "ckpt-2", "check the input data"]),
     "tpu-flag-without-tpu": (BERT, FRESH, ["--tpu=local"],
                              ["--tpu=local", "no usable TPU", "drop --tpu"]),
     "export-before-any-checkpoint": (BERT, FRESH, ["--mode=export"],
@@ -75,6 +84,8 @@ CASES = {
     "resnet-export-before-any-checkpoint": (RESNET, FRESH, ["--mode=export"],
                                             ["no checkpoint in", "train first"]),
 }
+TRAINING_STARTS = {"nan-in-training-data"}  # rows that get past the restore (config.yaml
+# and TensorBoard files are then rewritten; checkpoints and export must stay)
 TPU_SECONDS = 60  # the `--tpu` row must fail within this wall time on a machine without TPU
 
 
@@ -88,8 +99,21 @@ def _write_inputs(d, bert_data):
     (d / "one_sentence_documents").mkdir()
     (d / "one_sentence_documents" / "a.txt").write_text(
         "Only one sentence here.\n\nAnother document of one sentence.\n")
+    _poison_masked_lm_weights(bert_data.train_files, str(d / "nan"))
     vocab = open(bert_data.vocab_file, encoding="utf-8").read().splitlines()
     (d / "bigger_vocab.txt").write_text("\n".join(vocab + [f"extra{i}" for i in range(8)]) + "\n")
+
+
+def _poison_masked_lm_weights(pattern, output_dir):
+    """Copies of the TFRecords with every masked-LM weight set to NaN."""
+    os.makedirs(output_dir)
+    for path in sorted(glob.glob(pattern)):
+        with tf.io.TFRecordWriter(os.path.join(output_dir, os.path.basename(path))) as writer:
+            for record in tf.data.TFRecordDataset(path).as_numpy_iterator():
+                example = tf.train.Example.FromString(record)
+                weights = example.features.feature["masked_lm_weights"].float_list.value
+                weights[:] = [float("nan")] * len(weights)
+                writer.write(example.SerializeToString())
 
 
 def _base_args(program, config_file, model_dir):
@@ -114,12 +138,15 @@ def _run_jobs(jobs, workdir):
         return json.load(f)
 
 
-def _snapshot(directory):
-    """{relative path: (size, mtime)} of every file under `directory`."""
+def _snapshot(directory, only=None):
+    """{relative path: (size, mtime)} of every file under `directory` (or of the files
+    under its entries `only`)."""
     found = {}
     for root, _, files in os.walk(directory):
         for name in files:
             path = os.path.join(root, name)
+            if only and os.path.relpath(path, directory).split(os.sep)[0] not in only:
+                continue
             found[os.path.relpath(path, directory)] = (os.path.getsize(path),
                                                         os.stat(path).st_mtime_ns)
     return found
@@ -203,7 +230,14 @@ def test_bad_input_gives_one_line_and_writes_nothing(outcomes, case_id):
         assert seconds < TPU_SECONDS
     # Nothing a later run could take for a result.
     if where == TRAINED:  # checkpoints, export and config.yaml of the trained run untouched
-        assert _snapshot(model_dir) == before
+        if case_id in TRAINING_STARTS:
+            kept = ("checkpoints", "export")
+            assert _snapshot(model_dir, kept) == {
+                path: stat for path, stat in before.items() if path.split(os.sep)[0] in kept}
+            values = cli.checkpoint_values(model_dir)
+            assert all(np.isfinite(v).all() for v in values.values() if v.dtype.kind == "f")
+        else:
+            assert _snapshot(model_dir) == before
         return
     for output in ("export", "saved_model", os.path.join("data", "metadata.json")):
         assert not os.path.exists(os.path.join(model_dir, output)), output
