@@ -24,26 +24,12 @@ def command(module, *args):
     return [sys.executable, "-m", module, *args]
 
 
-def run(module, *args, timeout=240):
-    """Runs `python -m module args` to its end; returns the CompletedProcess (text)."""
-    process = subprocess.Popen(
-        command(module, *args), cwd=REPO_ROOT, env=ENV, stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE, text=True, start_new_session=True)
-    try:
-        stdout, stderr = process.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        kill_group(process)
-        stdout, stderr = process.communicate()
-        raise AssertionError(f"{module} {args} did not finish in {timeout} s:\n{stderr[-3000:]}")
-    return subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr)
-
-
 def start(module, *args, log_path, env=None):
     """Starts `python -m module args` with stdout and stderr going to `log_path`."""
     log = open(log_path, "w")
     process = subprocess.Popen(
-        command(module, *args), cwd=REPO_ROOT, env={**ENV, **(env or {})}, stdout=log, stderr=subprocess.STDOUT,
-        start_new_session=True)
+        command(module, *args), cwd=REPO_ROOT, env={**ENV, **(env or {})}, stdout=log,
+        stderr=subprocess.STDOUT, start_new_session=True)
     log.close()  # the child holds its own descriptor
     return process
 
@@ -91,8 +77,3 @@ def checkpoint_values(model_dir):
 
 def latest_checkpoint(model_dir):
     return training.latest_checkpoint(model_dir) or ""
-
-
-def last_stderr_line(result):
-    lines = [line for line in result.stderr.splitlines() if line.strip()]
-    return lines[-1] if lines else ""

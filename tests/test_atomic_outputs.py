@@ -51,7 +51,8 @@ def test_kill_while_writing_a_checkpoint_keeps_the_previous_one(tmp_path):
 
     def writing_a_later_checkpoint():
         # TF writes the shards under a `_temp` name and renames them when complete.
-        return "saved 2" in cli.read(log_path) and bool(glob.glob(os.path.join(checkpoints, "*_temp*")))
+        return "saved 2" in cli.read(log_path) and bool(
+            glob.glob(os.path.join(checkpoints, "*_temp*")))
 
     assert cli.kill_when(process, writing_a_later_checkpoint, timeout=120), cli.read(log_path)
     saved = [int(line.split()[1]) for line in cli.read(log_path).splitlines()

@@ -60,9 +60,9 @@ CASES = {
                                       ["--params_override=data.corpus={d}/one_sentence_documents,"
                                        "data.train_files=''"],
                                       ["one_sentence_documents", "no training sentence pairs"]),
-    "vocabulary-does-not-match-checkpoint": (BERT, TRAINED,
-                                             ["--params_override=data.vocab_file={d}/bigger_vocab.txt"],
-                                             ["does not fit this model", "vocabulary"]),
+    "vocabulary-does-not-match-checkpoint": (
+        BERT, TRAINED, ["--params_override=data.vocab_file={d}/bigger_vocab.txt"],
+        ["does not fit this model", "vocabulary"]),
     "model-dir-holds-another-model-shape": (BERT, TRAINED,
                                            ["--params_override=model.hidden_size=32"],
                                            ["does not fit this model", "new --model_dir"]),

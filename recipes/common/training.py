@@ -354,7 +354,8 @@ def train(
         lower = total_steps - total_steps % checkpoint_every
         raise UserError(
             f"train.steps={total_steps} is not a multiple of "
-            f"train.checkpoint_every={checkpoint_every}; use train.steps={lower or checkpoint_every} "
+            f"train.checkpoint_every={checkpoint_every}; use "
+            f"train.steps={lower or checkpoint_every} "
             f"or {lower + checkpoint_every}, or another checkpoint_every"
         )
     manager = make_checkpoint_manager(model, model_dir)
