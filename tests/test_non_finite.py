@@ -70,12 +70,15 @@ class _WeightsAfterEachStep(tf_keras.callbacks.Callback):
         self.after[step] = [w.copy() for w in self.model.get_weights()]
 
 
-def test_float16_loss_scaling_skips_and_counts_a_nan_batch(tmp_path, capsys):
+# 2^15: tf_keras' default initial loss scale (the skip halves it); 1: the floor (it stays).
+@pytest.mark.parametrize("initial_scale", [2.0**15, 1.0])
+def test_float16_loss_scaling_skips_and_counts_a_nan_batch(tmp_path, capsys, initial_scale):
     tf_keras.utils.set_random_seed(0)
     model = tf_keras.Sequential([tf_keras.layers.Dense(4, activation="tanh"),
                                  tf_keras.layers.Dense(1)])
     model.build((None, 3))
-    optimizer = tf_keras.mixed_precision.LossScaleOptimizer(tf_keras.optimizers.Adam(0.01))
+    optimizer = tf_keras.mixed_precision.LossScaleOptimizer(
+        tf_keras.optimizers.Adam(0.01), initial_scale=initial_scale)
     model.compile(optimizer=optimizer, loss="mse")
     weights = _WeightsAfterEachStep()
     make = _dataset_maker(poison_step=3, poison_value=np.nan)

@@ -194,9 +194,10 @@ def _loss_scaled(optimizer):
 class _SkippedSteps(tf_keras.callbacks.Callback):
     """float16: logs each step the LossScaleOptimizer skipped for non-finite gradients.
 
-    A dynamic loss scale halves on every skipped step and never falls on an applied one,
-    so a drop of the scale by 2^n means n skipped steps (exact with steps_per_execution=1;
-    a scale already at its floor of 1 hides further skips).
+    A skipped step halves the dynamic loss scale (down to its floor of 1) and resets the
+    growth counter to 0; an applied step raises the counter or, every `dynamic_growth_steps`,
+    doubles the scale. So: a scale drop by 2^n means n skipped steps, and an unchanged scale
+    with the counter at 0 one skipped step (exact with steps_per_execution=1).
     """
 
     def __init__(self, log_dir):
@@ -220,6 +221,10 @@ class _SkippedSteps(tf_keras.callbacks.Callback):
         scale = float(self.model.optimizer.loss_scale)
         if scale < self._scale:
             newly_skipped = round(math.log2(self._scale / scale))
+        else:
+            counter = int(self.model.optimizer.dynamic_counter)
+            newly_skipped = int(scale == self._scale and counter == 0)
+        if newly_skipped:
             self.skipped += newly_skipped
             step = int(self.model.optimizer.iterations.numpy())
             print(
