@@ -75,6 +75,7 @@ def test_a_dead_worker_stops_the_other_and_both_resume(tmp_path):
     assert "ckpt-2" in lines[-1] and "restart every worker" in lines[-1]
     assert "Traceback" not in stderr
     assert survivor_seconds < SURVIVOR_SECONDS
+    print(f"worker 0 stopped {survivor_seconds:.1f} s after worker 1 was killed")
     assert cli.latest_checkpoint(model_dir).endswith("ckpt-2")
 
     # Restart both with the same command: both resume at step 2 and finish.
