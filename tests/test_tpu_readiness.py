@@ -32,7 +32,7 @@ if _LEGACY_KERAS is None:  # keep `tf.keras` of this pytest process as it was
 from recipes.bert.config import BertPretrainingConfig
 from recipes.resnet import convert
 from recipes.resnet import input as resnet_input
-from recipes.resnet import model as resnet_model
+from recipes.resnet import train as resnet_train
 from recipes.resnet.config import ResNetConfig
 
 GLOBAL_BATCH, MICRO_BATCH = 8, 4  # one replica: k = 2 accumulation steps
@@ -137,18 +137,10 @@ def test_resnet_lars_step_compiles_with_xla_under_bfloat16(digits_pattern, bfloa
     config = _resnet_config("lars")
     strategy = tf.distribute.get_strategy()
     plan = accumulation.plan_batch(GLOBAL_BATCH, MICRO_BATCH, strategy.num_replicas_in_sync)
-    # the same builder calls as recipes.resnet.train.run
-    classifier = resnet_model.build_model(config.model, config.data.num_classes,
-                                          config.data.image_size)
-    model = accumulation.GradientAccumulationModel(classifier, plan.accumulation_steps)
-    model.compile(optimizer=resnet_model.build_optimizer(config.optimizer, config.train.steps),
-                  loss=resnet_model.SmoothedCrossEntropy(config.data.num_classes,
-                                                         config.train.label_smoothing),
-                  metrics=resnet_model.metrics())
-    dataset = strategy.distribute_datasets_from_function(
-        lambda context: resnet_input.make_train_dataset(
-            config.data, digits_pattern, plan.per_replica_batch_size, input_context=context,
-            dtype="bfloat16"))
+    config.runtime.jit_compile = True
+    _, model, _ = resnet_train.build_compiled_model(config, plan)
+    dataset = resnet_train.make_distributed_train_dataset(
+        strategy, config, digits_pattern, plan, skip_steps=0, dtype="bfloat16")
 
     hlo, moved = _compile_and_run_step(model, dataset)
 

@@ -87,6 +87,7 @@ class EvalConfig:
 @dataclasses.dataclass
 class RuntimeConfig:
     mixed_precision: str = ""  # "" (float32) | "mixed_bfloat16" (TPU) | "mixed_float16"
+    jit_compile: bool = False  # compile the train step with XLA (true on TPU, where it always is)
 
 
 @dataclasses.dataclass

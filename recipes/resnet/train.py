@@ -102,6 +102,47 @@ def explain_input_error(error, patterns, jpeg_only):
     return None
 
 
+def build_compiled_model(config, plan):
+    """(classifier, accumulating training model, optimizer), compiled; call in strategy.scope().
+
+    The classifier is what gets exported; the training model wraps it for exact gradient
+    accumulation over `plan.accumulation_steps` micro-batches per optimizer step.
+    """
+    classifier = model_lib.build_model(
+        config.model, config.data.num_classes, config.data.image_size
+    )
+    model = accumulation.GradientAccumulationModel(classifier, plan.accumulation_steps)
+    optimizer = model_lib.build_optimizer(config.optimizer, config.train.steps)
+    if config.runtime.mixed_precision == "mixed_float16":
+        optimizer = tf_keras.mixed_precision.LossScaleOptimizer(optimizer)
+    model.compile(
+        optimizer=optimizer,
+        loss=model_lib.SmoothedCrossEntropy(config.data.num_classes, config.train.label_smoothing),
+        metrics=model_lib.metrics(),
+        steps_per_execution=config.train.steps_per_execution,
+        jit_compile=config.runtime.jit_compile,
+    )
+    return classifier, model, optimizer
+
+
+def make_distributed_train_dataset(strategy, config, pattern, plan, skip_steps, dtype):
+    """Endless training batches from `pattern`, one pipeline per host, after `skip_steps` steps."""
+
+    def dataset_fn(context):
+        # each optimizer step takes one batch per local replica from this pipeline
+        replicas_per_pipeline = context.num_replicas_in_sync // context.num_input_pipelines
+        return input_lib.make_train_dataset(
+            config.data,
+            pattern,
+            plan.per_replica_batch_size,
+            input_context=context,
+            skip_batches=skip_steps * replicas_per_pipeline,
+            dtype=dtype,
+        )
+
+    return strategy.distribute_datasets_from_function(dataset_fn)
+
+
 def main(argv):
     del argv
     # ------------------------------------------------------------------ config, strategy
@@ -144,21 +185,7 @@ def run(config, strategy, plan, model_dir):
 
     # ------------------------------------------------------------------ model, optimizer
     with strategy.scope():
-        classifier = model_lib.build_model(
-            config.model, config.data.num_classes, config.data.image_size
-        )
-        model = accumulation.GradientAccumulationModel(classifier, plan.accumulation_steps)
-        optimizer = model_lib.build_optimizer(config.optimizer, config.train.steps)
-        if config.runtime.mixed_precision == "mixed_float16":
-            optimizer = tf_keras.mixed_precision.LossScaleOptimizer(optimizer)
-        model.compile(
-            optimizer=optimizer,
-            loss=model_lib.SmoothedCrossEntropy(
-                config.data.num_classes, config.train.label_smoothing
-            ),
-            metrics=model_lib.metrics(),
-            steps_per_execution=config.train.steps_per_execution,
-        )
+        classifier, model, optimizer = build_compiled_model(config, plan)
         training.build_optimizer_state(model)
     layerwise = getattr(optimizer, "inner_optimizer", optimizer)
     summary, table = model_lib.exclusion_summary(layerwise)
@@ -167,19 +194,9 @@ def run(config, strategy, plan, model_dir):
     jpeg_only = config.data.decode_jpeg_only
 
     def make_train_dataset(skip_steps):
-        def dataset_fn(context):
-            # each optimizer step takes one batch per local replica from this pipeline
-            replicas_per_pipeline = context.num_replicas_in_sync // context.num_input_pipelines
-            return input_lib.make_train_dataset(
-                config.data,
-                train_pattern,
-                plan.per_replica_batch_size,
-                input_context=context,
-                skip_batches=skip_steps * replicas_per_pipeline,
-                dtype=image_dtype,
-            )
-
-        return strategy.distribute_datasets_from_function(dataset_fn)
+        return make_distributed_train_dataset(
+            strategy, config, train_pattern, plan, skip_steps, image_dtype
+        )
 
     # ------------------------------------------------------------------ train
     if mode in ("train", "train_and_eval"):
