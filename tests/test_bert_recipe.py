@@ -144,6 +144,25 @@ def test_resume_is_a_no_op_when_the_run_is_complete(trained_runs, config_file):
     assert "restored" in result.stdout and "already trained to step 2" in result.stdout
 
 
+def test_phase_two_starts_from_phase_one_weights_with_a_fresh_optimizer(
+        trained_runs, config_file, tmp_path):
+    """train.init_checkpoint loads weights only: the step counter starts again at 0."""
+    phase_one_dir, _ = trained_runs[1]
+    phase_two_dir = str(tmp_path / "phase2")
+    result = run_pretrain(f"--config_file={config_file}", f"--model_dir={phase_two_dir}",
+                          "--mode=train", "--params_override=train.steps=2,optimizer."
+                          f"learning_rate=0.0,train.init_checkpoint={phase_one_dir}")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "initialised weights from" in result.stdout
+    phase_one = checkpoint_values(phase_one_dir)
+    phase_two = checkpoint_values(phase_two_dir)
+    assert int(phase_two["optimizer/_iterations/.ATTRIBUTES/VARIABLE_VALUE"]) == 2
+    # With learning rate 0 the two updates change nothing: phase 2 ends on phase 1's weights.
+    weights = [key for key in phase_one if key.startswith("model/")]
+    for key in weights:
+        np.testing.assert_array_equal(phase_two[key], phase_one[key], err_msg=key)
+
+
 def test_bad_config_key_gives_one_line_and_nonzero_exit(config_file, tmp_path):
     result = run_pretrain(f"--config_file={config_file}", f"--model_dir={tmp_path}",
                           "--params_override=train.stepz=3")

@@ -326,7 +326,10 @@ def restore_weights_only(model, init_checkpoint):
             f"train.init_checkpoint={init_checkpoint!r} holds no checkpoint; give phase 1's "
             "model_dir or a checkpoint path such as <model_dir>/checkpoints/ckpt-7038"
         )
-    status = tf.train.Checkpoint(model=model).restore(path)
+    # Only the path checkpoint -> model -> inner_model (the weights): a compiled Keras model
+    # also tracks its optimizer, which must not come along.
+    weights_only = tf.train.Checkpoint(model=tf.train.Checkpoint(inner_model=model.inner_model))
+    status = weights_only.restore(path)
     try:
         status.expect_partial().assert_existing_objects_matched()
     except (AssertionError, ValueError) as error:
