@@ -198,6 +198,11 @@ def accumulate_gradients(loss_fn, variables, batch, accumulation_steps):
     return mean_gradients, loss_sum / accumulation_steps
 
 
+# `fit` logs (progress bar, TensorBoard batch scalars): the global norm of the applied gradient,
+# after accumulation and the all-reduce, before clipping.
+GRADIENT_NORM_LOG = "global_gradient_norm"
+
+
 class GradientAccumulationModel(tf_keras.Model):
     """A tf_keras model that takes one optimizer step per k micro-batches.
 
@@ -223,6 +228,10 @@ class GradientAccumulationModel(tf_keras.Model):
         _check_positive_int("accumulation_steps", accumulation_steps)
         self.inner_model = model
         self.accumulation_steps = accumulation_steps
+        # `fit` reduces train_step outputs over replicas by SUM ("auto" off TPU); metric results
+        # arrive already reduced, and the gradient norm is the same on every replica (it is
+        # taken after the all-reduce), so the first replica's value is the right one.
+        self.distribute_reduction_method = "first"
 
     def call(self, inputs, training=None):
         return self.inner_model(inputs, training=training)
@@ -247,10 +256,17 @@ class GradientAccumulationModel(tf_keras.Model):
         )
         if loss_scaled:
             gradients = optimizer.get_unscaled_gradients(gradients)
-        optimizer.apply_gradients(
-            [(g, v) for g, v in zip(gradients, variables) if g is not None]
-        )  # all-reduce, global clipping, one update
-        return self.get_metrics_result()
+        grads_and_vars = [(g, v) for g, v in zip(gradients, variables) if g is not None]
+        # the all-reduce, once per optimizer step (the optimizer's own, done here so that the
+        # global norm of the applied gradient can be reported)
+        inner_optimizer = optimizer.inner_optimizer if loss_scaled else optimizer
+        grads_and_vars = inner_optimizer.aggregate_gradients(grads_and_vars)
+        gradient_norm = tf.linalg.global_norm([g for g, _ in grads_and_vars])  # before clipping
+        # global clipping (on the all-reduced gradient), one update
+        optimizer.apply_gradients(grads_and_vars, skip_gradients_aggregation=True)
+        logs = self.get_metrics_result()
+        logs[GRADIENT_NORM_LOG] = gradient_norm
+        return logs
 
     def get_config(self):
         return {

@@ -7,6 +7,7 @@ import tf_keras
 
 from lamb_tf import schedules
 from lamb_tf.accumulation import (
+    GRADIENT_NORM_LOG,
     GradientAccumulationModel,
     accumulate_gradients,
     plan_batch,
@@ -170,11 +171,22 @@ def test_global_clipnorm_acts_on_the_accumulated_gradient(use_strategy, request)
         linear.set_weights([kernel0.astype(np.float32), bias0.astype(np.float32)])
         model = GradientAccumulationModel(linear, 2 if use_strategy else 4)
         model.compile(tf_keras.optimizers.SGD(learning_rate, global_clipnorm=clip), loss="mse")
-    model.fit(tf.data.Dataset.from_tensor_slices((x, y)).batch(BATCH), verbose=0)
+    batch_logs = []
+    log_batches = tf_keras.callbacks.LambdaCallback(
+        on_train_batch_end=lambda batch, logs: batch_logs.append(dict(logs))
+    )
+    model.fit(
+        tf.data.Dataset.from_tensor_slices((x, y)).batch(BATCH), verbose=0, callbacks=[log_batches]
+    )
     actual = [w.numpy() for w in linear.weights]
     for a, e, wrong in zip(actual, expected, clipped_per_micro):
         np.testing.assert_allclose(a, e, rtol=1e-5, atol=1e-7)
         assert np.max(np.abs(a - wrong)) > 1e-4  # the per-micro-batch clip is measurably off
+    # the logged norm is the whole batch's gradient norm (accumulated, all-reduced, unclipped)
+    whole_norm = np.sqrt(
+        sum(np.sum(g**2) for g in numpy_linear_mse_gradient(kernel0, bias0, x, y))
+    )
+    assert batch_logs[0][GRADIENT_NORM_LOG] == pytest.approx(whole_norm, rel=1e-5)
 
 
 def test_sums_are_float32_even_for_bfloat16_gradients():

@@ -26,7 +26,9 @@ import uuid
 import tensorflow as tf
 import tf_keras
 
+from lamb_tf.accumulation import GRADIENT_NORM_LOG
 from recipes.common import config as config_lib
+
 from recipes.common.errors import UserError
 
 CHECKPOINT_SUBDIR = "checkpoints"
@@ -291,7 +293,7 @@ class TrainingScalars(tf_keras.callbacks.Callback):
         with self._writer.as_default(step=step):
             tf.summary.scalar("learning_rate", current_learning_rate(self.model.optimizer))
             tf.summary.scalar("examples_per_second", examples_per_second)
-            for name, value in sorted(diagnostics(self.model).items()):
+            for name, value in sorted(diagnostics(self.model, logs).items()):
                 tf.summary.scalar(name, value)
         self._writer.flush()
         self._last_time, self._last_step = now, step
@@ -305,12 +307,12 @@ def current_learning_rate(optimizer):
     return float(tf.convert_to_tensor(learning_rate).numpy())
 
 
-def diagnostics(model):
-    """Scalars the model and optimizer expose about the last step, by TensorBoard tag."""
+def diagnostics(model, logs=None):
+    """Scalars about the last step, by TensorBoard tag: the global gradient norm that
+    `GradientAccumulationModel` logs, and the optimizer's per-variable trust ratios."""
     scalars = {}
-    gradient_norm = getattr(model, "last_gradient_norm", None)
-    if gradient_norm is not None:
-        scalars["global_gradient_norm"] = float(tf.convert_to_tensor(gradient_norm).numpy())
+    if logs and GRADIENT_NORM_LOG in logs:
+        scalars[GRADIENT_NORM_LOG] = float(logs[GRADIENT_NORM_LOG])
     trust_ratios = getattr(model.optimizer, "trust_ratios", None)
     if callable(trust_ratios):
         for path, ratio in trust_ratios().items():
