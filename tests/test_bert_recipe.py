@@ -103,7 +103,8 @@ def trained_runs(config_file, tmp_path_factory):
     for k, micro_batch in ((1, 16), (4, 4)):
         model_dir = str(tmp_path_factory.mktemp(f"bert_k{k}"))
         result = run_pretrain(f"--config_file={config_file}", f"--model_dir={model_dir}",
-                              "--mode=train", f"--params_override=train.micro_batch_size={micro_batch}")
+                              "--mode=train",
+                              f"--params_override=train.micro_batch_size={micro_batch}")
         assert result.returncode == 0, result.stderr[-3000:]
         runs[k] = (model_dir, result)
     return runs
@@ -111,15 +112,30 @@ def trained_runs(config_file, tmp_path_factory):
 
 def test_two_steps_from_config_through_the_cli(trained_runs):
     model_dir, result = trained_runs[1]
-    assert "batch: global 16 = 1 replica(s) × micro-batch 16 × 1 accumulation step(s)" in result.stdout
+    plan = "batch: global 16 = 1 replica(s) × micro-batch 16 × 1 accumulation step(s)"
+    assert plan in result.stdout
     values = checkpoint_values(model_dir)
     assert int(values["optimizer/_iterations/.ATTRIBUTES/VARIABLE_VALUE"]) == 2
     saved = yaml.safe_load(open(os.path.join(model_dir, "config.yaml"), encoding="utf-8"))
     assert saved["train"]["micro_batch_size"] == 16 and saved["train"]["steps"] == 2
     assert tf.saved_model.contains_saved_model(os.path.join(model_dir, "export"))
     assert "excluded from weight decay" in result.stdout
-    # TensorBoard event files with the learning-rate scalar were written.
-    assert tf.io.gfile.glob(os.path.join(model_dir, "train_scalars", "events.*"))
+    tags = summary_tags(model_dir)
+    for tag in ("batch_loss", "batch_masked_lm_accuracy", "batch_next_sentence_accuracy",
+                "learning_rate", "examples_per_second", "global_gradient_norm"):
+        assert tag in tags, sorted(tags)
+    trust_ratio_tags = [tag for tag in tags if tag.startswith("trust_ratio/")]
+    assert any("transformer/layer_0/self_attention/query/kernel" in tag
+               for tag in trust_ratio_tags), trust_ratio_tags
+
+
+def summary_tags(model_dir):
+    """Every TensorBoard scalar tag written under model_dir."""
+    tags = set()
+    for path in tf.io.gfile.glob(os.path.join(model_dir, "*", "events.*")):
+        for event in tf.compat.v1.train.summary_iterator(path):
+            tags.update(value.tag for value in event.summary.value)
+    return tags
 
 
 def test_accumulation_k4_equals_k1_through_the_cli(trained_runs):
