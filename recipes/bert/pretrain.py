@@ -103,9 +103,12 @@ def run(config, mode, strategy, plan, model_dir):
     log_exclusions(optimizer)
 
     # ---- Restore ------------------------------------------------------------------------
+    # Checkpoints are read from --model_dir (the chief's) on every worker; training.train
+    # restores for the training modes.
+    resuming = training.latest_checkpoint(FLAGS.model_dir) is not None
     if mode in ("eval", "export"):
-        restore_latest(model, model_dir)
-    elif training.latest_checkpoint(model_dir) is None and config.train.init_checkpoint:
+        restore_latest(model, FLAGS.model_dir)
+    elif not resuming and config.train.init_checkpoint:
         restore_weights_only(model, config.train.init_checkpoint)
 
     def evaluate(when):
@@ -113,7 +116,7 @@ def run(config, mode, strategy, plan, model_dir):
 
     # ---- Fit ----------------------------------------------------------------------------
     if mode in ("train", "train_and_eval"):
-        if mode == "train_and_eval":
+        if mode == "train_and_eval" and not resuming:
             evaluate("before training")
         training.train(
             model,
