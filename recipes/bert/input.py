@@ -25,7 +25,6 @@ per example, so they travel in `labels` and the loss applies them (as Model Gard
 `MaskedLMTask.build_losses` does with `masked_lm_weights`).
 """
 
-import glob
 from typing import Optional
 
 import tensorflow as tf
@@ -76,7 +75,7 @@ def make_pretraining_dataset(
             path
             for pattern in file_pattern.split(",")
             if pattern.strip()
-            for path in glob.glob(pattern.strip())
+            for path in tf.io.gfile.glob(pattern.strip())  # local or gs://
         }
     )
     if not files:

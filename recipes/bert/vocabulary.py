@@ -6,7 +6,6 @@ vocabulary and the tokenizer always agree.
 """
 
 import dataclasses
-import os
 from typing import Iterable, List, Sequence
 
 import tensorflow as tf
@@ -88,12 +87,14 @@ def write_vocabulary(tokens: Sequence[str], path: str) -> None:
 def read_vocabulary(path: str) -> List[str]:
     """Reads and checks a `vocab.txt`; raises `UserError` (one line) if it cannot be used."""
     fix = "pass a vocab.txt with one WordPiece token per line, or omit it to learn one"
-    if not os.path.exists(path):
+    if not tf.io.gfile.exists(path):  # local or gs://
         raise UserError(f"vocabulary file {path} does not exist: {fix}")
     try:
-        with open(path, encoding="utf-8") as vocab_file:
-            tokens = [line.rstrip("\r\n") for line in vocab_file]
-    except (OSError, UnicodeDecodeError) as error:
+        with tf.io.gfile.GFile(path, "rb") as vocab_file:
+            tokens = [line.rstrip("\r\n") for line in vocab_file.read().decode("utf-8").split("\n")]
+        if tokens and tokens[-1] == "":
+            tokens.pop()  # the final newline
+    except (OSError, UnicodeDecodeError, tf.errors.OpError) as error:
         raise UserError(
             f"vocabulary file {path} cannot be read ({error.__class__.__name__}: "
             f"{error}): {fix}"
