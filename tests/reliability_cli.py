@@ -16,6 +16,7 @@ from recipes.common import training
 
 # Testing hook of recipes/common/training.py: print "step N done" and pause after each step.
 STEP_HOOK_ENV = training.STEP_HOOK_ENV
+EXPORT_HOOK_ENV = training.EXPORT_HOOK_ENV
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ENV = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONUNBUFFERED="1")
 

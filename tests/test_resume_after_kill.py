@@ -88,7 +88,11 @@ def _straight_and_interrupted(module, args, straight_dir, model_dir, log_dir,
         cli.kill_group(straight)
     assert cli.latest_checkpoint(model_dir).endswith("ckpt-2"), cli.read(killed_log)[-3000:]
     resumed_log = os.path.join(log_dir, "resumed.log")
-    process = cli.start(module, *args, f"--model_dir={model_dir}", log_path=resumed_log)
+    # with a kill condition, the export pauses between its temporary write and the rename
+    # (testing hook), so the kill lands in the middle of the export every time
+    hook = {} if kill_resumed_when is None else {cli.EXPORT_HOOK_ENV: "30"}
+    process = cli.start(module, *args, f"--model_dir={model_dir}", log_path=resumed_log,
+                        env=hook)
     if kill_resumed_when is None:
         try:
             assert process.wait(timeout=300) == 0, cli.read(resumed_log)[-3000:]

@@ -245,6 +245,10 @@ class _SkippedSteps(tf_keras.callbacks.Callback):
 # training step prints "step N done" and then sleeps this many seconds, so that a test can
 # SIGKILL the program in the middle of a chunk, between two checkpoints.
 STEP_HOOK_ENV = "LAMB_TF_TEST_STEP_SECONDS"
+# Testing hook: with this environment variable set, `export_saved_model` sleeps this many
+# seconds between writing the temporary export and renaming it into place, so that a test
+# can SIGKILL the program in the middle of an export.
+EXPORT_HOOK_ENV = "LAMB_TF_TEST_EXPORT_SECONDS"
 
 
 class _StepHookForTests(tf_keras.callbacks.Callback):
@@ -503,6 +507,9 @@ def export_saved_model(export_dir, obj, signatures=None, options=None):
         if tf.io.gfile.exists(temporary):
             tf.io.gfile.rmtree(temporary)
         raise
+    if os.environ.get(EXPORT_HOOK_ENV):
+        print(f"export written to {temporary}", flush=True)
+        time.sleep(float(os.environ[EXPORT_HOOK_ENV]))
     previous = None
     if tf.io.gfile.exists(export_dir):
         previous = f"{export_dir.rstrip('/')}.old-{uuid.uuid4().hex[:8]}"
