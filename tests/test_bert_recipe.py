@@ -5,7 +5,6 @@ a subprocess of `python -m recipes.bert.pretrain`, as a user runs it.
 """
 
 import os
-import random
 import subprocess
 import sys
 
@@ -14,13 +13,9 @@ import pytest
 import tensorflow as tf
 import yaml
 
-from recipes.bert import prepare_data
+import tiny_bert_data
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-WORDS = (
-    "the a cat dog bird sat ran flew on under over mat tree house red blue small big "
-    "quickly slowly today yesterday and but because then"
-).split()
 
 
 def _tiny_config(data):
@@ -31,8 +26,8 @@ def _tiny_config(data):
             "train_files": data.train_files,
             "eval_files": data.eval_files,
             "vocab_file": data.vocab_file,
-            "seq_length": 16,
-            "max_predictions_per_seq": 3,
+            "seq_length": tiny_bert_data.SEQ_LENGTH,
+            "max_predictions_per_seq": tiny_bert_data.MAX_PREDICTIONS_PER_SEQ,
         },
         "model": {
             "hidden_size": 16,
@@ -58,18 +53,7 @@ def _tiny_config(data):
 @pytest.fixture(scope="module")
 def tiny_data(tmp_path_factory):
     """Pretraining TFRecords from 40 generated documents of 6 sentences."""
-    root = tmp_path_factory.mktemp("bert_data")
-    rng = random.Random(0)
-    documents = []
-    for _ in range(40):
-        sentences = [" ".join(rng.choice(WORDS) for _ in range(rng.randint(4, 9))) + "."
-                     for _ in range(6)]
-        documents.append("\n".join(sentences))
-    (root / "corpus.txt").write_text("\n\n".join(documents) + "\n", encoding="utf-8")
-    return prepare_data.prepare_pretraining_data(
-        str(root / "corpus.txt"), str(root / "prepared"), vocab_size=200, seq_length=16,
-        max_predictions_per_seq=3, dupe_factor=2, num_shards=2, heldout_fraction=0.2,
-        progress=False)
+    return tiny_bert_data.prepare(tmp_path_factory.mktemp("bert_data"))
 
 
 @pytest.fixture(scope="module")
