@@ -19,35 +19,9 @@ REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def _tiny_config(data):
-    """A config dict for a 1-layer BERT over the prepared tiny data (no dropout, so that
-    micro-batches see exactly the computation of the whole batch)."""
-    return {
-        "data": {
-            "train_files": data.train_files,
-            "eval_files": data.eval_files,
-            "vocab_file": data.vocab_file,
-            "seq_length": tiny_bert_data.SEQ_LENGTH,
-            "max_predictions_per_seq": tiny_bert_data.MAX_PREDICTIONS_PER_SEQ,
-        },
-        "model": {
-            "hidden_size": 16,
-            "num_layers": 1,
-            "num_attention_heads": 2,
-            "intermediate_size": 32,
-            "max_sequence_length": 32,
-            "dropout_rate": 0.0,
-            "attention_dropout_rate": 0.0,
-        },
-        "optimizer": {"learning_rate": 0.01, "warmup_steps": 1},
-        "train": {
-            "global_batch_size": 16,
-            "micro_batch_size": 16,
-            "steps": 2,
-            "checkpoint_every": 2,
-            "log_every": 1,
-        },
-        "eval": {"batch_size": 8, "steps": 1},
-    }
+    """No dropout, so that micro-batches see exactly the computation of the whole batch."""
+    return tiny_bert_data.config(data, micro_batch_size=16, steps=2, checkpoint_every=2,
+                                 dropout_rate=0.0)
 
 
 @pytest.fixture(scope="module")

@@ -32,22 +32,10 @@ QUIET = {"TF_CPP_MIN_LOG_LEVEL": "2"}
 
 
 def _config(data):
-    return {
-        "data": {
-            # one file: host h of N reads records h, h+N, ... (see the recipe wrapper)
-            "train_files": data.train_files.replace("?????", "00000"),
-            "eval_files": data.eval_files,
-            "vocab_file": data.vocab_file,
-            "seq_length": tiny_bert_data.SEQ_LENGTH,
-            "max_predictions_per_seq": tiny_bert_data.MAX_PREDICTIONS_PER_SEQ,
-        },
-        "model": {"hidden_size": 16, "num_layers": 1, "num_attention_heads": 2,
-                  "intermediate_size": 32, "max_sequence_length": 32,
-                  "dropout_rate": 0.0, "attention_dropout_rate": 0.0},  # deterministic
-        "optimizer": {"learning_rate": 0.01, "warmup_steps": 1},
-        "train": {"global_batch_size": 16, "micro_batch_size": 8, "steps": STEPS,
-                  "checkpoint_every": STEPS, "log_every": 1},
-    }
+    # one file: host h of N reads records h, h+N, ... (see the recipe wrapper); no dropout
+    return tiny_bert_data.config(
+        data, micro_batch_size=8, steps=STEPS, checkpoint_every=STEPS, dropout_rate=0.0,
+        train_files=data.train_files.replace("?????", "00000"))
 
 
 def _final_checkpoint(model_dir):

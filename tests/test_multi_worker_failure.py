@@ -20,16 +20,8 @@ STEPS = 6
 
 
 def _config(data):
-    return {
-        "data": {"train_files": data.train_files, "eval_files": data.eval_files,
-                 "vocab_file": data.vocab_file, "seq_length": tiny_bert_data.SEQ_LENGTH,
-                 "max_predictions_per_seq": tiny_bert_data.MAX_PREDICTIONS_PER_SEQ},
-        "model": {"hidden_size": 16, "num_layers": 1, "num_attention_heads": 2,
-                  "intermediate_size": 32, "max_sequence_length": 32},
-        "optimizer": {"learning_rate": 0.01, "warmup_steps": 1},
-        "train": {"global_batch_size": 16, "micro_batch_size": 8, "steps": STEPS,
-                  "checkpoint_every": 2, "log_every": 1},
-    }
+    return tiny_bert_data.config(data, micro_batch_size=8, steps=STEPS, checkpoint_every=2,
+                                 dropout_rate=0.1)
 
 
 def _start_workers(command, log_dir):

@@ -24,34 +24,10 @@ CHECKPOINT_EVERY = 2
 
 
 def _bert_config(data):
-    return {
-        "data": {
-            "train_files": data.train_files,
-            "eval_files": data.eval_files,
-            "vocab_file": data.vocab_file,
-            "seq_length": tiny_bert_data.SEQ_LENGTH,
-            "max_predictions_per_seq": tiny_bert_data.MAX_PREDICTIONS_PER_SEQ,
-        },
-        "model": {
-            "hidden_size": 16,
-            "num_layers": 1,
-            "num_attention_heads": 2,
-            "intermediate_size": 32,
-            "max_sequence_length": 32,
-            "dropout_rate": 0.1,
-            "attention_dropout_rate": 0.1,
-        },
-        "optimizer": {"learning_rate": 0.01, "warmup_steps": 1},
-        # Two micro-batches per step: accumulation is inside the step, so it is exercised too.
-        "train": {
-            "global_batch_size": 16,
-            "micro_batch_size": 8,
-            "steps": STEPS,
-            "checkpoint_every": CHECKPOINT_EVERY,
-            "log_every": 1,
-        },
-        "eval": {"batch_size": 8, "steps": 1},
-    }
+    # dropout on (its RNG state must resume exactly); two micro-batches per step, so the
+    # accumulation inside the step is exercised too
+    return tiny_bert_data.config(data, micro_batch_size=8, steps=STEPS,
+                                 checkpoint_every=CHECKPOINT_EVERY, dropout_rate=0.1)
 
 
 @pytest.fixture(scope="module")
