@@ -57,3 +57,25 @@ FLAVOURS = {"tf_keras": TfKerasFlavour, "keras3": Keras3Flavour}
 
 def value(variable):
     return np.asarray(variable.numpy(), np.float64)
+
+
+def optimizer_state(optimizer):
+    """Every variable of `optimizer` in creation order (step counters, learning rate, slots
+    m/v/momentum, trust ratios) as NumPy arrays, for comparing two runs' whole state."""
+    return [np.asarray(v.numpy()) for v in optimizer.variables]
+
+
+def assert_same_state(actual, expected, rtol):
+    """Two `optimizer_state` lists agree: integers exactly, floats to `rtol` relative to the
+    largest magnitude of each expected variable (exactly where that variable is all zero).
+    Fails if the state is all zero, so the comparison cannot pass vacuously."""
+    assert len(actual) == len(expected)
+    for index, (a, e) in enumerate(zip(actual, expected)):
+        assert a.shape == e.shape and a.dtype == e.dtype, index
+        if np.issubdtype(e.dtype, np.integer):
+            np.testing.assert_array_equal(a, e, err_msg=f"optimizer variable {index}")
+        else:
+            scale = np.max(np.abs(e)) if e.size else 0.0
+            error = np.max(np.abs(a.astype(np.float64) - e)) if e.size else 0.0
+            assert error <= rtol * scale, f"optimizer variable {index}: {error} > {rtol} * {scale}"
+    assert any(np.any(e != 0) for e in expected if np.issubdtype(e.dtype, np.floating))

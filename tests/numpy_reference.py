@@ -72,3 +72,21 @@ def relative_error(actual, expected):
     expected = np.asarray(expected, np.float64)
     scale = max(np.max(np.abs(expected)), 1e-30)
     return float(np.max(np.abs(actual - expected)) / scale)
+
+
+def assert_update_close(actual, expected, initial, steps, rtol=1e-5):
+    """The update `actual - initial` equals `expected - initial` to `rtol` of the update's
+    size, plus what storing x in float32 accounts for (`steps` roundings of eps·|x|).
+
+    For LARS-sized updates (1e-4 to 1e-2 of the weights) a comparison of the weights at
+    1e-5 would let the update be off by 0.1% to 10%; this one cannot. It also fails when the
+    update is not 100 times larger than that rounding, where no comparison can see it.
+    """
+    actual, expected, initial = (np.asarray(a, np.float64) for a in (actual, expected, initial))
+    rounding = steps * np.finfo(np.float32).eps * max(np.max(np.abs(expected)), np.max(np.abs(initial)))
+    size = np.max(np.abs(expected - initial))
+    assert size > 100 * rounding, (
+        f"the update ({size:.2e}) is within 100x float32 rounding ({rounding:.2e}): too small to compare")
+    error = np.max(np.abs(actual - expected))
+    assert error <= rtol * size + rounding, (
+        f"update off by {error:.2e}: more than {rtol} x its size {size:.2e} + float32 rounding {rounding:.2e}")

@@ -68,17 +68,6 @@ def test_separate_and_empty_adaptation_lists(flavour_name):
     assert not any(decayed for decayed, _ in no_decay.values())
 
 
-def test_keras3_own_exclusion_misses_layer_patterns():
-    """Why full paths: Keras 3 matches `variable.name`, the leaf ("gamma"), so a pattern
-    naming the layer silently excludes nothing there."""
-    keras = FLAVOURS["keras3"]().keras
-    model = _nested_model(keras)
-    adamw = keras.optimizers.AdamW(weight_decay=0.1)
-    adamw.exclude_from_weight_decay(var_names=["block/layer_norm"])
-    gamma = [v for v in model.trainable_variables if v.path.endswith("layer_norm/gamma")][0]
-    assert adamw._use_weight_decay(gamma)
-
-
 @pytest.mark.parametrize("flavour_name", FLAVOURS)
 def test_build_logs_one_line_per_pattern_and_warns_on_no_match(flavour_name, caplog):
     flavour = FLAVOURS[flavour_name]()

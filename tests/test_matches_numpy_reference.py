@@ -1,6 +1,10 @@
 """LAMB and LARS, both Keras flavours, many steps on odd shapes, equal the float64 NumPy
-reference of tests/numpy_reference.py (written from the paper / Model Garden's LARS) to a
-relative error below 1e-5.
+reference of tests/numpy_reference.py (written from the paper / Model Garden's LARS): the
+update x - x0 to 1e-5 of its size, beyond float32 rounding of the weights.
+
+The update, not the weights: LARS moves the weights by 1e-3 to 1e-2 of their size here, so
+a 1e-5 check on the weights would let the update be off by up to 1%, which is what dropping
+LARS' weight decay does.
 """
 import re
 
@@ -86,7 +90,7 @@ def test_lamb_matches_reference(flavour_name, case):
     got = _run(flavour, flavour.module.LAMB(learning_rate=0.05, **kwargs))
     want = _lamb_reference(lambda step: 0.05, **kwargs)
     for p in VARIABLES:
-        assert ref.relative_error(got[p], want[p]) < 1e-5, p
+        ref.assert_update_close(got[p], want[p], _initial_values()[p], STEPS)
 
 
 @pytest.mark.parametrize("flavour_name", FLAVOURS)
@@ -97,7 +101,7 @@ def test_lamb_with_schedule_matches_reference(flavour_name):
     got = _run(flavour, flavour.module.LAMB(learning_rate=schedule, weight_decay_rate=0.01))
     want = _lamb_reference(lambda step: 0.01 + (0.1 - 0.01) * (1 - step / STEPS), weight_decay_rate=0.01)
     for p in VARIABLES:
-        assert ref.relative_error(got[p], want[p]) < 1e-5, p
+        ref.assert_update_close(got[p], want[p], _initial_values()[p], STEPS)
 
 
 LARS_CASES = {
@@ -130,10 +134,10 @@ def _lars_reference(lr, momentum=0.9, weight_decay_rate=0.0, eeta=0.001, nestero
 def test_lars_matches_reference(flavour_name, case):
     flavour = FLAVOURS[flavour_name]()
     kwargs = LARS_CASES[case]
-    # LARS' eeta-scaled steps are small: a large lr makes them visible in float32
-    lr = 0.5 if kwargs.get("classic_momentum", True) else 0.05
+    # LARS' eeta-scaled steps are small (lr·eeta of the weights' norm): a large lr makes
+    # them 1e-3 to 1e-2 of the weights, far above float32 rounding
+    lr = 0.5
     got = _run(flavour, flavour.module.LARS(learning_rate=lr, **kwargs))
     want = _lars_reference(lr, **kwargs)
     for p in VARIABLES:
-        assert ref.relative_error(got[p], want[p]) < 1e-5, p
-        assert ref.relative_error(got[p], _initial_values()[p]) > 1e-4, p
+        ref.assert_update_close(got[p], want[p], _initial_values()[p], STEPS)
