@@ -1,6 +1,8 @@
 """get_config/from_config keep every argument (exclusions included); `model.save("x.keras")`
-+ load and `tf.train.Checkpoint` save/restore both continue training identically
-(timm-style: N steps, save, restore into a fresh copy, N more steps on each, equal).
++ load and `tf.train.Checkpoint` save/restore both restore the optimizer's whole state
+(step counter, m, v, momentum) and continue training identically (timm-style: N steps,
+save, restore into a fresh copy, N more steps on each, equal). One LAMB uses bias
+correction and a schedule, so a step counter restored as 0 changes the next steps.
 """
 import copy
 
@@ -8,7 +10,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from flavours import FLAVOURS
+from flavours import FLAVOURS, optimizer_state
 
 STEPS = 3
 
@@ -18,6 +20,17 @@ LAMB_ARGS = dict(learning_rate=0.02, beta_1=0.85, beta_2=0.99, epsilon=1e-5, wei
 LARS_ARGS = dict(learning_rate=0.3, momentum=0.8, weight_decay_rate=1e-4, eeta=0.002, nesterov=True,
                  classic_momentum=False, exclude_from_weight_decay=["bias"], exclude_from_layer_adaptation=None,
                  name="my_lars", clipnorm=2.0)
+
+
+def _round_trip_case(flavour, case):
+    """(optimizer class, arguments) of a round-trip case in `flavour`."""
+    if case == "LAMB_bias_correction_schedule":
+        schedule = flavour.polynomial_decay(0.05, 4 * STEPS, 0.001)
+        return flavour.module.LAMB, dict(LAMB_ARGS, learning_rate=schedule, bias_correction=True)
+    return getattr(flavour.module, case), {"LAMB": LAMB_ARGS, "LARS": LARS_ARGS}[case]
+
+
+ROUND_TRIP_CASES = ["LAMB", "LAMB_bias_correction_schedule", "LARS"]
 
 
 def _expected_config(args):
@@ -72,32 +85,43 @@ def _weights(model):
     return [np.array(w) for w in model.get_weights()]
 
 
+def _assert_same_state(actual, expected):
+    for index, (a, e) in enumerate(zip(actual, expected)):
+        np.testing.assert_array_equal(a, e, err_msg=f"optimizer variable {index}")
+    assert len(actual) == len(expected)
+
+
 @pytest.mark.parametrize("flavour_name", FLAVOURS)
-@pytest.mark.parametrize("optimizer_name,args", [("LAMB", LAMB_ARGS), ("LARS", LARS_ARGS)])
-def test_keras_file_save_load_continues_identically(flavour_name, optimizer_name, args, tmp_path):
+@pytest.mark.parametrize("case", ROUND_TRIP_CASES)
+def test_keras_file_save_load_continues_identically(flavour_name, case, tmp_path):
     flavour = FLAVOURS[flavour_name]()
-    optimizer_class = getattr(flavour.module, optimizer_name)
+    optimizer_class, args = _round_trip_case(flavour, case)
     model = _model(flavour.keras)
     model.compile(optimizer=optimizer_class(**args), loss="mse")
     _train(model, _batches()[:STEPS])
     path = str(tmp_path / "model.keras")
     model.save(path)
-    loaded = flavour.keras.models.load_model(path, custom_objects={optimizer_name: optimizer_class})
+    loaded = flavour.keras.models.load_model(path, custom_objects={optimizer_class.__name__: optimizer_class})
     assert isinstance(loaded.optimizer, optimizer_class)
     assert loaded.optimizer.get_config() == model.optimizer.get_config()
+    # the whole state came back: step counter (LAMB's t), m, v, momentum, trust ratios
+    assert int(loaded.optimizer.applied_updates.numpy()) == STEPS
+    _assert_same_state(optimizer_state(loaded.optimizer), optimizer_state(model.optimizer))
     _train(model, _batches()[STEPS:])
     _train(loaded, _batches()[STEPS:])
     for a, b in zip(_weights(model), _weights(loaded)):
         np.testing.assert_array_equal(a, b)
+    _assert_same_state(optimizer_state(loaded.optimizer), optimizer_state(model.optimizer))
+    assert int(loaded.optimizer.applied_updates.numpy()) == 2 * STEPS
     # the loaded model's variable paths may carry another model name; compare in order
     assert list(loaded.optimizer.trust_ratios().values()) == list(model.optimizer.trust_ratios().values())
 
 
 @pytest.mark.parametrize("flavour_name", FLAVOURS)
-@pytest.mark.parametrize("optimizer_name,args", [("LAMB", LAMB_ARGS), ("LARS", LARS_ARGS)])
-def test_checkpoint_restore_continues_identically(flavour_name, optimizer_name, args, tmp_path):
+@pytest.mark.parametrize("case", ROUND_TRIP_CASES)
+def test_checkpoint_restore_continues_identically(flavour_name, case, tmp_path):
     flavour = FLAVOURS[flavour_name]()
-    optimizer_class = getattr(flavour.module, optimizer_name)
+    optimizer_class, args = _round_trip_case(flavour, case)
 
     def fresh():
         model = _model(flavour.keras)
@@ -111,8 +135,11 @@ def test_checkpoint_restore_continues_identically(flavour_name, optimizer_name, 
     restored = fresh()
     assert not all(np.array_equal(a, b) for a, b in zip(_weights(model), _weights(restored)))
     tf.train.Checkpoint(model=restored, optimizer=restored.optimizer).restore(path).assert_consumed()
+    assert int(restored.optimizer.applied_updates.numpy()) == STEPS
+    _assert_same_state(optimizer_state(restored.optimizer), optimizer_state(model.optimizer))
     _train(model, _batches()[STEPS:])
     _train(restored, _batches()[STEPS:])
     for a, b in zip(_weights(model), _weights(restored)):
         np.testing.assert_array_equal(a, b)
+    _assert_same_state(optimizer_state(restored.optimizer), optimizer_state(model.optimizer))
     assert int(restored.optimizer.applied_updates.numpy()) == 2 * STEPS
