@@ -9,6 +9,7 @@ import tf_keras
 
 from recipes.common import training
 from recipes.common.errors import UserError
+from step_weights import WeightsAfterEachStep
 
 BATCH = 8
 
@@ -107,14 +108,22 @@ def test_steps_must_be_a_multiple_of_the_checkpoint_interval(tmp_path):
 
 def test_non_finite_loss_stops_and_keeps_the_last_good_checkpoint(tmp_path):
     model_dir = str(tmp_path)
+    weights = WeightsAfterEachStep()
     with pytest.raises(training.TrainingDiverged, match="loss became nan"):
-        _train(_model(), model_dir, steps=6, make=_dataset_maker(poison_step=3))
+        training.train(_model(), _dataset_maker(poison_step=3), model_dir=model_dir,
+                       total_steps=6, checkpoint_every=2, global_batch_size=BATCH, verbose=0,
+                       callbacks=[weights])
     good = training.latest_checkpoint(model_dir)
     assert good.endswith("ckpt-2")
     restored = _model()
     training.build_optimizer_state(restored)
-    tf.train.Checkpoint(model=restored, optimizer=restored.optimizer).restore(good)
-    assert all(np.isfinite(w).all() for w in restored.get_weights())
+    tf.train.Checkpoint(model=restored, optimizer=restored.optimizer).restore(
+        good).assert_existing_objects_matched()
+    # exactly the weights of the last good step (step 2), not merely finite ones
+    assert int(restored.optimizer.iterations.numpy()) == 2
+    for saved, captured in zip(restored.get_weights(), weights.after[2]):
+        np.testing.assert_array_equal(saved, captured)
+    assert any(not np.array_equal(a, b) for a, b in zip(weights.after[2], weights.after[1]))
 
 
 def test_checkpoint_of_another_model_shape_is_one_line(tmp_path):
