@@ -1,4 +1,12 @@
-"""Scaling rules and the paper's untuned-LAMB table (appendix, UNCONFIRMED but consistent)."""
+"""Scaling rules and the untuned-LAMB recipe helper.
+
+`untuned_lamb_recipe` applies two rules (lamb_tf/scaling.py): the learning rate 6.25e-4 at
+batch 512 scaled by sqrt(batch / 512), and 3,125 warmup steps at every batch size, over
+BERT-Large's budget of 512e6 examples. The tests check those rules with arithmetic written
+out here, and the step counts against the one table a reader can open: Table 1 of
+arXiv 1904.00962v1 (steps per batch size). The appendix table the rules come from could not
+be re-read for this project, so no test claims to reproduce it.
+"""
 import math
 
 import numpy as np
@@ -16,25 +24,31 @@ def test_sqrt_and_linear_rules():
     assert scaled_learning_rate(0.1, 256, 256) == pytest.approx(0.1)
 
 
-# The appendix table: batch -> (LR 5 / (2^e * 10^3), warmup ratio, steps from Table 1).
-PAPER_TABLE = {
-    512: (5 / (2**3.0 * 1e3), 1 / 320, 1_000_000),
-    1024: (5 / (2**2.5 * 1e3), 1 / 160, 500_000),
-    2048: (5 / (2**2.0 * 1e3), 1 / 80, 250_000),
-    4096: (5 / (2**1.5 * 1e3), 1 / 40, 125_000),
-    8192: (5 / (2**1.0 * 1e3), 1 / 20, 62_500),
-    16384: (5 / (2**0.5 * 1e3), 1 / 10, 31_250),
-    32768: (5 / (2**0.0 * 1e3), 1 / 5, 15_625),
-}
+# arXiv 1904.00962v1, Table 1, LAMB rows: batch size -> iterations as printed there.
+PAPER_TABLE_1_STEPS = {512: "1000k", 1024: "500k", 2048: "250k", 4096: "125k",
+                       8192: "62k", 16384: "31k", 32768: "15.6k"}
 
 
-@pytest.mark.parametrize("batch", sorted(PAPER_TABLE))
-def test_untuned_lamb_recipe_reproduces_the_paper_table(batch):
-    learning_rate, warmup_ratio, steps = PAPER_TABLE[batch]
+def _as_printed(steps, printed):
+    """`steps` in thousands with as many decimals as `printed` has (Table 1 cuts 62,500 to
+    "62k")."""
+    decimals = len(printed[:-1].partition(".")[2])
+    return f"{steps / 1000:.{decimals}f}k" if decimals else f"{steps // 1000}k"
+
+
+@pytest.mark.parametrize("batch", sorted(PAPER_TABLE_1_STEPS))
+def test_untuned_lamb_steps_match_the_paper_table_1(batch):
     recipe = untuned_lamb_recipe(batch)
-    assert recipe.learning_rate == pytest.approx(learning_rate, rel=1e-12)
-    assert recipe.total_steps == steps
-    assert recipe.warmup_steps == round(warmup_ratio * steps) == 3125
+    assert recipe.total_steps == math.ceil(512e6 / batch)
+    assert _as_printed(recipe.total_steps, PAPER_TABLE_1_STEPS[batch]) == PAPER_TABLE_1_STEPS[batch]
+
+
+@pytest.mark.parametrize("batch", sorted(PAPER_TABLE_1_STEPS))
+def test_untuned_lamb_recipe_applies_sqrt_scaling_and_a_fixed_warmup(batch):
+    recipe = untuned_lamb_recipe(batch)
+    doublings = math.log2(batch / 512)
+    assert recipe.learning_rate == pytest.approx(6.25e-4 * 2 ** (doublings / 2), rel=1e-12)
+    assert recipe.warmup_steps == 3125
 
 
 def test_untuned_lamb_schedule_peaks_at_the_scaled_rate():
