@@ -126,6 +126,7 @@ def test_lars_two_steps_from_config(small_digits, tmp_path):
                 "optimizer.exclude_from_weight_decay": "[batch_normalization, bias]",
                 "optimizer.exclude_from_layer_adaptation": "[batch_normalization, bias]",
                 "export.enabled": "false",
+                "train.checkpoint_every": "1",  # checkpoints after step 1 and step 2
             },
         ),
     )
@@ -137,6 +138,22 @@ def test_lars_two_steps_from_config(small_digits, tmp_path):
     assert rows["dense/bias"] == (False, False)
     assert rows["conv2d/kernel"] == (True, True)
     assert not os.path.exists(os.path.join(tmp_path, "saved_model"))
+    # the optimizer really is LARS: the summary names it, and it holds one slot (momentum)
+    # per weight where LAMB would hold two (m, v)
+    with open(os.path.join(tmp_path, "exclusions.txt")) as f:
+        summary = f.read().split("\n\n", 1)[0].splitlines()
+    assert summary and all(line.startswith("LARS: ") for line in summary)
+    step_1, step_2 = (os.path.join(tmp_path, "checkpoints", f"ckpt-{n}") for n in (1, 2))
+    shapes = dict(tf.train.list_variables(step_2))
+
+    def first_conv_kernels(prefix):
+        return [k for k, shape in shapes.items() if k.startswith(prefix) and shape == [7, 7, 3, 64]]
+
+    (kernel,) = first_conv_kernels("model/")
+    (momentum,) = first_conv_kernels("optimizer/")
+    assert np.any(tf.train.load_variable(step_2, momentum) != 0)
+    # and the weights moved at step 2
+    assert np.any(tf.train.load_variable(step_1, kernel) != tf.train.load_variable(step_2, kernel))
 
 
 def test_corrupt_jpeg_record_is_named_by_index_and_file(small_digits, tmp_path):

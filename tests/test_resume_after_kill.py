@@ -122,7 +122,7 @@ def test_bert_kill_during_export_leaves_no_export_directory(bert_runs):
     straight_dir, resumed_dir, _ = bert_runs
     # The uninterrupted run's export is complete and loads ...
     loaded = tf.saved_model.load(os.path.join(straight_dir, "export"))
-    assert "serving_default" in loaded.signatures or loaded.signatures
+    assert "serving_default" in loaded.signatures
     # ... the killed one is absent (only a temporary sibling, safe to delete, remains).
     assert not os.path.exists(os.path.join(resumed_dir, "export"))
     assert glob.glob(os.path.join(resumed_dir, "export.tmp-*"))
