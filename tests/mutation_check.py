@@ -1,0 +1,368 @@
+"""Do the tests catch the bugs they are named after? Plant each one and see.
+
+Each mutation below is one deliberate, realistic one-line bug: `(file, exact old line, new
+line)`. For each, this script copies the repository to a temporary directory, replaces the
+line there (the old line must occur exactly once, or the script stops: the code changed
+under it and the list needs updating), runs the test files listed for it with PYTHONPATH
+pointing at the copy, and reports which tests fail. A mutation is caught when at least one
+test fails and, for each pattern in `caught_by`, some failing test id matches it (that is
+how "caught on both Keras flavours" is required). Before any mutation, the same test files
+run on the unmodified copy and must all pass, so a failure is the mutation's doing.
+
+    .venv/bin/python tests/mutation_check.py                  # every mutation (slow: ~30 min)
+    .venv/bin/python tests/mutation_check.py --only accumulation_mean_divided_by_k_minus_1
+    .venv/bin/python tests/mutation_check.py --list           # names, files, no test run
+
+Exit status 0 when every mutation is caught, 1 otherwise (2 for a usage error or a
+mutation that no longer applies). Not part of `pytest -q tests` (too slow); the fast check
+that every mutation still applies to the current source is tests/test_mutation_check.py.
+See docs/testing.md.
+"""
+import argparse
+import collections
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+COPIED = ("lamb_tf", "tests", "recipes", "configs", "setup.py")
+
+Mutation = collections.namedtuple("Mutation", ["name", "bug", "path", "old", "new", "tests", "caught_by"])
+
+BOTH = ("tf_keras", "keras3")
+
+MUTATIONS = [
+    # ---- the cross-replica step -------------------------------------------------------------
+    Mutation(
+        "keras3_all_reduce_averages", "Keras 3: the cross-replica step averages gradients instead "
+        "of summing them (the gradient halves on 2 replicas)",
+        "lamb_tf/keras3_optimizers.py",
+        "        grads_and_vars = super()._all_reduce_sum_gradients(grads_and_vars)",
+        "        grads_and_vars = [(g / tf.distribute.get_strategy().num_replicas_in_sync, v) "
+        "for g, v in super()._all_reduce_sum_gradients(grads_and_vars)]",
+        ["tests/test_distribution_and_xla.py"],
+        [r"test_two_replicas_equal_one_device\[.*keras3"]),
+    Mutation(
+        "keras3_no_all_reduce", "Keras 3: the all-reduce sum is dropped (each replica applies "
+        "its own gradient)",
+        "lamb_tf/keras3_optimizers.py",
+        "        grads_and_vars = super()._all_reduce_sum_gradients(grads_and_vars)",
+        "        grads_and_vars = list(grads_and_vars)",
+        ["tests/test_distribution_and_xla.py"],
+        [r"test_two_replicas_equal_one_device\[.*keras3"]),
+    Mutation(
+        "tf_keras_accumulation_all_reduce_averages", "tf_keras GradientAccumulationModel: the "
+        "cross-replica step averages gradients instead of summing them",
+        "lamb_tf/accumulation.py",
+        "        grads_and_vars = inner_optimizer.aggregate_gradients(grads_and_vars)",
+        "        grads_and_vars = [(g / self.distribute_strategy.num_replicas_in_sync, v) "
+        "for g, v in inner_optimizer.aggregate_gradients(grads_and_vars)]",
+        ["tests/test_accumulation.py::test_two_replicas_with_accumulation_equal_one_device"],
+        [r"test_two_replicas_with_accumulation_equal_one_device\[lamb\]",
+         r"test_two_replicas_with_accumulation_equal_one_device\[lars\]"]),
+    Mutation(
+        "tf_keras_accumulation_no_all_reduce", "tf_keras GradientAccumulationModel: the "
+        "all-reduce sum is dropped",
+        "lamb_tf/accumulation.py",
+        "        grads_and_vars = inner_optimizer.aggregate_gradients(grads_and_vars)",
+        "        grads_and_vars = list(grads_and_vars)",
+        ["tests/test_accumulation.py::test_two_replicas_with_accumulation_equal_one_device"],
+        [r"test_two_replicas_with_accumulation_equal_one_device"]),
+    # ---- gradient accumulation --------------------------------------------------------------
+    Mutation(
+        "accumulation_mean_divided_by_k_minus_1", "the accumulated gradient is divided by k-1 "
+        "instead of k (both flavours use accumulate_gradients)",
+        "lamb_tf/accumulation.py",
+        "        None if is_none else tf.cast(gradient_sum / accumulation_steps, variable.dtype)",
+        "        None if is_none else tf.cast(gradient_sum / (accumulation_steps - 1), variable.dtype)",
+        ["tests/test_accumulation.py::test_k_micro_batches_equal_one_batch",
+         "tests/test_accumulation.py::test_jit_compiled_accumulation_equals_one_batch",
+         "tests/test_accumulation.py::test_keras3_custom_loop_equals_one_batch"],
+        [r"test_k_micro_batches_equal_one_batch\[lamb\]",
+         r"test_jit_compiled_accumulation_equals_one_batch\[lamb\]",
+         r"test_keras3_custom_loop_equals_one_batch\[lamb\]"]),
+    # ---- the update rules (shared by both flavours) -----------------------------------------
+    Mutation(
+        "lars_weight_decay_removed", "LARS: weight decay is never added to the gradient",
+        "lamb_tf/update_rules.py",
+        "    g = g + weight_decay_rate * x if decay else g",
+        "    g = g",
+        ["tests/test_matches_numpy_reference.py"],
+        [rf"test_lars_matches_reference\[{case}-{flavour}\]"
+         for case in ("classic", "classic_nesterov_exclusions", "popular",
+                      "popular_nesterov_separate_exclusions") for flavour in BOTH]),
+    Mutation(
+        "bias_correction_off", "LAMB: the first moment is never bias-corrected",
+        "lamb_tf/update_rules.py",
+        "    m_hat = m / _one_minus_power(beta_1, t) if bias_correction else m",
+        "    m_hat = m",
+        ["tests/test_matches_numpy_reference.py"],
+        [rf"test_lamb_matches_reference\[.*{flavour}\]" for flavour in BOTH]),
+    Mutation(
+        "lamb_decay_outside_trust_ratio", "LAMB: the trust ratio is taken from ‖r‖ without λx "
+        "(weight decay outside the ratio, as keras.optimizers.Lamb does)",
+        "lamb_tf/update_rules.py",
+        "    ratio = trust_ratio(tf.norm(x), tf.norm(u), phi_bounds=phi_bounds) if adapt else tf.ones([], dtype)",
+        "    ratio = trust_ratio(tf.norm(x), tf.norm(r), phi_bounds=phi_bounds) if adapt else tf.ones([], dtype)",
+        ["tests/test_matches_numpy_reference.py", "tests/test_keras_lamb_difference.py"],
+        [rf"test_lamb_matches_reference\[.*{flavour}\]" for flavour in BOTH]),
+    Mutation(
+        "sparse_repeated_rows_overwrite", "sparse gradients: a repeated row overwrites instead of "
+        "adding up (Keras 3 only: tf_keras' base class sums repeated rows before update_step)",
+        "lamb_tf/update_rules.py",
+        "        return tf.math.unsorted_segment_sum(g.values, g.indices, num_segments=shape[0])",
+        "        return tf.tensor_scatter_nd_update(tf.zeros(shape, g.values.dtype), "
+        "g.indices[:, None], g.values)",
+        ["tests/test_sparse_gradients.py"],
+        [r"test_lamb_sparse_equals_dense_reference\[keras3\]",
+         r"test_lars_sparse_equals_dense_reference\[keras3\]"]),
+    Mutation(
+        "sparse_rows_placed_by_position", "sparse gradients: rows land at positions 0..n-1 "
+        "instead of at their indices",
+        "lamb_tf/update_rules.py",
+        "        return tf.math.unsorted_segment_sum(g.values, g.indices, num_segments=shape[0])",
+        "        return tf.math.unsorted_segment_sum(g.values, tf.range(tf.shape(g.indices)[0]), "
+        "num_segments=shape[0])",
+        ["tests/test_sparse_gradients.py"],
+        [rf"test_lamb_sparse_equals_dense_reference\[{flavour}\]" for flavour in BOTH]
+        + [rf"test_lars_sparse_equals_dense_reference\[{flavour}\]" for flavour in BOTH]),
+    # ---- the step counter and bias correction in the adapters ------------------------------
+    Mutation(
+        "tf_keras_bias_correction_flag_ignored", "tf_keras LAMB: bias_correction=False is ignored",
+        "lamb_tf/tf_keras_optimizers.py",
+        "            decay=decay, adapt=adapt, bias_correction=self.bias_correction,",
+        "            decay=decay, adapt=adapt, bias_correction=True,",
+        ["tests/test_matches_numpy_reference.py"],
+        [r"test_lamb_matches_reference\[no_bias_correction_phi_bounds-tf_keras\]"]),
+    Mutation(
+        "keras3_bias_correction_flag_ignored", "Keras 3 LAMB: bias_correction=False is ignored",
+        "lamb_tf/keras3_optimizers.py",
+        "            decay=decay, adapt=adapt, bias_correction=self.bias_correction,",
+        "            decay=decay, adapt=adapt, bias_correction=True,",
+        ["tests/test_matches_numpy_reference.py"],
+        [r"test_lamb_matches_reference\[no_bias_correction_phi_bounds-keras3\]"]),
+    Mutation(
+        "tf_keras_step_counter_never_advances", "tf_keras: the applied-updates counter (LAMB's t) "
+        "never advances",
+        "lamb_tf/tf_keras_optimizers.py",
+        "        self._applied_updates.assign_add(1)",
+        "        pass",
+        ["tests/test_matches_numpy_reference.py"],
+        [r"test_lamb_matches_reference\[.*tf_keras\]"]),
+    Mutation(
+        "keras3_step_counter_ignored", "Keras 3 LAMB: t is always 1 (the step counter is ignored)",
+        "lamb_tf/keras3_optimizers.py",
+        "            self.applied_updates + 1, learning_rate,",
+        "            1, learning_rate,",
+        ["tests/test_matches_numpy_reference.py"],
+        [r"test_lamb_matches_reference\[.*keras3\]"]),
+    Mutation(
+        "tf_keras_step_counter_not_saved", "tf_keras: the step counter is a plain variable outside "
+        "the optimizer's variables, so it is 0 again after loading a .keras file",
+        "lamb_tf/tf_keras_optimizers.py",
+        '        self._applied_updates = self.add_variable(shape=[], dtype=tf.int64, name="applied_updates")',
+        '        self._applied_updates = tf.Variable(0, dtype=tf.int64, trainable=False, name="applied_updates")',
+        ["tests/test_optimizer_serialization.py::test_keras_file_save_load_continues_identically"],
+        [r"test_keras_file_save_load_continues_identically\[LAMB_bias_correction_schedule-tf_keras\]"]),
+    # ---- slot restore ----------------------------------------------------------------------
+    Mutation(
+        "tf_keras_v_slot_not_saved", "tf_keras LAMB: the v slots are plain variables outside the "
+        "optimizer's variables, so they are zero again after loading a .keras file",
+        "lamb_tf/tf_keras_optimizers.py",
+        '        self._v = [self.add_variable_from_reference(v, "v") for v in var_list]',
+        "        self._v = [tf.Variable(tf.zeros_like(v), trainable=False) for v in var_list]",
+        ["tests/test_optimizer_serialization.py::test_keras_file_save_load_continues_identically"],
+        [r"test_keras_file_save_load_continues_identically\[LAMB-tf_keras\]",
+         r"test_keras_file_save_load_continues_identically\[LAMB_bias_correction_schedule-tf_keras\]"]),
+    Mutation(
+        "tf_keras_momentum_slot_not_saved", "tf_keras LARS: the momentum slots are plain variables "
+        "outside the optimizer's variables, so they are zero again after loading a .keras file",
+        "lamb_tf/tf_keras_optimizers.py",
+        '        self._velocities = [self.add_variable_from_reference(v, "momentum") for v in var_list]',
+        "        self._velocities = [tf.Variable(tf.zeros_like(v), trainable=False) for v in var_list]",
+        ["tests/test_optimizer_serialization.py::test_keras_file_save_load_continues_identically"],
+        [r"test_keras_file_save_load_continues_identically\[LARS-tf_keras\]"]),
+    Mutation(
+        "tf_keras_build_not_idempotent", "tf_keras: build() creates fresh (zero) slots every time "
+        "it is called, e.g. after a restore",
+        "lamb_tf/tf_keras_optimizers.py",
+        '        if getattr(self, "_built", False):',
+        "        if False:",
+        ["tests/test_optimizer_serialization.py::test_checkpoint_restore_continues_identically"],
+        [r"test_checkpoint_restore_continues_identically\[.*tf_keras\]"]),
+    Mutation(
+        "keras3_build_not_idempotent", "Keras 3: build() runs again on a built optimizer, "
+        "e.g. after a .keras load",
+        "lamb_tf/keras3_optimizers.py",
+        "        if self.built:",
+        "        if False:",
+        ["tests/test_optimizer_serialization.py"],
+        [r"test_keras_file_save_load_continues_identically\[.*keras3\]"]),
+    # ---- exclusions -------------------------------------------------------------------------
+    Mutation(
+        "exclusion_matches_leaf_name_only", "weight-decay exclusions matched on the variable's "
+        "leaf name instead of its full path",
+        "lamb_tf/exclusions.py",
+        "        return not any(re.search(p, path) for p in self.weight_decay_patterns)",
+        '        return not any(re.search(p, path.split("/")[-1]) for p in self.weight_decay_patterns)',
+        ["tests/test_matches_numpy_reference.py", "tests/test_exclusions.py"],
+        [rf"test_lamb_matches_reference\[decay_fallback_exclusions-{flavour}\]" for flavour in BOTH]),
+    Mutation(
+        "exclusion_anchored_match", "layer-adaptation exclusions use re.match (anchored at the "
+        "start of the path) instead of re.search",
+        "lamb_tf/exclusions.py",
+        "        return not any(re.search(p, path) for p in self.layer_adaptation_patterns)",
+        "        return not any(re.match(p, path) for p in self.layer_adaptation_patterns)",
+        ["tests/test_matches_numpy_reference.py", "tests/test_exclusions.py"],
+        [rf"test_lamb_matches_reference\[separate_exclusions-{flavour}\]" for flavour in BOTH]),
+    # ---- Keras 3 clipping order ------------------------------------------------------------
+    Mutation(
+        "keras3_clips_per_replica", "Keras 3: gradients are clipped in each replica before the "
+        "all-reduce (the base class' order) as well as after it",
+        "lamb_tf/keras3_optimizers.py",
+        "        return grads",
+        "        return super()._clip_gradients(grads)",
+        ["tests/test_distribution_and_xla.py"],
+        [r"test_two_replicas_equal_one_device\[.*global_clipnorm.*keras3"]),
+    Mutation(
+        "keras3_no_clip_after_all_reduce", "Keras 3: the all-reduced gradient is never clipped",
+        "lamb_tf/keras3_optimizers.py",
+        "        grads = super()._clip_gradients([g for g, _ in grads_and_vars])",
+        "        grads = [g for g, _ in grads_and_vars]",
+        ["tests/test_distribution_and_xla.py"],
+        [r"test_global_clipnorm_clips_the_summed_gradient\[keras3\]"]),
+]
+
+
+class MutationDoesNotApply(Exception):
+    pass
+
+
+def mutated_text(text, mutation):
+    """`text` with the mutation's old line replaced; raises unless it occurs exactly once."""
+    lines = text.split("\n")
+    hits = [i for i, line in enumerate(lines) if line == mutation.old]
+    if len(hits) != 1:
+        raise MutationDoesNotApply(
+            f"{mutation.name}: the old line occurs {len(hits)} times in {mutation.path} "
+            f"(needs exactly 1): {mutation.old.strip()!r}")
+    if mutation.new == mutation.old:
+        raise MutationDoesNotApply(f"{mutation.name}: the new line equals the old one")
+    lines[hits[0]] = mutation.new
+    return "\n".join(lines)
+
+
+def check_applies(mutation, root=REPO_ROOT):
+    """Raises MutationDoesNotApply unless the mutation applies to the source under `root`."""
+    path = os.path.join(root, mutation.path)
+    if not os.path.isfile(path):
+        raise MutationDoesNotApply(f"{mutation.name}: {mutation.path} does not exist")
+    with open(path, encoding="utf-8") as f:
+        mutated_text(f.read(), mutation)
+    for test in mutation.tests:
+        if not os.path.isfile(os.path.join(root, test.split("::")[0])):
+            raise MutationDoesNotApply(f"{mutation.name}: test file {test} does not exist")
+
+
+def copy_repository(destination):
+    for name in COPIED:
+        source = os.path.join(REPO_ROOT, name)
+        target = os.path.join(destination, name)
+        if os.path.isdir(source):
+            shutil.copytree(source, target, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+        else:
+            shutil.copy2(source, target)
+
+
+def run_tests(root, tests, timeout):
+    """Runs pytest on `tests` in `root`; returns (failing test ids, seconds, timed out)."""
+    env = dict(os.environ, PYTHONPATH=root, PYTHONDONTWRITEBYTECODE="1")
+    command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--tb=no", "-rfE",
+               *tests]
+    start = time.time()
+    try:
+        result = subprocess.run(command, cwd=root, env=env, capture_output=True, text=True,
+                                timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return [], time.time() - start, True
+    failing = [re.split(r" - ", line.split(" ", 1)[1])[0]
+               for line in result.stdout.splitlines() if line.startswith(("FAILED ", "ERROR "))]
+    if result.returncode not in (0, 1) and not failing:
+        # collection error or crash: every selected test counts as failing
+        failing = [f"{test} (pytest exit {result.returncode})" for test in tests]
+    return failing, time.time() - start, False
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--only", action="append", default=[], metavar="NAME",
+                        help="run only this mutation (repeatable)")
+    parser.add_argument("--list", action="store_true", help="list the mutations and exit")
+    parser.add_argument("--skip-baseline", action="store_true",
+                        help="do not first run the selected tests on the unmodified copy")
+    parser.add_argument("--timeout", type=float, default=1800,
+                        help="seconds per pytest run (default 1800)")
+    args = parser.parse_args(argv)
+    by_name = {m.name: m for m in MUTATIONS}
+    unknown = [name for name in args.only if name not in by_name]
+    if unknown:
+        print(f"error: unknown mutation {unknown[0]!r}; --list shows the names", file=sys.stderr)
+        return 2
+    selected = [by_name[name] for name in args.only] or MUTATIONS
+    try:
+        for mutation in selected:
+            check_applies(mutation)
+    except MutationDoesNotApply as error:
+        print(f"error: {error}; update tests/mutation_check.py", file=sys.stderr)
+        return 2
+    if args.list:
+        for m in selected:
+            print(f"{m.name}\n    {m.bug}\n    {m.path}; tests: {' '.join(m.tests)}")
+        return 0
+
+    with tempfile.TemporaryDirectory(prefix="lamb_tf_mutation_") as root:
+        copy_repository(root)
+        if not args.skip_baseline:
+            tests = sorted({t for m in selected for t in m.tests})
+            failing, seconds, timed_out = run_tests(root, tests, args.timeout)
+            if failing or timed_out:
+                print(f"error: the unmodified copy already fails ({seconds:.0f} s): "
+                      f"{', '.join(failing) or 'timeout'}", file=sys.stderr)
+                return 2
+            print(f"baseline: {' '.join(tests)} pass on the unmodified copy ({seconds:.0f} s)",
+                  flush=True)
+        missed = []
+        for mutation in selected:
+            path = os.path.join(root, mutation.path)
+            with open(path, encoding="utf-8") as f:
+                original = f.read()
+            with open(path, "w", encoding="utf-8") as f:
+                f.write(mutated_text(original, mutation))
+            try:
+                failing, seconds, timed_out = run_tests(root, mutation.tests, args.timeout)
+            finally:
+                with open(path, "w", encoding="utf-8") as f:
+                    f.write(original)
+            unmatched = [p for p in mutation.caught_by if not any(re.search(p, t) for t in failing)]
+            caught = (failing or timed_out) and not unmatched
+            print(f"{'CAUGHT' if caught else 'MISSED'} {mutation.name} ({seconds:.0f} s): "
+                  f"{mutation.bug}", flush=True)
+            if timed_out:
+                print(f"    pytest timed out after {args.timeout:.0f} s")
+            for test in failing:
+                print(f"    caught by {test}")
+            for pattern in unmatched:
+                print(f"    no failing test matches the required {pattern!r}")
+            if not caught:
+                missed.append(mutation.name)
+    print(f"{len(selected) - len(missed)} of {len(selected)} mutations caught"
+          + (f"; missed: {', '.join(missed)}" if missed else ""))
+    return 1 if missed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
