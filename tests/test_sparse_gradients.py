@@ -1,5 +1,6 @@
 """Sparse gradients (tf.IndexedSlices, from embedding lookups) give exactly the dense result:
-compared with the NumPy reference fed the dense gradient (rows scatter-added, repeats summed).
+compared with the NumPy reference fed the dense gradient (rows scatter-added, repeats summed),
+on the update x - x0.
 """
 import numpy as np
 import pytest
@@ -41,7 +42,7 @@ def test_lamb_sparse_equals_dense_reference(flavour_name):
     x, m, v = x0, np.zeros_like(x0), np.zeros_like(x0)
     for t, (indices, rows) in enumerate(_sparse_gradients(), start=1):
         x, m, v = ref.lamb_step(x, _dense(indices, rows), m, v, t, 0.01, 0.9, 0.999, 1e-6, 0.01)
-    assert ref.relative_error(got, x) < 1e-5
+    ref.assert_update_close(got, x, x0, STEPS)
     # rows without gradient still move (the moments and λx act on the whole layer)
     assert not np.allclose(got[5], x0[5])
 
@@ -54,4 +55,5 @@ def test_lars_sparse_equals_dense_reference(flavour_name):
     x, velocity = x0, np.zeros_like(x0)
     for indices, rows in _sparse_gradients():
         x, velocity = ref.lars_step(x, _dense(indices, rows), velocity, 1.0, 0.9, 0.01, 0.001)
-    assert ref.relative_error(got, x) < 1e-5
+    # LARS moves the table by ~1e-3 of its norm per step: compare the update
+    ref.assert_update_close(got, x, x0, STEPS)
