@@ -12,21 +12,26 @@ so the factory passes them through unchanged.
 
 From the command line, this module is a launcher for Model Garden's own drivers that calls
 `register()` first (`nlp` runs `official/nlp/train.py`, `vision` runs
-`official/vision/train.py`, with all of their flags):
+`official/vision/train.py`, with all of their flags), e.g. on the tiny experiment shipped
+in `configs/model_garden/`:
 
     python -m lamb_tf.model_garden nlp --experiment=bert/pretraining --mode=train \
-        --model_dir=/tmp/bert --params_override='trainer.optimizer_config.optimizer.type=lamb'
+        --model_dir=/tmp/mg_bert --config_file=configs/model_garden/bert_tiny_lamb.yaml
+
+Before launching, it checks the few fields whose absence makes Model Garden crash deep in
+its trainer (`REQUIRED_FIELDS`), and names a missing one in one line (exit status 2).
 
 Why the tables are edited directly: Model Garden's `register_optimizer_cls` refuses keys it
 already has, and `lamb`/`lars` are built in (`SHARED_OPTIMIZERS`). The factory looks the
 type up in `LEGACY_OPTIMIZERS_CLS` (its default, `use_legacy_optimizer=True`, which is what
 `official.core.base_task.Task.create_optimizer` uses) or `NEW_OPTIMIZERS_CLS`; both get our
-classes. Ours are `tf_keras.optimizers.Optimizer` (the non-legacy base): the factory returns
-them from either path and Model Garden's trainer runs them like its `adamw_experimental`.
-Legacy-only extras cannot apply to them: differential privacy (`gradient_transformers`) and
-a custom `gradient_aggregator` are refused with one clear error; the factory's `ema` config
-wraps the optimizer in Model Garden's legacy `ExponentialMovingAverage`, which is untested
-with ours.
+classes themselves, so Model Garden's `isinstance(optimizer, table[type])` holds. Ours are
+`tf_keras.optimizers.Optimizer` (the non-legacy base): the factory returns them from either
+path and Model Garden's trainer runs them like its `adamw_experimental`. Legacy-only extras
+cannot apply to them: differential privacy (`gradient_transformers`) and a custom
+`gradient_aggregator` are refused by the constructor with one clear error; the factory's
+`ema` config wraps the optimizer in Model Garden's legacy `ExponentialMovingAverage`, which
+is untested with ours.
 """
 import importlib
 import sys
@@ -39,28 +44,7 @@ OPTIMIZER_CLASSES = {"lamb": tf_keras_optimizers.LAMB, "lars": tf_keras_optimize
 # Model Garden's drivers, run by `python -m lamb_tf.model_garden <driver> ...`
 DRIVERS = {"nlp": "official.nlp.train", "vision": "official.vision.train"}
 
-# keywords only legacy optimizers understand, which the factory adds for some configs
-_LEGACY_ONLY_ARGUMENTS = ("gradient_transformers", "gradient_aggregator")
-
 _model_garden_classes = {}
-
-
-def _builder(optimizer_type):
-    """The factory's constructor for `optimizer_type`: our class, minus legacy-only keywords."""
-    optimizer_class = OPTIMIZER_CLASSES[optimizer_type]
-
-    def build(**optimizer_config):
-        for argument in _LEGACY_ONLY_ARGUMENTS:
-            if argument in optimizer_config:
-                raise ValueError(
-                    f"{argument} is only supported by legacy optimizers, and "
-                    f"optimizer.type={optimizer_type} builds lamb_tf's {optimizer_class.__name__} "
-                    f"after lamb_tf.model_garden.register(); drop the config that adds "
-                    f"{argument} (e.g. task.differential_privacy_config) or do not register.")
-        return optimizer_class(**optimizer_config)
-
-    build.optimizer_class = optimizer_class
-    return build
 
 
 def _factory_tables():
@@ -74,12 +58,12 @@ def register():
 
     Idempotent. Affects this process only; call it before the task builds its optimizer.
     """
+    ours = set(OPTIMIZER_CLASSES.values())
     for table in _factory_tables():
-        for optimizer_type in OPTIMIZER_CLASSES:
-            builder = table[optimizer_type]
-            if getattr(builder, "optimizer_class", None) is None:
-                _model_garden_classes.setdefault(optimizer_type, builder)
-            table[optimizer_type] = _builder(optimizer_type)
+        for optimizer_type, optimizer_class in OPTIMIZER_CLASSES.items():
+            if table[optimizer_type] not in ours:
+                _model_garden_classes.setdefault(optimizer_type, table[optimizer_type])
+            table[optimizer_type] = optimizer_class
 
 
 def unregister():
@@ -91,10 +75,9 @@ def unregister():
 
 def is_registered():
     """Whether Model Garden's factory currently builds lamb_tf's optimizers."""
-    return all(
-        getattr(table[optimizer_type], "optimizer_class", None) is optimizer_class
-        for table in _factory_tables()
-        for optimizer_type, optimizer_class in OPTIMIZER_CLASSES.items())
+    return all(table[optimizer_type] is optimizer_class
+               for table in _factory_tables()
+               for optimizer_type, optimizer_class in OPTIMIZER_CLASSES.items())
 
 
 def main():
