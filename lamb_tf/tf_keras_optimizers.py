@@ -79,6 +79,8 @@ class _LayerwiseOptimizer(layerwise.LayerwiseMixin, tf_keras.optimizers.Optimize
     @property
     def applied_updates(self):
         """Updates applied so far (skipped loss-scale steps excluded); LAMB's `t` is this + 1."""
+        if not hasattr(self, "_applied_updates"):  # not built yet: nothing applied
+            return tf.constant(0, tf.int64)
         return self._applied_updates
 
     def _distributed_apply_gradients_fn(self, distribution, grads_and_vars, **kwargs):
