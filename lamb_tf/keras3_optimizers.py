@@ -5,7 +5,8 @@ Keras 3's TensorFlow backend clips gradients (`clipnorm`, `clipvalue`, `global_c
 in each replica *before* the cross-replica all-reduce, so under a distribution strategy the
 global norm is that of one replica's gradient. These classes clip after the all-reduce
 instead, as tf_keras does: the clipped gradient is the same as on one device with the same
-global batch.
+global batch. With one replica the two orders agree, and the base's `_clip_gradients`
+clips as Keras' own optimizers do.
 
 Importing this module registers `LAMB` and `LARS` with Keras 3's serialization as
 `lamb_tf>LAMB` / `lamb_tf>LARS` (`import lamb_tf` does), so `keras.optimizers.get`,
@@ -76,13 +77,25 @@ class _LayerwiseOptimizer(layerwise.LayerwiseMixin, keras.optimizers.Optimizer):
         it is `_iterations // steps`, the number of real updates). LAMB's `t` is this + 1."""
         return self.iterations
 
+    @staticmethod
+    def _all_reduce_follows():
+        """Whether gradients are still per replica (a replica context of 2+ replicas)."""
+        context = tf.distribute.get_replica_context()
+        return context is not None and context.num_replicas_in_sync > 1
+
     def _clip_gradients(self, grads):
-        # deferred to `_all_reduce_sum_gradients`: the base would clip each replica's gradient
-        return grads
+        # per replica, the base would clip before the all-reduce: defer to
+        # `_all_reduce_sum_gradients`; with one replica the two orders are the same
+        if self._all_reduce_follows():
+            return grads
+        return super()._clip_gradients(grads)
 
     def _all_reduce_sum_gradients(self, grads_and_vars):
         # all-reduce first (TF backend), then clip the summed gradient with the base's rule
+        deferred = self._all_reduce_follows()
         grads_and_vars = super()._all_reduce_sum_gradients(grads_and_vars)
+        if not deferred:
+            return grads_and_vars
         grads = super()._clip_gradients([g for g, _ in grads_and_vars])
         return list(zip(grads, [v for _, v in grads_and_vars]))
 
