@@ -19,6 +19,8 @@ _PROBE = """
 import os
 import sys
 import lamb_tf
+# the library needs only tensorflow and tf-keras (the recipes' stack is an extra)
+assert not {"official", "tensorflow_text", "yaml"} & set(sys.modules), "recipes' stack imported"
 # set only now: `import lamb_tf` must not have resolved tf.keras
 os.environ["TF_USE_LEGACY_KERAS"] = sys.argv[1]
 import tensorflow as tf
