@@ -80,23 +80,79 @@ def is_registered():
                for optimizer_type, optimizer_class in OPTIMIZER_CLASSES.items())
 
 
+# learning-rate / warmup fields Model Garden's trainer subtracts or divides by, so None
+# crashes deep inside `create_trainer` (e.g. bert/pretraining's polynomial decay_steps)
+_STEP_FIELDS = ("decay_steps", "warmup_steps")
+
+
+def missing_field(params, mode):
+    """The dotted name of the first field whose absence makes Model Garden crash, or None.
+
+    Checked: the active learning-rate and warmup configs' step counts, and an input for the
+    data the mode reads (`input_path` or `tfds_name`; `dummy` is Model Garden's synthetic
+    data where the task supports it).
+    """
+    optimization = params.trainer.optimizer_config
+    for section in ("learning_rate", "warmup"):
+        one_of = getattr(optimization, section)
+        chosen = getattr(one_of, one_of.type) if one_of.type else None
+        for field in _STEP_FIELDS:
+            if chosen is not None and hasattr(chosen, field) and getattr(chosen, field) is None:
+                return f"trainer.optimizer_config.{section}.{one_of.type}.{field}"
+    reads = [("train_data", "train" in mode),
+             ("validation_data", "eval" in mode or "validate" in mode)]
+    for data_name, needed in reads:
+        data = getattr(params.task, data_name, None)
+        if needed and (data is None or not (data.input_path or data.tfds_name)):
+            return f"task.{data_name}.input_path"
+    return None
+
+
+def _check_then(driver_main):
+    """`driver_main`, run only after the flags and the experiment config pass the checks."""
+    from absl import flags
+    from official.core import train_utils
+
+    def checked_main(argv):
+        flags_obj = flags.FLAGS
+        for flag in ("experiment", "mode", "model_dir"):
+            if not getattr(flags_obj, flag):
+                _usage_error(f"--{flag} is required")
+        try:
+            params = train_utils.parse_configuration(flags_obj, lock_return=False, print_return=False)
+        except (KeyError, ValueError, TypeError, AttributeError) as error:
+            _usage_error(f"the experiment config is invalid: {error}")
+        missing = missing_field(params, flags_obj.mode)
+        if missing:
+            _usage_error(f"{missing} is not set, and Model Garden's trainer crashes without it: "
+                         "set it in --config_file or --params_override "
+                         "(e.g. configs/model_garden/bert_tiny_lamb.yaml)")
+        return driver_main(argv)
+
+    return checked_main
+
+
+def _usage_error(message):
+    print(f"lamb_tf.model_garden: {message}", file=sys.stderr)
+    sys.exit(2)
+
+
 def main():
     """`python -m lamb_tf.model_garden {nlp|vision} <Model Garden flags>`."""
     if len(sys.argv) < 2 or sys.argv[1] not in DRIVERS:
         print(f"usage: python -m lamb_tf.model_garden {{{'|'.join(DRIVERS)}}} "
-              "--experiment=... --mode=train --model_dir=... [--params_override=...]; "
-              f"got {sys.argv[1:2] or 'no driver'}", file=sys.stderr)
+              "--experiment=... --mode=train --model_dir=... [--config_file=...] "
+              f"[--params_override=...]; got {sys.argv[1:2] or 'no driver'}", file=sys.stderr)
         sys.exit(2)
     driver = importlib.import_module(DRIVERS[sys.argv.pop(1)])
     from absl import app
-    from absl import flags
     from official.common import flags as tfm_flags
 
-    # what the driver's own `if __name__ == "__main__"` block does
+    # what the driver's own `if __name__ == "__main__"` block does, with the required
+    # flags checked by `_check_then` (one line, status 2) instead of absl's
     tfm_flags.define_flags()
-    flags.mark_flags_as_required(["experiment", "mode", "model_dir"])
     register()
-    app.run(driver.main)
+    app.run(_check_then(driver.main))
 
 
 if __name__ == "__main__":
