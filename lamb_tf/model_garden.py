@@ -15,7 +15,7 @@ From the command line, this module is a launcher for Model Garden's own drivers 
 `official/vision/train.py`, with all of their flags), e.g. on the tiny experiment shipped
 in `configs/model_garden/`:
 
-    python -m lamb_tf.model_garden nlp --experiment=bert/pretraining --mode=train \
+    .venv/bin/python -m lamb_tf.model_garden nlp --experiment=bert/pretraining --mode=train \
         --model_dir=/tmp/mg_bert --config_file=configs/model_garden/bert_tiny_lamb.yaml
 
 Before launching, it checks the few fields whose absence makes Model Garden crash deep in
