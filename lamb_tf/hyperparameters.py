@@ -9,7 +9,26 @@ initialised, and add them to `get_config`. The flavour class keeps only its base
 from lamb_tf import arguments
 
 
-class LambArguments:
+class _OwnArguments:
+    """Hands the shared arguments to the flavour's base, then stores and reports its own."""
+
+    _OWN_ARGUMENTS = ()  # names of the checked arguments this optimizer adds to the shared ones
+
+    def _initialise(self, own, name, learning_rate, weight_decay_rate, exclude_from_weight_decay,
+                    exclude_from_layer_adaptation, keras_kwargs):
+        super().__init__(name, learning_rate, weight_decay_rate, exclude_from_weight_decay,
+                         exclude_from_layer_adaptation, keras_kwargs)
+        self._set_checked(own)
+
+    def get_config(self):
+        config = super().get_config()
+        for argument in self._OWN_ARGUMENTS:
+            value = getattr(self, argument)
+            config[argument] = list(value) if isinstance(value, tuple) else value  # JSON-friendly
+        return config
+
+
+class LambArguments(_OwnArguments):
     """LAMB (Algorithm 2 of arXiv 1904.00962); the maths is `lamb_tf.update_rules.lamb_step`.
 
     Per variable: `u = m̂/(√v̂ + ε) + λx`, `x ← x − η · φ(‖x‖)/‖u‖ · u`, trust ratio 1 when a
@@ -37,6 +56,8 @@ class LambArguments:
         and `gradient_aggregator`.
     """
 
+    _OWN_ARGUMENTS = ("beta_1", "beta_2", "epsilon", "phi_bounds", "bias_correction")
+
     def __init__(self, learning_rate=1e-3, beta_1=0.9, beta_2=0.999, epsilon=1e-6,
                  weight_decay_rate=0.0, exclude_from_weight_decay=None,
                  exclude_from_layer_adaptation=None, name="LAMB", phi_bounds=None,
@@ -48,23 +69,11 @@ class LambArguments:
             "phi_bounds": arguments.phi_bounds(phi_bounds),
             "bias_correction": arguments.boolean("bias_correction", bias_correction),
         }
-        super().__init__(name, learning_rate, weight_decay_rate, exclude_from_weight_decay,
+        self._initialise(own, name, learning_rate, weight_decay_rate, exclude_from_weight_decay,
                          exclude_from_layer_adaptation, keras_kwargs)
-        self._set_checked(own)
-
-    def get_config(self):
-        config = super().get_config()
-        config.update({
-            "beta_1": self.beta_1,
-            "beta_2": self.beta_2,
-            "epsilon": self.epsilon,
-            "phi_bounds": None if self.phi_bounds is None else list(self.phi_bounds),
-            "bias_correction": self.bias_correction,
-        })
-        return config
 
 
-class LarsArguments:
+class LarsArguments(_OwnArguments):
     """LARS with Model Garden's numerics; the maths is `lamb_tf.update_rules.lars_step`.
 
     Same signature and defaults as `official.modeling.optimization.lars.LARS`; unlike it,
@@ -84,6 +93,8 @@ class LarsArguments:
       **keras_kwargs: as for LAMB; the same keywords are refused.
     """
 
+    _OWN_ARGUMENTS = ("momentum", "eeta", "nesterov", "classic_momentum")
+
     def __init__(self, learning_rate=0.01, momentum=0.9, weight_decay_rate=0.0, eeta=0.001,
                  nesterov=False, classic_momentum=True, exclude_from_weight_decay=None,
                  exclude_from_layer_adaptation=None, name="LARS", **keras_kwargs):
@@ -93,16 +104,5 @@ class LarsArguments:
             "nesterov": arguments.boolean("nesterov", nesterov),
             "classic_momentum": arguments.boolean("classic_momentum", classic_momentum),
         }
-        super().__init__(name, learning_rate, weight_decay_rate, exclude_from_weight_decay,
+        self._initialise(own, name, learning_rate, weight_decay_rate, exclude_from_weight_decay,
                          exclude_from_layer_adaptation, keras_kwargs)
-        self._set_checked(own)
-
-    def get_config(self):
-        config = super().get_config()
-        config.update({
-            "momentum": self.momentum,
-            "eeta": self.eeta,
-            "nesterov": self.nesterov,
-            "classic_momentum": self.classic_momentum,
-        })
-        return config
