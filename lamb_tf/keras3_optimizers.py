@@ -15,6 +15,7 @@ Importing this module registers `LAMB` and `LARS` with Keras 3's serialization a
 import keras
 import tensorflow as tf
 
+from lamb_tf import exclusions
 from lamb_tf import hyperparameters
 from lamb_tf import layerwise
 from lamb_tf import update_rules
@@ -61,7 +62,7 @@ class _LayerwiseOptimizer(layerwise.LayerwiseMixin, keras.optimizers.Optimizer):
         self._build_slots(var_list)
         unnamed = [path for v, path in zip(var_list, paths) if getattr(v, "path", None) is None]
         if unnamed:
-            layerwise.exclusions.logger.info(
+            exclusions.logger.info(
                 "%s: %d variables are plain tf.Variables without a Keras path; their exclusion "
                 "patterns are searched in the variable name instead (e.g. %r).",
                 self.name, len(unnamed), unnamed[0])
