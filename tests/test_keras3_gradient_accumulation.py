@@ -79,6 +79,7 @@ def test_k_micro_batches_equal_one_batch_on_one_device(optimizer_name):
     _assert_same_training(_train(make), _train(make, accumulation_steps=4))
 
 
+@pytest.mark.slow  # several fit runs
 @pytest.mark.parametrize("optimizer_name", list(OPTIMIZERS))
 def test_k_micro_batches_on_two_replicas_equal_one_batch_on_one_device(optimizer_name, two_cpu_strategy):
     make = OPTIMIZERS[optimizer_name]
@@ -100,6 +101,7 @@ def test_tf_keras_model_is_refused_with_the_other_wrapper_named():
         keras3_accumulation.GradientAccumulationModel(tf_keras.Sequential(), 2)
 
 
+@pytest.mark.slow  # several fit runs
 def test_saved_wrapper_loads_without_custom_objects(tmp_path):
     model = keras3_accumulation.GradientAccumulationModel(_model(), 4)
     model.compile(optimizer=keras3_optimizers.LAMB(_schedule()), loss="mse")
@@ -110,3 +112,14 @@ def test_saved_wrapper_loads_without_custom_objects(tmp_path):
     assert loaded.accumulation_steps == 4
     assert isinstance(loaded.optimizer, keras3_optimizers.LAMB)
     np.testing.assert_allclose(loaded.predict(X[:4], verbose=0), model.predict(X[:4], verbose=0))
+
+
+@pytest.mark.slow  # several fit runs
+def test_loss_scale_optimizer_scales_each_micro_batch_and_unscales_once():
+    make = OPTIMIZERS["lamb"]
+    scaled = lambda: keras.optimizers.LossScaleOptimizer(make(), initial_scale=2.0**10)  # noqa: E731
+    weights, _, loss = _train(make)
+    weights_k, _, loss_k = _train(scaled, accumulation_steps=4)
+    for w, w_k in zip(weights, weights_k):
+        assert ref.relative_error(w_k, w) < 1e-5
+    assert loss_k == pytest.approx(loss, rel=1e-5)

@@ -214,6 +214,7 @@ def _launch(*flags):
                           timeout=180, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"})
 
 
+@pytest.mark.slow  # a real command-line run of Model Garden's driver
 def test_launcher_runs_the_shipped_tiny_experiment_with_our_lamb(tmp_path):
     model_dir = tmp_path / "model"
     result = _launch("--mode=train", f"--model_dir={model_dir}", f"--config_file={TINY_EXPERIMENT}")
@@ -228,6 +229,7 @@ def test_launcher_runs_the_shipped_tiny_experiment_with_our_lamb(tmp_path):
     assert np.all(np.isfinite(after)) and not np.array_equal(before, after)
 
 
+@pytest.mark.slow  # a real command-line run of Model Garden's driver
 def test_launcher_names_the_missing_field_in_one_line_before_any_work(tmp_path):
     # the example that used to crash after 226 lines inside Model Garden's create_trainer
     model_dir = tmp_path / "model"
