@@ -1,12 +1,25 @@
 """lamb_tf: LAMB and LARS (arXiv 1904.00962) as Keras optimizers, for both Keras flavours.
 
 `lamb_tf.LAMB` and `lamb_tf.LARS` are the classes of whichever Keras `tf.keras` is in this
-process: tf_keras when `TF_USE_LEGACY_KERAS=1` was set before TensorFlow was imported
+process: tf_keras when `TF_USE_LEGACY_KERAS=1` was set before `tf.keras` was first used
 (Model Garden models need that), Keras 3 otherwise. Both flavours can also be imported
 explicitly: `lamb_tf.tf_keras_optimizers.LAMB`, `lamb_tf.keras3_optimizers.LAMB`.
-Importing `lamb_tf` imports nothing else; the choice is made on first access to a name.
+
+Registration rule: a Keras class is registered with its flavour's serialization when the
+module that defines it is imported, under the package name `lamb_tf` (`lamb_tf>LAMB`,
+which cannot collide with Keras' own `Lamb`). `import lamb_tf` imports every such module
+(the lines below), so in a process that has imported `lamb_tf`, `serialize`/`deserialize`/
+`get` and `load_model` find LAMB, LARS, the schedules and the accumulation models without
+`custom_objects`, in both flavours. It does not resolve `tf.keras`: the flavour behind
+`lamb_tf.LAMB` is chosen on first access to that name.
 """
 import importlib
+
+from lamb_tf import accumulation  # noqa: F401  (registers tf_keras' GradientAccumulationModel)
+from lamb_tf import keras3_accumulation  # noqa: F401  (registers Keras 3's)
+from lamb_tf import keras3_optimizers  # noqa: F401  (registers Keras 3's LAMB/LARS)
+from lamb_tf import schedules  # noqa: F401  (registers the schedules of both flavours)
+from lamb_tf import tf_keras_optimizers  # noqa: F401  (registers tf_keras' LAMB/LARS)
 
 __all__ = ["LAMB", "LARS"]
 
@@ -22,7 +35,7 @@ def _active_flavour_module():
 
 
 def __getattr__(name):
-    """Resolve `LAMB`/`LARS` lazily, so `import lamb_tf` has no side effects (PEP 562)."""
+    """Resolve `LAMB`/`LARS` on first access, by the active `tf.keras` (PEP 562)."""
     if name in __all__:
         return getattr(_active_flavour_module(), name)
     raise AttributeError(f"module 'lamb_tf' has no attribute {name!r}")

@@ -16,7 +16,8 @@ calls `optimizer.apply_gradients` once with the mean gradient, so per optimizer 
     aggregating, inside `apply_gradients`);
   * `optimizer.iterations`, LAMB's bias correction and the learning-rate schedule advance
     once. (Keras 3's `gradient_accumulation_steps` feeds the schedule micro-steps, which
-    runs it k times too fast; this module does not use it.)
+    runs it k times too fast; the Keras 3 counterpart of this wrapper is
+    `lamb_tf.keras3_accumulation.GradientAccumulationModel`.)
 
 Exactness: the applied gradient is the gradient of the mean loss over the whole batch when
 the loss is a mean over examples and all micro-batches have the same size (both hold
@@ -25,10 +26,11 @@ micro-batch (e.g. masked-LM loss divided by the number of masked tokens in the m
 becomes the mean of the micro-batches' normalised losses instead.
 """
 import dataclasses
-import numbers
 
 import tensorflow as tf
 import tf_keras
+
+from lamb_tf import arguments
 
 
 @dataclasses.dataclass(frozen=True)
@@ -42,11 +44,8 @@ class BatchPlan:
     accumulation_steps: int  # k: micro-batches per optimizer step
 
 
-def _check_positive_int(name, value):
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise TypeError(f"{name} must be a positive integer, got {value!r}")
-    if value <= 0:
-        raise ValueError(f"{name} must be a positive integer, got {value!r}")
+# the shared check (lamb_tf/arguments.py), under the name `accumulate_gradients` calls
+_check_positive_int = arguments.positive_int
 
 
 def _divisors(n):
@@ -90,9 +89,9 @@ def plan_batch(global_batch_size, micro_batch_size, num_replicas=1):
       ValueError: naming the three numbers and the nearest valid choices, when
         `global_batch_size` is not a multiple of `num_replicas * micro_batch_size`.
     """
-    _check_positive_int("global_batch_size", global_batch_size)
-    _check_positive_int("micro_batch_size", micro_batch_size)
-    _check_positive_int("num_replicas", num_replicas)
+    arguments.positive_int("global_batch_size", global_batch_size)
+    arguments.positive_int("micro_batch_size", micro_batch_size)
+    arguments.positive_int("num_replicas", num_replicas)
     if global_batch_size % (num_replicas * micro_batch_size):
         raise ValueError(
             f"global_batch_size={global_batch_size} is not divisible by num_replicas="
@@ -203,6 +202,7 @@ def accumulate_gradients(loss_fn, variables, batch, accumulation_steps):
 GRADIENT_NORM_LOG = "global_gradient_norm"
 
 
+@tf_keras.saving.register_keras_serializable(package="lamb_tf")
 class GradientAccumulationModel(tf_keras.Model):
     """A tf_keras model that takes one optimizer step per k micro-batches.
 
@@ -225,7 +225,7 @@ class GradientAccumulationModel(tf_keras.Model):
         super().__init__(**kwargs)
         if not isinstance(model, tf_keras.Model):
             raise TypeError(f"model must be a tf_keras.Model, got {type(model).__name__}")
-        _check_positive_int("accumulation_steps", accumulation_steps)
+        arguments.positive_int("accumulation_steps", accumulation_steps)
         self.inner_model = model
         self.accumulation_steps = accumulation_steps
         # `fit` reduces train_step outputs over replicas by SUM ("auto" off TPU); metric results

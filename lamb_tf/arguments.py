@@ -1,10 +1,21 @@
-"""Construction-time checks of the optimizers' hyperparameters, shared by both Keras flavours.
+"""One vocabulary of argument checks for the whole library.
 
-Each check returns the value in the form the optimizer stores, or raises one `ValueError`
-/ `TypeError` that names the argument, the bad value and what would be valid.
+Each check returns the value in the form the caller stores, or raises one `ValueError` /
+`TypeError` that names the argument, the bad value and what would be valid. The optimizers
+(both Keras flavours), the schedules, the scaling rules and the batch planner all use
+these, so the same mistake reads the same everywhere.
 """
 import math
 import numbers
+
+# Keywords of the legacy (pre-2.11) Keras optimizers that the flavours' new base classes
+# do not take; the optimizers name the replacement instead of Keras' generic error.
+LEGACY_KEYWORDS = {
+    "decay": "put the decay in a learning-rate schedule (e.g. InverseTimeDecay)",
+    "gradient_transformers": "drop the config that adds it (e.g. Model Garden's "
+                             "task.differential_privacy_config)",
+    "gradient_aggregator": "drop it: the all-reduce is the optimizer's own",
+}
 
 
 def _real_number(name, value):
@@ -48,6 +59,34 @@ def boolean(name, value):
     return value
 
 
+def finite_at_least(name, value, minimum, strict=False):
+    """A finite real number >= minimum (> minimum when strict), returned unchanged."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{name} must be a number, got {value!r}")
+    if not math.isfinite(value) or value < minimum or (strict and value == minimum):
+        relation = ">" if strict else ">="
+        raise ValueError(f"{name} must be finite and {relation} {minimum}, got {value!r}")
+    return value
+
+
+def integer_at_least(name, value, minimum):
+    """An integer >= minimum (steps, counts), returned unchanged."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"{name} must be an integer, got {value!r}")
+    if value < minimum:
+        raise ValueError(f"{name} must be >= {minimum}, got {value!r}")
+    return value
+
+
+def positive_int(name, value):
+    """An integer > 0 (batch sizes, accumulation steps), returned unchanged."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"{name} must be a positive integer, got {value!r}")
+    if value <= 0:
+        raise ValueError(f"{name} must be a positive integer, got {value!r}")
+    return value
+
+
 def phi_bounds(value):
     """None, or `(gamma_l, gamma_u)` with 0 <= gamma_l <= gamma_u, as a tuple of floats."""
     if value is None:
@@ -61,9 +100,17 @@ def phi_bounds(value):
     return (gamma_l, gamma_u)
 
 
-def learning_rate(value, schedule_class):
-    """A float >= 0, or a `schedule_class` (the LearningRateSchedule of the optimizer's flavour)."""
-    if isinstance(value, schedule_class):
+def learning_rate(value, schedule_class, variable_classes):
+    """Every form the Keras base classes take, checked where it can be judged now.
+
+    Returns `value` unchanged when it is a `schedule_class` (the optimizer flavour's
+    LearningRateSchedule), one of `variable_classes` (read at every step) or a zero-argument
+    callable (called at every step); a float for a number or a constant tensor, which must
+    be finite and >= 0. A schedule of the other Keras flavour is a TypeError.
+    """
+    import tensorflow as tf
+
+    if isinstance(value, (schedule_class, *variable_classes)):
         return value
     if hasattr(value, "get_config") and callable(value):
         raise TypeError(
@@ -71,11 +118,23 @@ def learning_rate(value, schedule_class):
             f"{schedule_class.__module__}.{schedule_class.__name__}: use a schedule of the same "
             "Keras flavour as the optimizer (tf_keras or Keras 3)."
         )
+    if callable(value):
+        return value
+    if tf.is_tensor(value):
+        if not hasattr(value, "numpy"):  # symbolic: cannot be judged now
+            return value
+        if value.shape.rank != 0 or not value.dtype.is_floating and not value.dtype.is_integer:
+            raise TypeError(f"learning_rate must be a scalar number, got the tensor {value!r}.")
+        value = value.numpy().item()
     return non_negative("learning_rate", value)
 
 
-def refuse_keras_weight_decay(optimizer_name, keras_kwargs):
-    """Refuse Keras' decoupled `weight_decay`: it decays outside the trust ratio (not LAMB/LARS)."""
+def refuse_keywords(optimizer_name, keras_kwargs):
+    """Refuse the keywords that mean another algorithm or another Keras API, naming the fix.
+
+    Keras' decoupled `weight_decay` decays outside the trust ratio (not LAMB/LARS); the
+    legacy optimizers' keywords (`LEGACY_KEYWORDS`) do not exist in the new base classes.
+    """
     value = keras_kwargs.pop("weight_decay", None)
     if value is not None:
         raise ValueError(
@@ -83,4 +142,9 @@ def refuse_keras_weight_decay(optimizer_name, keras_kwargs):
             "outside the trust ratio, which is a different algorithm. "
             f"Use weight_decay_rate={value!r} instead."
         )
+    for keyword, fix in LEGACY_KEYWORDS.items():
+        if keyword in keras_kwargs:
+            raise ValueError(
+                f"{optimizer_name} got {keyword}=...: {keyword} is only supported by legacy Keras "
+                f"optimizers (tf.keras.optimizers.legacy), which {optimizer_name} is not; {fix}.")
     return keras_kwargs

@@ -66,6 +66,11 @@ class Exclusions:
         self.exclude_from_layer_adaptation = validate_patterns(
             "exclude_from_layer_adaptation", exclude_from_layer_adaptation)
 
+    def with_weight_decay_patterns(self, patterns):
+        """A copy whose `exclude_from_weight_decay` list has `patterns` appended."""
+        return Exclusions(list(self.weight_decay_patterns) + list(patterns),
+                          self.exclude_from_layer_adaptation)
+
     @property
     def weight_decay_patterns(self):
         return self.exclude_from_weight_decay or ()

@@ -1,18 +1,71 @@
 """What the LAMB and LARS classes of both Keras flavours share beyond the maths.
 
-`LayerwiseMixin` turns the variables' full paths into per-variable (decay, adapt) decisions
-once, at build time, logs the exclusion report, and reads back the last trust ratios. The
-flavour modules supply the paths and create the variables with their own base class.
+`LayerwiseMixin` checks the arguments LAMB and LARS share (learning rate, weight decay
+rate, the two exclusion lists, the refused Keras keywords), turns the variables' full paths
+into per-variable (decay, adapt) decisions once, at build time, logs the exclusion report,
+and reads back the last trust ratios. The flavour modules supply the variable paths, the
+flavour's schedule and variable classes, and create the variables with their own base
+class. The optimizer-specific arguments live in `lamb_tf.hyperparameters`.
 """
+import re
+
+from lamb_tf import arguments
+from lamb_tf import exclusions
+
+
+def name_without_suffix(variable):
+    """A tf.Variable's name without the `:0` suffix (tf_keras' full path)."""
+    return re.sub(r":\d+$", "", variable.name)
 
 
 class LayerwiseMixin:
-    """Per-variable exclusion decisions and trust-ratio read-out, for both Keras flavours.
+    """Shared arguments, per-variable exclusion decisions and trust-ratio read-out.
 
-    The class using it sets `self.weight_decay_rate` and `self._exclusions` (an
-    `exclusions.Exclusions`) in `__init__`
-    and calls `self._decide(paths_and_shapes)` in `build`.
+    The flavour class sets `_SCHEDULE_CLASS` and `_VARIABLE_CLASSES` (the learning-rate
+    forms its base class takes), defines `_variable_path(variable)`, calls
+    `_check_layerwise_arguments` before its base class' `__init__`, `_set_checked` after
+    it, and `_decide(paths_and_shapes)` in `build`.
     """
+
+    _SCHEDULE_CLASS = None
+    _VARIABLE_CLASSES = ()
+
+    def _check_layerwise_arguments(self, name, learning_rate, weight_decay_rate,
+                                   exclude_from_weight_decay, exclude_from_layer_adaptation,
+                                   keras_kwargs):
+        """(learning_rate, keras_kwargs, checked attributes) after every shared check."""
+        keras_kwargs = arguments.refuse_keywords(name, dict(keras_kwargs))
+        learning_rate = arguments.learning_rate(learning_rate, self._SCHEDULE_CLASS,
+                                                self._VARIABLE_CLASSES)
+        checked = {
+            "weight_decay_rate": arguments.non_negative("weight_decay_rate", weight_decay_rate),
+            # validated before the base class creates any variable
+            "_exclusions": exclusions.Exclusions(exclude_from_weight_decay,
+                                                 exclude_from_layer_adaptation),
+        }
+        return learning_rate, keras_kwargs, checked
+
+    def _set_checked(self, checked):
+        for attribute, value in checked.items():
+            setattr(self, attribute, value)
+
+    def exclude_from_weight_decay(self, var_list=None, var_names=None):
+        """Keras' method, here the same as extending the constructor's list.
+
+        `var_names` are regexes searched in each variable's full path (Keras searches the
+        short name); each variable of `var_list` adds a pattern matching exactly its path.
+        They join `exclude_from_weight_decay`, so `get_config` keeps them, the exclusion
+        report and `exclusion_table()` show them, and with
+        `exclude_from_layer_adaptation=None` they are not adapted either. Call it before
+        `build`, as Keras requires.
+        """
+        if hasattr(self, "_paths_and_shapes"):
+            raise ValueError(f"{self.name}.exclude_from_weight_decay() must be called before the "
+                             "optimizer is built; or pass exclude_from_weight_decay=[...] to "
+                             "the constructor.")
+        patterns = list(exclusions.validate_patterns("var_names", var_names) or ())
+        patterns += [f"^{re.escape(self._variable_path(v))}$" for v in var_list or ()]
+        self._exclusions = self._exclusions.with_weight_decay_patterns(patterns)
 
     def _decide(self, paths_and_shapes):
         """Store (decay, adapt) per variable index, decided once from the full path; log."""
@@ -43,6 +96,10 @@ class LayerwiseMixin:
             raise ValueError(f"{self.name} is not built yet: call "
                              "optimizer.build(model.trainable_variables) first.")
 
-    def _layerwise_config(self):
-        """The arguments shared by LAMB and LARS, for `get_config`."""
-        return {"weight_decay_rate": self.weight_decay_rate, **self._exclusions.get_config()}
+    def get_config(self):
+        config = super().get_config()
+        # the base's decoupled weight decay is refused; ours is weight_decay_rate
+        config.pop("weight_decay", None)
+        config["weight_decay_rate"] = self.weight_decay_rate
+        config.update(self._exclusions.get_config())
+        return config

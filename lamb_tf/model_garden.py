@@ -12,21 +12,26 @@ so the factory passes them through unchanged.
 
 From the command line, this module is a launcher for Model Garden's own drivers that calls
 `register()` first (`nlp` runs `official/nlp/train.py`, `vision` runs
-`official/vision/train.py`, with all of their flags):
+`official/vision/train.py`, with all of their flags), e.g. on the tiny experiment shipped
+in `configs/model_garden/`:
 
-    python -m lamb_tf.model_garden nlp --experiment=bert/pretraining --mode=train \
-        --model_dir=/tmp/bert --params_override='trainer.optimizer_config.optimizer.type=lamb'
+    .venv/bin/python -m lamb_tf.model_garden nlp --experiment=bert/pretraining --mode=train \
+        --model_dir=/tmp/mg_bert --config_file=configs/model_garden/bert_tiny_lamb.yaml
+
+Before launching, it checks the few fields whose absence makes Model Garden crash deep in
+its trainer (`REQUIRED_FIELDS`), and names a missing one in one line (exit status 2).
 
 Why the tables are edited directly: Model Garden's `register_optimizer_cls` refuses keys it
 already has, and `lamb`/`lars` are built in (`SHARED_OPTIMIZERS`). The factory looks the
 type up in `LEGACY_OPTIMIZERS_CLS` (its default, `use_legacy_optimizer=True`, which is what
 `official.core.base_task.Task.create_optimizer` uses) or `NEW_OPTIMIZERS_CLS`; both get our
-classes. Ours are `tf_keras.optimizers.Optimizer` (the non-legacy base): the factory returns
-them from either path and Model Garden's trainer runs them like its `adamw_experimental`.
-Legacy-only extras cannot apply to them: differential privacy (`gradient_transformers`) and
-a custom `gradient_aggregator` are refused with one clear error; the factory's `ema` config
-wraps the optimizer in Model Garden's legacy `ExponentialMovingAverage`, which is untested
-with ours.
+classes themselves, so Model Garden's `isinstance(optimizer, table[type])` holds. Ours are
+`tf_keras.optimizers.Optimizer` (the non-legacy base): the factory returns them from either
+path and Model Garden's trainer runs them like its `adamw_experimental`. Legacy-only extras
+cannot apply to them: differential privacy (`gradient_transformers`) and a custom
+`gradient_aggregator` are refused by the constructor with one clear error; the factory's
+`ema` config wraps the optimizer in Model Garden's legacy `ExponentialMovingAverage`, which
+is untested with ours.
 """
 import importlib
 import sys
@@ -39,28 +44,7 @@ OPTIMIZER_CLASSES = {"lamb": tf_keras_optimizers.LAMB, "lars": tf_keras_optimize
 # Model Garden's drivers, run by `python -m lamb_tf.model_garden <driver> ...`
 DRIVERS = {"nlp": "official.nlp.train", "vision": "official.vision.train"}
 
-# keywords only legacy optimizers understand, which the factory adds for some configs
-_LEGACY_ONLY_ARGUMENTS = ("gradient_transformers", "gradient_aggregator")
-
 _model_garden_classes = {}
-
-
-def _builder(optimizer_type):
-    """The factory's constructor for `optimizer_type`: our class, minus legacy-only keywords."""
-    optimizer_class = OPTIMIZER_CLASSES[optimizer_type]
-
-    def build(**optimizer_config):
-        for argument in _LEGACY_ONLY_ARGUMENTS:
-            if argument in optimizer_config:
-                raise ValueError(
-                    f"{argument} is only supported by legacy optimizers, and "
-                    f"optimizer.type={optimizer_type} builds lamb_tf's {optimizer_class.__name__} "
-                    f"after lamb_tf.model_garden.register(); drop the config that adds "
-                    f"{argument} (e.g. task.differential_privacy_config) or do not register.")
-        return optimizer_class(**optimizer_config)
-
-    build.optimizer_class = optimizer_class
-    return build
 
 
 def _factory_tables():
@@ -74,12 +58,12 @@ def register():
 
     Idempotent. Affects this process only; call it before the task builds its optimizer.
     """
+    ours = set(OPTIMIZER_CLASSES.values())
     for table in _factory_tables():
-        for optimizer_type in OPTIMIZER_CLASSES:
-            builder = table[optimizer_type]
-            if getattr(builder, "optimizer_class", None) is None:
-                _model_garden_classes.setdefault(optimizer_type, builder)
-            table[optimizer_type] = _builder(optimizer_type)
+        for optimizer_type, optimizer_class in OPTIMIZER_CLASSES.items():
+            if table[optimizer_type] not in ours:
+                _model_garden_classes.setdefault(optimizer_type, table[optimizer_type])
+            table[optimizer_type] = optimizer_class
 
 
 def unregister():
@@ -91,29 +75,84 @@ def unregister():
 
 def is_registered():
     """Whether Model Garden's factory currently builds lamb_tf's optimizers."""
-    return all(
-        getattr(table[optimizer_type], "optimizer_class", None) is optimizer_class
-        for table in _factory_tables()
-        for optimizer_type, optimizer_class in OPTIMIZER_CLASSES.items())
+    return all(table[optimizer_type] is optimizer_class
+               for table in _factory_tables()
+               for optimizer_type, optimizer_class in OPTIMIZER_CLASSES.items())
+
+
+# learning-rate / warmup fields Model Garden's trainer subtracts or divides by, so None
+# crashes deep inside `create_trainer` (e.g. bert/pretraining's polynomial decay_steps)
+_STEP_FIELDS = ("decay_steps", "warmup_steps")
+
+
+def missing_field(params, mode):
+    """The dotted name of the first field whose absence makes Model Garden crash, or None.
+
+    Checked: the active learning-rate and warmup configs' step counts, and an input for the
+    data the mode reads (`input_path` or `tfds_name`; `dummy` is Model Garden's synthetic
+    data where the task supports it).
+    """
+    optimization = params.trainer.optimizer_config
+    for section in ("learning_rate", "warmup"):
+        one_of = getattr(optimization, section)
+        chosen = getattr(one_of, one_of.type) if one_of.type else None
+        for field in _STEP_FIELDS:
+            if chosen is not None and hasattr(chosen, field) and getattr(chosen, field) is None:
+                return f"trainer.optimizer_config.{section}.{one_of.type}.{field}"
+    reads = [("train_data", "train" in mode),
+             ("validation_data", "eval" in mode or "validate" in mode)]
+    for data_name, needed in reads:
+        data = getattr(params.task, data_name, None)
+        if needed and (data is None or not (data.input_path or data.tfds_name)):
+            return f"task.{data_name}.input_path"
+    return None
+
+
+def _check_then(driver_main):
+    """`driver_main`, run only after the flags and the experiment config pass the checks."""
+    from absl import flags
+    from official.core import train_utils
+
+    def checked_main(argv):
+        flags_obj = flags.FLAGS
+        for flag in ("experiment", "mode", "model_dir"):
+            if not getattr(flags_obj, flag):
+                _usage_error(f"--{flag} is required")
+        try:
+            params = train_utils.parse_configuration(flags_obj, lock_return=False, print_return=False)
+        except (KeyError, ValueError, TypeError, AttributeError) as error:
+            _usage_error(f"the experiment config is invalid: {error}")
+        missing = missing_field(params, flags_obj.mode)
+        if missing:
+            _usage_error(f"{missing} is not set, and Model Garden's trainer crashes without it: "
+                         "set it in --config_file or --params_override "
+                         "(e.g. configs/model_garden/bert_tiny_lamb.yaml)")
+        return driver_main(argv)
+
+    return checked_main
+
+
+def _usage_error(message):
+    print(f"lamb_tf.model_garden: {message}", file=sys.stderr)
+    sys.exit(2)
 
 
 def main():
     """`python -m lamb_tf.model_garden {nlp|vision} <Model Garden flags>`."""
     if len(sys.argv) < 2 or sys.argv[1] not in DRIVERS:
         print(f"usage: python -m lamb_tf.model_garden {{{'|'.join(DRIVERS)}}} "
-              "--experiment=... --mode=train --model_dir=... [--params_override=...]; "
-              f"got {sys.argv[1:2] or 'no driver'}", file=sys.stderr)
+              "--experiment=... --mode=train --model_dir=... [--config_file=...] "
+              f"[--params_override=...]; got {sys.argv[1:2] or 'no driver'}", file=sys.stderr)
         sys.exit(2)
     driver = importlib.import_module(DRIVERS[sys.argv.pop(1)])
     from absl import app
-    from absl import flags
     from official.common import flags as tfm_flags
 
-    # what the driver's own `if __name__ == "__main__"` block does
+    # what the driver's own `if __name__ == "__main__"` block does, with the required
+    # flags checked by `_check_then` (one line, status 2) instead of absl's
     tfm_flags.define_flags()
-    flags.mark_flags_as_required(["experiment", "mode", "model_dir"])
     register()
-    app.run(driver.main)
+    app.run(_check_then(driver.main))
 
 
 if __name__ == "__main__":

@@ -13,8 +13,8 @@ Sources (see docs/large_batch.md):
 """
 import dataclasses
 import math
-import numbers
 
+from lamb_tf import arguments
 from lamb_tf import schedules
 
 # Untuned LAMB, appendix table of arXiv 1904.00962 v5 [UNCONFIRMED, internally consistent]:
@@ -28,25 +28,15 @@ UNTUNED_LAMB_TOTAL_EXAMPLES = 512 * 1_000_000
 SCALING_RULES = ("sqrt", "linear")
 
 
-def _check_positive_int(name, value):
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise TypeError(f"{name} must be a positive integer, got {value!r}")
-    if value <= 0:
-        raise ValueError(f"{name} must be a positive integer, got {value!r}")
-
-
 def scaled_learning_rate(base_lr, base_batch, batch, rule="sqrt"):
     """The learning rate for `batch`, scaled from `base_lr` tuned at `base_batch`.
 
     `rule="sqrt"`: `base_lr * sqrt(batch / base_batch)` (the paper's rule for LAMB).
     `rule="linear"`: `base_lr * batch / base_batch` (Goyal et al.; momentum SGD).
     """
-    if isinstance(base_lr, bool) or not isinstance(base_lr, numbers.Real):
-        raise TypeError(f"base_lr must be a number, got {base_lr!r}")
-    if not math.isfinite(base_lr) or base_lr < 0:
-        raise ValueError(f"base_lr must be finite and >= 0, got {base_lr!r}")
-    _check_positive_int("base_batch", base_batch)
-    _check_positive_int("batch", batch)
+    arguments.finite_at_least("base_lr", base_lr, 0)
+    arguments.positive_int("base_batch", base_batch)
+    arguments.positive_int("batch", batch)
     if rule == "sqrt":
         return base_lr * math.sqrt(batch / base_batch)  # lr grows with sqrt(batch)
     if rule == "linear":
@@ -81,7 +71,7 @@ def untuned_lamb_recipe(batch_size):
     sizes apply the same two rules. The warmup must stay shorter than the run, which
     holds for batches below 163,840 (512e6 / 3,125).
     """
-    _check_positive_int("batch_size", batch_size)
+    arguments.positive_int("batch_size", batch_size)
     total_steps = -(-UNTUNED_LAMB_TOTAL_EXAMPLES // batch_size)  # ceil: no fewer examples
     if total_steps <= UNTUNED_LAMB_WARMUP_STEPS:
         raise ValueError(

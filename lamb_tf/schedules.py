@@ -17,14 +17,15 @@ Keras 3), exactly like `lamb_tf.LAMB`.
 
 Serialization. `get_config` stores nested schedules with their class (the flavour's own
 `serialize`), so `from_config` rebuilds them; Model Garden's `PolynomialWarmUp` stores the
-nested schedule without its class and cannot be rebuilt.
+nested schedule without its class and cannot be rebuilt. Importing this module registers the
+four classes with their flavour's serialization under the package `lamb_tf`, so loading
+needs no `custom_objects` (the dicts below remain for code that passes them).
 """
-import math
-import numbers
-
 import keras
 import tensorflow as tf
 import tf_keras
+
+from lamb_tf import arguments
 
 
 def warmup_polynomial_decay(
@@ -68,23 +69,6 @@ def warmup_polynomial_decay(
     return tf.where(t < warmup_steps, warmup_lr, decay_lr)
 
 
-def _check_real(name, value, minimum, strict=False):
-    """`value` is a finite real number >= minimum (> minimum when strict)."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise TypeError(f"{name} must be a number, got {value!r}")
-    if not math.isfinite(value) or value < minimum or (strict and value == minimum):
-        relation = ">" if strict else ">="
-        raise ValueError(f"{name} must be finite and {relation} {minimum}, got {value!r}")
-
-
-def _check_int(name, value, minimum):
-    """`value` is an integer >= minimum."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise TypeError(f"{name} must be an integer, got {value!r}")
-    if value < minimum:
-        raise ValueError(f"{name} must be >= {minimum}, got {value!r}")
-
-
 class _WarmupPolynomialDecayMethods:
     """Flavour-independent body of `WarmupPolynomialDecay` (mixed into both flavours)."""
 
@@ -118,25 +102,24 @@ class _WarmupPolynomialDecayMethods:
           name: optional name scope.
         """
         super().__init__()
-        _check_real("peak_learning_rate", peak_learning_rate, 0.0)
-        _check_int("total_steps", total_steps, 1)
-        _check_real("end_learning_rate", end_learning_rate, 0.0)
-        _check_real("power", power, 0.0, strict=True)
-        _check_int("start_step", start_step, 0)
-        if not isinstance(decay_includes_warmup, bool):
-            raise TypeError(f"decay_includes_warmup must be a bool, got {decay_includes_warmup!r}")
+        arguments.finite_at_least("peak_learning_rate", peak_learning_rate, 0.0)
+        arguments.integer_at_least("total_steps", total_steps, 1)
+        arguments.finite_at_least("end_learning_rate", end_learning_rate, 0.0)
+        arguments.finite_at_least("power", power, 0.0, strict=True)
+        arguments.integer_at_least("start_step", start_step, 0)
+        arguments.boolean("decay_includes_warmup", decay_includes_warmup)
         if (warmup_steps is None) == (warmup_fraction is None):
             raise ValueError(
                 "give exactly one of warmup_steps and warmup_fraction, got "
                 f"warmup_steps={warmup_steps!r}, warmup_fraction={warmup_fraction!r}"
             )
         if warmup_fraction is not None:
-            _check_real("warmup_fraction", warmup_fraction, 0.0)
+            arguments.finite_at_least("warmup_fraction", warmup_fraction, 0.0)
             if warmup_fraction >= 1.0:
                 raise ValueError(f"warmup_fraction must be < 1, got {warmup_fraction!r}")
             resolved_warmup = int(round(warmup_fraction * total_steps))
         else:
-            _check_int("warmup_steps", warmup_steps, 0)
+            arguments.integer_at_least("warmup_steps", warmup_steps, 0)
             resolved_warmup = warmup_steps
         if resolved_warmup >= total_steps:
             raise ValueError(
@@ -216,7 +199,7 @@ class _MixedBatchScheduleMethods:
             phase_1_steps = getattr(phase_1, "total_steps", None)
             if phase_1_steps is None:
                 raise ValueError("phase_1_steps is required when phase_1 has no total_steps")
-        _check_int("phase_1_steps", phase_1_steps, 1)
+        arguments.integer_at_least("phase_1_steps", phase_1_steps, 1)
         self.phase_1 = phase_1
         self.phase_2 = phase_2
         self.phase_1_steps = phase_1_steps
@@ -248,12 +231,14 @@ class _MixedBatchScheduleMethods:
         return cls(**config)
 
 
+@tf_keras.saving.register_keras_serializable(package="lamb_tf")
 class TfKerasWarmupPolynomialDecay(
     _WarmupPolynomialDecayMethods, tf_keras.optimizers.schedules.LearningRateSchedule
 ):
     __doc__ = _WarmupPolynomialDecayMethods.__init__.__doc__
 
 
+@tf_keras.saving.register_keras_serializable(package="lamb_tf")
 class TfKerasMixedBatchSchedule(
     _MixedBatchScheduleMethods, tf_keras.optimizers.schedules.LearningRateSchedule
 ):
@@ -265,12 +250,14 @@ class TfKerasMixedBatchSchedule(
         return TF_KERAS_CUSTOM_OBJECTS
 
 
+@keras.saving.register_keras_serializable(package="lamb_tf")
 class Keras3WarmupPolynomialDecay(
     _WarmupPolynomialDecayMethods, keras.optimizers.schedules.LearningRateSchedule
 ):
     __doc__ = _WarmupPolynomialDecayMethods.__init__.__doc__
 
 
+@keras.saving.register_keras_serializable(package="lamb_tf")
 class Keras3MixedBatchSchedule(
     _MixedBatchScheduleMethods, keras.optimizers.schedules.LearningRateSchedule
 ):

@@ -1,5 +1,6 @@
 """`lamb_tf.LAMB`/`LARS` are the classes of the active `tf.keras` (fresh processes, since the
-choice is fixed when TensorFlow is imported), `import lamb_tf` imports nothing heavy, and
+choice is fixed when `tf.keras` is first used), `import lamb_tf` does not make that choice
+(it registers the classes of both flavours but leaves `tf.keras` unresolved), and
 `model.compile(optimizer=...)` + `fit` works in both flavours, also with `jit_compile=True`.
 """
 import os
@@ -15,9 +16,13 @@ from flavours import FLAVOURS
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 _PROBE = """
+import os
 import sys
 import lamb_tf
-assert "tensorflow" not in sys.modules, "import lamb_tf imported TensorFlow"
+# the library needs only tensorflow and tf-keras (the recipes' stack is an extra)
+assert not {"official", "tensorflow_text", "yaml"} & set(sys.modules), "recipes' stack imported"
+# set only now: `import lamb_tf` must not have resolved tf.keras
+os.environ["TF_USE_LEGACY_KERAS"] = sys.argv[1]
 import tensorflow as tf
 lamb, lars = lamb_tf.LAMB, lamb_tf.LARS
 print(lamb.__module__, lars.__module__, lamb.__name__, lars.__name__)
@@ -30,8 +35,9 @@ print("fit ok")
 
 @pytest.mark.parametrize("legacy,module", [("1", "lamb_tf.tf_keras_optimizers"), ("0", "lamb_tf.keras3_optimizers")])
 def test_top_level_names_follow_tf_keras(legacy, module):
-    env = dict(os.environ, TF_USE_LEGACY_KERAS=legacy, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=REPO_ROOT)
-    result = subprocess.run([sys.executable, "-c", _PROBE], env=env, capture_output=True, text=True,
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=REPO_ROOT)
+    env.pop("TF_USE_LEGACY_KERAS", None)
+    result = subprocess.run([sys.executable, "-c", _PROBE, legacy], env=env, capture_output=True, text=True,
                             timeout=120, cwd=REPO_ROOT)
     assert result.returncode == 0, result.stderr[-2000:]
     assert result.stdout.split("\n")[0] == f"{module} {module} LAMB LARS"

@@ -204,34 +204,20 @@ def test_resnet_imagenet_experiment_trains_with_our_lars(registered):
                                    rtol=1e-4, atol=1e-8, err_msg=path)
 
 
-CLI_OVERRIDE = """
-task:
-  model:
-    encoder: {bert: {vocab_size: 50, hidden_size: 16, num_layers: 1, num_attention_heads: 2,
-                     intermediate_size: 32, max_position_embeddings: 32}}
-    cls_heads: [{inner_dim: 16, num_classes: 2, name: next_sentence}]
-  train_data: {input_path: dummy, seq_length: 16, max_predictions_per_seq: 4,
-               global_batch_size: 4}
-trainer:
-  train_steps: 2
-  steps_per_loop: 1
-  checkpoint_interval: 1
-  optimizer_config:
-    optimizer: {type: lamb, lamb: {weight_decay_rate: 0.01,
-                                   exclude_from_weight_decay: [LayerNorm, layer_norm, bias]}}
-    learning_rate: {type: constant, constant: {learning_rate: 0.01}}
-    warmup: {type: null}
-runtime: {distribution_strategy: one_device, num_gpus: 0}
-"""
+TINY_EXPERIMENT = os.path.join("configs", "model_garden", "bert_tiny_lamb.yaml")
 
 
-def test_launcher_runs_model_garden_nlp_driver_with_our_lamb(tmp_path):
+def _launch(*flags):
+    command = [sys.executable, "-m", "lamb_tf.model_garden", "nlp", "--experiment=bert/pretraining",
+               *flags]
+    return subprocess.run(command, cwd=REPO_ROOT, capture_output=True, text=True,
+                          timeout=180, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"})
+
+
+@pytest.mark.slow  # a real command-line run of Model Garden's driver
+def test_launcher_runs_the_shipped_tiny_experiment_with_our_lamb(tmp_path):
     model_dir = tmp_path / "model"
-    command = [sys.executable, "-m", "lamb_tf.model_garden", "nlp",
-               "--experiment=bert/pretraining", "--mode=train", f"--model_dir={model_dir}",
-               f"--params_override={CLI_OVERRIDE}"]
-    result = subprocess.run(command, cwd=REPO_ROOT, capture_output=True, text=True,
-                            timeout=180, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"})
+    result = _launch("--mode=train", f"--model_dir={model_dir}", f"--config_file={TINY_EXPERIMENT}")
 
     assert result.returncode == 0, result.stderr[-3000:]
     # our optimizer's build-time exclusion report, which Model Garden's LAMB does not have
@@ -241,6 +227,37 @@ def test_launcher_runs_model_garden_nlp_driver_with_our_lamb(tmp_path):
                  if name.endswith("_intermediate_dense/kernel/.ATTRIBUTES/VARIABLE_VALUE")]
     before, after = (tf.train.load_variable(path, kernel) for path in (first, last))
     assert np.all(np.isfinite(after)) and not np.array_equal(before, after)
+
+
+@pytest.mark.slow  # a real command-line run of Model Garden's driver
+def test_launcher_names_the_missing_field_in_one_line_before_any_work(tmp_path):
+    # the example that used to crash after 226 lines inside Model Garden's create_trainer
+    model_dir = tmp_path / "model"
+    result = _launch("--mode=train", f"--model_dir={model_dir}",
+                     "--params_override=trainer.optimizer_config.optimizer.type=lamb")
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines()[-1] == (
+        "lamb_tf.model_garden: trainer.optimizer_config.learning_rate.polynomial.decay_steps is "
+        "not set, and Model Garden's trainer crashes without it: set it in --config_file or "
+        "--params_override (e.g. configs/model_garden/bert_tiny_lamb.yaml)")
+    assert "Traceback" not in result.stderr
+    assert not model_dir.exists()
+
+
+@pytest.mark.parametrize("override,field", [
+    ({"trainer": {"optimizer_config": {"learning_rate": {"polynomial": {"decay_steps": 10}}}}},
+     "trainer.optimizer_config.warmup.polynomial.warmup_steps"),
+    ({"trainer": {"optimizer_config": {"learning_rate": {"polynomial": {"decay_steps": 10}},
+                                       "warmup": {"polynomial": {"warmup_steps": 2}}}}},
+     "task.train_data.input_path"),
+    ({"trainer": {"optimizer_config": {"learning_rate": {"polynomial": {"decay_steps": 10}},
+                                       "warmup": {"polynomial": {"warmup_steps": 2}}}},
+      "task": {"train_data": {"input_path": "dummy"}}}, None),
+])
+def test_missing_field_is_the_first_one_model_garden_needs(override, field):
+    params = exp_factory.get_exp_config("bert/pretraining")
+    params.override(override, is_strict=True)
+    assert model_garden.missing_field(params, "train") == field
 
 
 def test_launcher_without_driver_prints_usage_and_exits_2(monkeypatch, capsys):

@@ -1,5 +1,6 @@
 """Bad arguments fail at construction with a ValueError/TypeError naming argument and value;
-Keras' decoupled `weight_decay` is refused with a pointer to `weight_decay_rate`.
+Keras' decoupled `weight_decay` is refused with a pointer to `weight_decay_rate`, the legacy
+optimizers' `decay`/`gradient_transformers`/`gradient_aggregator` with their replacement.
 """
 import math
 import re
@@ -23,6 +24,12 @@ SHARED_BAD = [
      "exclude_from_weight_decay holds an invalid regular expression 'layer_norm('"),
     (dict(exclude_from_layer_adaptation=[3]), TypeError, "exclude_from_layer_adaptation must hold strings, got 3"),
     (dict(weight_decay=0.01), ValueError, "Use weight_decay_rate=0.01 instead"),
+    # the legacy optimizers' keywords, each with its replacement
+    (dict(decay=0.5), ValueError, "decay is only supported by legacy Keras optimizers"),
+    (dict(decay=0.5), ValueError, "put the decay in a learning-rate schedule (e.g. InverseTimeDecay)"),
+    (dict(gradient_transformers=[]), ValueError, "gradient_transformers is only supported by legacy"),
+    (dict(gradient_aggregator=None), ValueError, "gradient_aggregator is only supported by legacy"),
+    (dict(learning_rate=[0.1]), TypeError, "learning_rate must be a real number, got [0.1]"),
 ]
 LAMB_BAD = SHARED_BAD + [
     (dict(beta_1=1.0), ValueError, "beta_1 must be in [0, 1), got 1.0"),

@@ -1,0 +1,108 @@
+"""LAMB's and LARS' own arguments: signature, checks and `get_config`, once for both flavours.
+
+`LambArguments` and `LarsArguments` are mixins placed before a flavour's shared base
+(`_LayerwiseOptimizer` in `lamb_tf.tf_keras_optimizers` / `lamb_tf.keras3_optimizers`):
+they check their arguments, hand the shared ones on, store theirs after the base class is
+initialised, and add them to `get_config`. The flavour class keeps only its base-class glue
+(slots and `update_step`).
+"""
+from lamb_tf import arguments
+
+
+class _OwnArguments:
+    """Hands the shared arguments to the flavour's base, then stores and reports its own."""
+
+    _OWN_ARGUMENTS = ()  # names of the checked arguments this optimizer adds to the shared ones
+
+    def _initialise(self, own, name, learning_rate, weight_decay_rate, exclude_from_weight_decay,
+                    exclude_from_layer_adaptation, keras_kwargs):
+        super().__init__(name, learning_rate, weight_decay_rate, exclude_from_weight_decay,
+                         exclude_from_layer_adaptation, keras_kwargs)
+        self._set_checked(own)
+
+    def get_config(self):
+        config = super().get_config()
+        for argument in self._OWN_ARGUMENTS:
+            value = getattr(self, argument)
+            config[argument] = list(value) if isinstance(value, tuple) else value  # JSON-friendly
+        return config
+
+
+class LambArguments(_OwnArguments):
+    """LAMB (Algorithm 2 of arXiv 1904.00962); the maths is `lamb_tf.update_rules.lamb_step`.
+
+    Per variable: `u = m̂/(√v̂ + ε) + λx`, `x ← x − η · φ(‖x‖)/‖u‖ · u`, trust ratio 1 when a
+    norm is 0, `t` = applied updates + 1. Same signature as Model Garden's / TF Addons' LAMB.
+
+    Args:
+      learning_rate: a number >= 0, a scalar constant tensor, a variable (read at every
+        step), a zero-argument callable (called at every step), or a LearningRateSchedule
+        of the optimizer's Keras flavour.
+      beta_1, beta_2: moment decay rates in [0, 1).
+      epsilon: ε > 0, added outside the square root.
+      weight_decay_rate: λ >= 0, added to the update direction inside the trust ratio.
+      exclude_from_weight_decay: regexes searched in each variable's full path
+        (`layer/sublayer/kernel`); matching variables get no λx.
+      exclude_from_layer_adaptation: regexes; matching variables get trust ratio 1. **None
+        means: the same list as `exclude_from_weight_decay`** (Model Garden / TF Addons
+        convention); pass `[]` to adapt every variable.
+      name: optimizer name.
+      phi_bounds: None (φ the identity) or `(gamma_l, gamma_u)`: φ(z) = min(max(z, γ_l), γ_u).
+      bias_correction: False drops the `1/(1 − β^t)` factors (paper appendix; the authors'
+        ResNet-50 code).
+      **keras_kwargs: the flavour's base-class keywords (`clipnorm`, `clipvalue`,
+        `global_clipnorm`, `use_ema`, ...). Keras' `weight_decay` is refused: use
+        `weight_decay_rate`; so are the legacy optimizers' `decay`, `gradient_transformers`
+        and `gradient_aggregator`.
+    """
+
+    _OWN_ARGUMENTS = ("beta_1", "beta_2", "epsilon", "phi_bounds", "bias_correction")
+
+    def __init__(self, learning_rate=1e-3, beta_1=0.9, beta_2=0.999, epsilon=1e-6,
+                 weight_decay_rate=0.0, exclude_from_weight_decay=None,
+                 exclude_from_layer_adaptation=None, name="LAMB", phi_bounds=None,
+                 bias_correction=True, **keras_kwargs):
+        own = {
+            "beta_1": arguments.beta("beta_1", beta_1),
+            "beta_2": arguments.beta("beta_2", beta_2),
+            "epsilon": arguments.positive("epsilon", epsilon),
+            "phi_bounds": arguments.phi_bounds(phi_bounds),
+            "bias_correction": arguments.boolean("bias_correction", bias_correction),
+        }
+        self._initialise(own, name, learning_rate, weight_decay_rate, exclude_from_weight_decay,
+                         exclude_from_layer_adaptation, keras_kwargs)
+
+
+class LarsArguments(_OwnArguments):
+    """LARS with Model Garden's numerics; the maths is `lamb_tf.update_rules.lars_step`.
+
+    Same signature and defaults as `official.modeling.optimization.lars.LARS`; unlike it,
+    sparse gradients work and `get_config` keeps the exclusions.
+
+    Args:
+      learning_rate: any form `LambArguments` takes.
+      momentum: μ >= 0.
+      weight_decay_rate: λ >= 0, added to the gradient (L2 decay inside the trust ratio).
+      eeta: trust coefficient > 0: ratio = eeta · ‖x‖ / ‖g + λx‖.
+      nesterov: Nesterov momentum.
+      classic_momentum: True: lr inside the momentum buffer, ratio from the gradient;
+        False: lr after the momentum, ratio from the momentum update.
+      exclude_from_weight_decay, exclude_from_layer_adaptation: as for LAMB; **None for the
+        second means the same list as the first**.
+      name: optimizer name.
+      **keras_kwargs: as for LAMB; the same keywords are refused.
+    """
+
+    _OWN_ARGUMENTS = ("momentum", "eeta", "nesterov", "classic_momentum")
+
+    def __init__(self, learning_rate=0.01, momentum=0.9, weight_decay_rate=0.0, eeta=0.001,
+                 nesterov=False, classic_momentum=True, exclude_from_weight_decay=None,
+                 exclude_from_layer_adaptation=None, name="LARS", **keras_kwargs):
+        own = {
+            "momentum": arguments.non_negative("momentum", momentum),
+            "eeta": arguments.positive("eeta", eeta),
+            "nesterov": arguments.boolean("nesterov", nesterov),
+            "classic_momentum": arguments.boolean("classic_momentum", classic_momentum),
+        }
+        self._initialise(own, name, learning_rate, weight_decay_rate, exclude_from_weight_decay,
+                         exclude_from_layer_adaptation, keras_kwargs)

@@ -1,0 +1,90 @@
+"""Every learning-rate form the Keras base classes accept works in both flavours: a number,
+a tf.Tensor, a variable (read at every step), a zero-argument callable (called at every
+step) and a schedule; what can be judged at construction is still refused. `get_config`
+holds the learning rate in the same form as the flavour's own optimizers, so it compares
+equal to what the user passed where theirs does.
+"""
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import numpy_reference as ref
+from flavours import FLAVOURS
+
+X0, G = np.array([1.0, 2.0, 3.0, 4.0]), np.array([1.0, 6.0, 7.0, 2.0])
+RATES = [0.5, 0.25]  # the learning rate of step 1 and step 2
+
+
+def _expected(optimizer_name, rates=RATES):
+    """The two updates in float64 with `rates`, from tests/numpy_reference.py."""
+    x, m, v, velocity = X0, np.zeros(4), np.zeros(4), np.zeros(4)
+    for t, rate in enumerate(rates, start=1):
+        if optimizer_name == "LAMB":
+            x, m, v = ref.lamb_step(x, G, m, v, t, rate, 0.9, 0.999, 1e-6, 0.0)
+        else:
+            x, velocity = ref.lars_step(x, G, velocity, rate, 0.9, 0.0, 0.001)
+    return x
+
+
+def _run(flavour, optimizer, before_step_2=lambda: None):
+    variable = flavour.variable("layer/kernel", X0)
+    flavour.apply(optimizer, [G], [variable])
+    before_step_2()
+    flavour.apply(optimizer, [G], [variable])
+    return variable.numpy()
+
+
+CASES = [(flavour, name) for flavour in FLAVOURS for name in ("LAMB", "LARS")]
+
+
+@pytest.mark.parametrize("flavour_name,optimizer_name", CASES)
+def test_variable_is_read_at_every_step(flavour_name, optimizer_name):
+    flavour = FLAVOURS[flavour_name]()
+    rate = tf.Variable(RATES[0])
+    optimizer = getattr(flavour.module, optimizer_name)(rate)
+    result = _run(flavour, optimizer, before_step_2=lambda: rate.assign(RATES[1]))
+    assert ref.relative_error(result, _expected(optimizer_name)) < 1e-5
+
+
+@pytest.mark.parametrize("flavour_name,optimizer_name", CASES)
+def test_callable_is_called_at_every_step(flavour_name, optimizer_name):
+    flavour = FLAVOURS[flavour_name]()
+    rates = iter(RATES)
+    current = [None]
+
+    def rate():
+        return current[0]
+
+    optimizer = getattr(flavour.module, optimizer_name)(rate)
+    current[0] = next(rates)
+    result = _run(flavour, optimizer, before_step_2=lambda: current.__setitem__(0, next(rates)))
+    assert ref.relative_error(result, _expected(optimizer_name)) < 1e-5
+
+
+@pytest.mark.parametrize("flavour_name,optimizer_name", CASES)
+def test_tensor_and_schedule(flavour_name, optimizer_name):
+    flavour = FLAVOURS[flavour_name]()
+    optimizer_class = getattr(flavour.module, optimizer_name)
+    # a constant tensor: the same rate at both steps
+    constant = _run(flavour, optimizer_class(tf.constant(RATES[0])))
+    assert ref.relative_error(constant, _expected(optimizer_name, [RATES[0], RATES[0]])) < 1e-5
+    # a schedule evaluated at the step counter: 0.5 then 0.25
+    schedule = flavour.keras.optimizers.schedules.PiecewiseConstantDecay([0], RATES)
+    assert ref.relative_error(_run(flavour, optimizer_class(schedule)), _expected(optimizer_name)) < 1e-5
+
+
+@pytest.mark.parametrize("flavour_name", FLAVOURS)
+@pytest.mark.parametrize("bad", [tf.constant(-0.1), tf.constant(np.nan)], ids=["negative", "nan"])
+def test_constant_tensor_that_is_invalid_is_refused(flavour_name, bad):
+    with pytest.raises(ValueError, match="learning_rate must be"):
+        FLAVOURS[flavour_name]().module.LAMB(bad)
+
+
+@pytest.mark.parametrize("flavour_name,optimizer_name", CASES)
+def test_config_learning_rate_is_in_the_flavours_own_form(flavour_name, optimizer_name):
+    flavour = FLAVOURS[flavour_name]()
+    ours = getattr(flavour.module, optimizer_name)(learning_rate=1e-4).get_config()["learning_rate"]
+    theirs = flavour.keras.optimizers.SGD(learning_rate=1e-4).get_config()["learning_rate"]
+    assert type(ours) is type(theirs) and ours == theirs
+    if flavour_name == "tf_keras":
+        assert ours == 1e-4  # tf_keras keeps a numpy.float32 (TF Addons' get_config test)
