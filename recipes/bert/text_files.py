@@ -39,28 +39,42 @@ def resolve_text_files(input_path: str) -> List[str]:
 def read_documents(files: Sequence[str]) -> Iterator[List[str]]:
     """Yields documents (lists of non-empty, stripped lines) from `files`, in order."""
     for path in files:
-        try:
-            with open(path, encoding="utf-8") as text_file:
-                document = []
-                for line in text_file:
-                    line = line.strip()
-                    if line:
-                        document.append(line)
-                    elif document:
-                        yield document
-                        document = []
-                if document:
+        yield from read_file_documents(path)
+
+
+def read_file_documents(path: str, opener=None) -> Iterator[List[str]]:
+    """Yields the documents of one file. `opener(path)` returns a binary file object
+    (default: the local `open`; the Beam pipeline passes Beam's FileSystems, for gs://).
+
+    Raises `UserError` (one line naming the file) for a file that is not UTF-8 or cannot
+    be read: the whole preparation refuses such a corpus rather than skip part of it.
+    """
+    try:
+        with (opener or _open_local)(path) as binary_file:
+            document = []
+            for raw_line in binary_file:
+                line = raw_line.decode("utf-8").strip()
+                if line:
+                    document.append(line)
+                elif document:
                     yield document
-        except UnicodeDecodeError as error:
-            raise UserError(
-                f"text corpus: {path} is not UTF-8 text ({error.reason} at byte "
-                f"{error.start}): convert it to UTF-8"
-            ) from None
-        except OSError as error:
-            raise UserError(
-                f"text corpus: cannot read {path} ({error.strerror}): check the "
-                "path and its permissions"
-            ) from None
+                    document = []
+            if document:
+                yield document
+    except UnicodeDecodeError as error:
+        raise UserError(
+            f"text corpus: {path} is not UTF-8 text ({error.reason} in a line at byte "
+            f"{error.start} of that line): convert it to UTF-8"
+        ) from None
+    except OSError as error:
+        raise UserError(
+            f"text corpus: cannot read {path} ({error.strerror or error}): check the "
+            "path and its permissions"
+        ) from None
+
+
+def _open_local(path: str):
+    return open(path, "rb")
 
 
 def total_bytes(files: Sequence[str]) -> int:
