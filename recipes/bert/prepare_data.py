@@ -423,15 +423,18 @@ class _Beam:
         self._work_dir = os.path.join(output_dir, ".beam")
 
     def summarize(self, files, seed, heldout_fraction, lower_case, count_words):
-        summaries, counts = self._pipeline.summarize(
-            files,
-            self._work_dir,
-            seed=seed,
-            heldout_fraction=heldout_fraction,
-            lower_case=lower_case,
-            count_words=count_words,
-            options=self._options,
-        )
+        try:
+            summaries, counts = self._pipeline.summarize(
+                files,
+                self._work_dir,
+                seed=seed,
+                heldout_fraction=heldout_fraction,
+                lower_case=lower_case,
+                count_words=count_words,
+                options=self._options,
+            )
+        finally:
+            shutil.rmtree(self._work_dir, ignore_errors=True)
         failed = sorted((s for s in summaries if "error" in s), key=lambda s: s["file_index"])
         if failed:
             raise errors.UserError(failed[0]["error"])
