@@ -391,8 +391,8 @@ def test_chunks_stream_and_bound_the_random_pool(tmp_path, monkeypatch):
 
     real_read = text_files.read_file_documents
 
-    def counting_read(path, opener=None):
-        for document in real_read(path, opener):
+    def counting_read(path):
+        for document in real_read(path):
             documents_read.append(document)
             yield document
 

@@ -40,14 +40,6 @@ _VOCAB_BATCH = 1024  # Sentences per call of the word counter.
 _LOCAL_RUNNER = "FnApiRunner"  # What DirectRunner runs batch pipelines on, without Prism.
 
 
-def _open(path):
-    return FileSystems.open(path)
-
-
-def _documents(path):
-    return list(text_files.read_file_documents(path, opener=_open))
-
-
 def pipeline_options(arguments: Sequence[str]) -> PipelineOptions:
     """PipelineOptions from command-line style arguments, checked: an option no Beam
     options class knows, or an unknown runner, is a `UserError`. The runner defaults to the
@@ -93,14 +85,16 @@ class _SummarizeFile(beam.DoFn):
 
     def process(self, element):
         file_index, path = element
-        try:
-            documents = _documents(path)
+        documents = chunks.TrainingSentences(
+            text_files.read_file_documents(path), self._seed, file_index, self._heldout_fraction
+        )
+        try:  # One pass over the file: the summary, and the training sentences on the side.
+            summary = chunks.summarize_file(
+                file_index, documents, self._seed, self._heldout_fraction
+            )
         except UserError as error:  # Reported by the launcher, before anything is written.
             yield json.dumps({"file_index": file_index, "error": str(error)})
             return
-        summary = chunks.summarize_file(
-            file_index, documents, self._seed, self._heldout_fraction
-        )
         yield json.dumps(
             {
                 "file_index": file_index,
@@ -109,23 +103,12 @@ class _SummarizeFile(beam.DoFn):
                 "words": summary.words,
             }
         )
-        if not self._count_words:
-            return
-        training = [
-            sentence
-            for document_index, document in enumerate(documents)
-            if not chunks.is_heldout(
-                self._seed, file_index, document_index, self._heldout_fraction
+        if self._count_words:
+            counts = vocabulary.count_words_in_batches(
+                documents.training_sentences, _VOCAB_BATCH, self._lower_case
             )
-            for sentence in document
-        ]
-        counts = {}
-        for start in range(0, len(training), _VOCAB_BATCH):
-            batch = training[start : start + _VOCAB_BATCH]
-            for word, count in vocabulary.count_words(batch, self._lower_case).items():
-                counts[word] = counts.get(word, 0) + count
-        for item in counts.items():
-            yield beam.pvalue.TaggedOutput("counts", item)
+            for item in counts.items():
+                yield beam.pvalue.TaggedOutput("counts", item)
 
 
 def summarize(
@@ -176,7 +159,10 @@ class _KeyDocuments(beam.DoFn):
     def process(self, element):
         file_index, path = element
         yield from self._plan.keyed_documents(
-            file_index, _documents(path), self._seed, self._heldout_fraction
+            file_index,
+            text_files.read_file_documents(path),
+            self._seed,
+            self._heldout_fraction,
         )
 
 

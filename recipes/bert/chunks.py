@@ -22,7 +22,7 @@ offset in each split, so pass 2 can assign chunks file by file, in parallel.
 
 import dataclasses
 import hashlib
-from typing import Dict, Iterator, List, Sequence, Tuple
+from typing import Dict, Iterable, Iterator, List, Sequence, Tuple
 
 TRAIN, HELDOUT = "train", "heldout"
 SPLITS = (TRAIN, HELDOUT)
@@ -53,7 +53,7 @@ class FileSummary:
 
 
 def summarize_file(
-    file_index: int, documents: Sequence[List[str]], seed: int, heldout_fraction: float
+    file_index: int, documents: Iterable[List[str]], seed: int, heldout_fraction: float
 ) -> FileSummary:
     sentences, counts, words = [0, 0], [0, 0], 0
     for document_index, document in enumerate(documents):
@@ -62,6 +62,23 @@ def summarize_file(
         counts[split] += 1
         words += sum(len(sentence.split()) for sentence in document)
     return FileSummary(file_index, tuple(sentences), tuple(counts), words)
+
+
+class TrainingSentences:
+    """Iterates the documents of one file once, keeping its training sentences on the side
+    (pass 1 counts their words for the vocabulary)."""
+
+    def __init__(self, documents: Iterable[List[str]], seed, file_index, heldout_fraction):
+        self._documents = documents
+        self._key = (seed, file_index, heldout_fraction)
+        self.training_sentences: List[str] = []
+
+    def __iter__(self):
+        seed, file_index, heldout_fraction = self._key
+        for document_index, document in enumerate(self._documents):
+            if not is_heldout(seed, file_index, document_index, heldout_fraction):
+                self.training_sentences.extend(document)
+            yield document
 
 
 @dataclasses.dataclass(frozen=True)
@@ -85,7 +102,7 @@ class ChunkPlan:
     def keyed_documents(
         self,
         file_index: int,
-        documents: Sequence[List[str]],
+        documents: Iterable[List[str]],
         seed: int,
         heldout_fraction: float,
     ) -> Iterator[Tuple[Tuple[str, int], Tuple[Tuple[int, int], List[str]]]]:

@@ -26,6 +26,7 @@ Everything random comes from `seed` and stable document ids: the same inputs and
 give byte-identical files, whatever the runner and the number of workers.
 """
 
+import collections
 import dataclasses
 import json
 import logging as python_logging
@@ -33,7 +34,7 @@ import os
 import shutil
 import sys
 import time
-from typing import Dict, Iterator, List, Optional, Sequence, Tuple
+from typing import List, Optional, Sequence, Tuple
 
 from absl import flags
 from absl import logging
@@ -319,46 +320,23 @@ def _progress_bar(files, progress, description):
 
 def _summarize(files, seed, heldout_fraction, lower_case, count_words, progress):
     """Pass 1 in this process: file summaries, and word counts of the training sentences."""
-    summaries, counts, batch = [], {}, []
-
-    def count(sentences):
-        for word, n in vocabulary.count_words(sentences, lower_case).items():
-            counts[word] = counts.get(word, 0) + n
-
+    summaries, counts = [], collections.Counter()
     with _progress_bar(files, progress, "counting") as bar:
         for file_index, path in enumerate(files):
-            documents = _TrainingSentences(
+            documents = chunks.TrainingSentences(
                 text_files.read_file_documents(path), seed, file_index, heldout_fraction
             )
             summaries.append(
                 chunks.summarize_file(file_index, documents, seed, heldout_fraction)
             )
             if count_words:
-                for sentence in documents.training_sentences:
-                    batch.append(sentence)
-                    if len(batch) == _VOCAB_BATCH:
-                        count(batch)
-                        batch = []
+                counts.update(
+                    vocabulary.count_words_in_batches(
+                        documents.training_sentences, _VOCAB_BATCH, lower_case
+                    )
+                )
             bar.update()
-    if batch:
-        count(batch)
     return summaries, counts
-
-
-class _TrainingSentences:
-    """Iterates the documents of a file once, keeping its training sentences on the side."""
-
-    def __init__(self, documents, seed, file_index, heldout_fraction):
-        self._documents = documents
-        self._key = (seed, file_index, heldout_fraction)
-        self.training_sentences = []
-
-    def __iter__(self):
-        seed, file_index, heldout_fraction = self._key
-        for document_index, document in enumerate(self._documents):
-            if not chunks.is_heldout(seed, file_index, document_index, heldout_fraction):
-                self.training_sentences.extend(document)
-            yield document
 
 
 def _write_records(files, plan, settings, shard_paths, heldout_fraction, progress):
@@ -411,7 +389,7 @@ class _Beam:
         level = root.level
         if quiet:
             root.setLevel(python_logging.ERROR)
-            python_logging.getLogger("apache_beam").setLevel(python_logging.WARNING)
+            python_logging.getLogger("apache_beam").setLevel(python_logging.ERROR)
         try:
             from recipes.bert import beam_pipeline  # pylint: disable=g-import-not-at-top
         finally:

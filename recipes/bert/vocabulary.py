@@ -54,6 +54,16 @@ def count_words(sentences: Sequence[str], lower_case: bool = True) -> collection
     return collections.Counter(word.decode("utf-8") for word in words.flat_values.numpy())
 
 
+def count_words_in_batches(
+    sentences: Sequence[str], batch_size: int, lower_case: bool = True
+) -> collections.Counter:
+    """`count_words` over `sentences`, `batch_size` sentences per tokenizer call."""
+    counts = collections.Counter()
+    for start in range(0, len(sentences), batch_size):
+        counts.update(count_words(sentences[start : start + batch_size], lower_case))
+    return counts
+
+
 @functools.lru_cache(maxsize=None)
 def _basic_tokenizer(lower_case: bool):
     return bert_tokenizer.BasicTokenizer(lower_case=lower_case)
