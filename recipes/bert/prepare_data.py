@@ -400,19 +400,22 @@ class _Beam:
         self.runner = beam_pipeline.runner_name(self._options)
         self._work_dir = os.path.join(output_dir, ".beam")
 
-    def summarize(self, files, seed, heldout_fraction, lower_case, count_words):
+    def _run(self, function, files, **arguments):
+        """One pipeline; its small outputs in `output_dir/.beam` are removed afterwards."""
         try:
-            summaries, counts = self._pipeline.summarize(
-                files,
-                self._work_dir,
-                seed=seed,
-                heldout_fraction=heldout_fraction,
-                lower_case=lower_case,
-                count_words=count_words,
-                options=self._options,
-            )
+            return function(files, self._work_dir, options=self._options, **arguments)
         finally:
             shutil.rmtree(self._work_dir, ignore_errors=True)
+
+    def summarize(self, files, seed, heldout_fraction, lower_case, count_words):
+        summaries, counts = self._run(
+            self._pipeline.summarize,
+            files,
+            seed=seed,
+            heldout_fraction=heldout_fraction,
+            lower_case=lower_case,
+            count_words=count_words,
+        )
         failed = sorted((s for s in summaries if "error" in s), key=lambda s: s["file_index"])
         if failed:
             raise errors.UserError(failed[0]["error"])
@@ -424,18 +427,14 @@ class _Beam:
         ], counts
 
     def write_records(self, files, plan, settings, shard_paths, heldout_fraction):
-        try:
-            return self._pipeline.write_records(
-                files,
-                self._work_dir,
-                plan=plan,
-                settings=settings,
-                shard_paths=shard_paths,
-                heldout_fraction=heldout_fraction,
-                options=self._options,
-            )
-        finally:
-            shutil.rmtree(self._work_dir, ignore_errors=True)
+        return self._run(
+            self._pipeline.write_records,
+            files,
+            plan=plan,
+            settings=settings,
+            shard_paths=shard_paths,
+            heldout_fraction=heldout_fraction,
+        )
 
 
 # --- Command line ----------------------------------------------------------------------
