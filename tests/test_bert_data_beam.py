@@ -18,6 +18,7 @@ import pytest
 from recipes.bert import chunks
 from recipes.bert import corpus
 from recipes.bert import prepare_data
+from recipes.bert import vocabulary
 from recipes.common.errors import UserError
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -117,6 +118,13 @@ def test_chunks_are_runs_of_consecutive_documents():
         keys += [key for key, _ in plan.keyed_documents(file_index, documents, 0, 0.0)]
     # Documents start at sentences 0, 3, ..., 24: 0-9 -> chunk 0, 12.. -> chunk 1.
     assert keys == [("train", 0)] * 4 + [("train", 1)] * 5
+
+
+def test_word_counts_are_bert_basic_words_summed_over_batches():
+    sentences = ["The cat, the dog.", "A DOG!"] * 3
+    expected = {"the": 6, "cat": 3, ",": 3, "dog": 6, ".": 3, "a": 3, "!": 3}
+    assert vocabulary.count_words(sentences) == expected
+    assert vocabulary.count_words_in_batches(sentences, batch_size=4) == expected
 
 
 def test_non_utf8_file_is_refused_on_beam_before_anything_is_written(tmp_path):

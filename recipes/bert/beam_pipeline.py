@@ -36,7 +36,6 @@ from recipes.bert import text_files
 from recipes.bert import vocabulary
 from recipes.common.errors import UserError
 
-_VOCAB_BATCH = 1024  # Sentences per call of the word counter.
 _LOCAL_RUNNER = "FnApiRunner"  # What DirectRunner runs batch pipelines on, without Prism.
 
 
@@ -105,7 +104,7 @@ class _SummarizeFile(beam.DoFn):
         )
         if self._count_words:
             counts = vocabulary.count_words_in_batches(
-                documents.training_sentences, _VOCAB_BATCH, self._lower_case
+                documents.training_sentences, self._lower_case
             )
             for item in counts.items():
                 yield beam.pvalue.TaggedOutput("counts", item)

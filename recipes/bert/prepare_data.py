@@ -61,7 +61,6 @@ NUM_SHARDS = 8
 HELDOUT_FRACTION = 0.05
 SEED = 12345
 CHUNK_SENTENCES = 10_000  # Sentences per chunk: bounds memory, and the random-B pool.
-_VOCAB_BATCH = 1024  # Sentences per call of the word counter.
 _SPLIT_PREFIX = {chunks.TRAIN: tfrecords.TRAIN_PREFIX, chunks.HELDOUT: tfrecords.HELDOUT_PREFIX}
 
 
@@ -332,7 +331,7 @@ def _summarize(files, seed, heldout_fraction, lower_case, count_words, progress)
             if count_words:
                 counts.update(
                     vocabulary.count_words_in_batches(
-                        documents.training_sentences, _VOCAB_BATCH, lower_case
+                        documents.training_sentences, lower_case
                     )
                 )
             bar.update()

@@ -55,7 +55,7 @@ def count_words(sentences: Sequence[str], lower_case: bool = True) -> collection
 
 
 def count_words_in_batches(
-    sentences: Sequence[str], batch_size: int, lower_case: bool = True
+    sentences: Sequence[str], lower_case: bool = True, batch_size: int = 1024
 ) -> collections.Counter:
     """`count_words` over `sentences`, `batch_size` sentences per tokenizer call."""
     counts = collections.Counter()
