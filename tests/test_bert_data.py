@@ -389,10 +389,10 @@ def test_chunks_stream_and_bound_the_random_pool(tmp_path, monkeypatch):
     first_pairs_after = []
     largest_pool = []
 
-    real_read = text_files.read_documents
+    real_read = text_files.read_file_documents
 
-    def counting_read(files):
-        for document in real_read(files):
+    def counting_read(path):
+        for document in real_read(path):
             documents_read.append(document)
             yield document
 
@@ -404,7 +404,7 @@ def test_chunks_stream_and_bound_the_random_pool(tmp_path, monkeypatch):
         largest_pool.append(sum(len(d) for d in pool))
         return real_pairs(index, pool, **kwargs)
 
-    monkeypatch.setattr(text_files, "read_documents", counting_read)
+    monkeypatch.setattr(text_files, "read_file_documents", counting_read)
     monkeypatch.setattr(sentence_pairs, "pairs_from_document", watching_pairs)
     prepared = prepare_data.prepare_pretraining_data(
         corpus_path,
@@ -420,12 +420,14 @@ def test_chunks_stream_and_bound_the_random_pool(tmp_path, monkeypatch):
         progress=False,
     )
     total_read = len(documents_read)
-    # Two passes (vocabulary, then pairs): the pairs of the first chunk are made long
-    # before the second pass has read all documents.
+    # Two passes (count, then pairs): the pairs of the first chunk are made long before
+    # the second pass has read all documents.
     assert total_read == 2 * len(documents)
     assert first_pairs_after[0] - len(documents) <= min(chunk_sentences, len(documents) // 3)
-    # The random-B pool holds at most the previous and the current chunk.
-    assert max(largest_pool) <= 2 * (chunk_sentences + longest - 1)
+    # The random-B pool is the chunk: the documents that start within one run of
+    # `chunk_sentences` sentences (the last chunk also takes the rest, under two runs).
+    assert max(largest_pool) < 2 * chunk_sentences + longest
+    assert min(largest_pool) > chunk_sentences - longest
     assert prepared.num_train_sequences > 0
 
 

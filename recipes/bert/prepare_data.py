@@ -3,38 +3,46 @@ r"""Raw text -> BERT pretraining TFRecords (Google BERT / Model Garden format).
   python -m recipes.bert.prepare_data --output_dir=/tmp/bert_data            # embedded corpus
   python -m recipes.bert.prepare_data --input_path='corpus/*.txt' \
       --output_dir=/tmp/bert_data --seq_length=512 --max_predictions_per_seq=80
+  python -m recipes.bert.prepare_data --input_path='corpus/*.txt' --output_dir=/tmp/bert_data \
+      --runner=FnApiRunner --direct_num_workers=2 --direct_running_mode=multi_processing
 
-Steps, streamed chunk by chunk so memory does not grow with the corpus:
+Without `--runner` everything runs in this process; with `--runner` (any Beam runner:
+FnApiRunner, DirectRunner, PrismRunner, DataflowRunner, FlinkRunner, SparkRunner, ...) the
+same steps run as an Apache Beam pipeline (`beam_pipeline.py`), and every flag this module
+does not define is passed to Beam as a pipeline option. Both write the same bytes
+(docs/bert_data.md). The steps:
 1. the text files (or the embedded corpus, written as text files first: `corpus.py`);
-2. each document goes to the training or the held-out split (a seeded coin per document);
-3. the WordPiece vocabulary is learned from the training documents
-   (`vocabulary.py`), unless a `vocab.txt` is given;
-4. per chunk of documents: tokenize (`tensorflow_text.BertTokenizer`), build sentence pairs
-   `dupe_factor` times (`sentence_pairs.py`), shuffle them, mask them (`masking.py`), and
-   append them round-robin to the shards (`tfrecords.py`).
+2. pass 1, per file: each document goes to the training or the held-out split (a seeded
+   coin per document id), sentences are counted and, unless a `vocab.txt` is given, the
+   words of the training documents (`chunks.py`, `vocabulary.count_words`); bad files are
+   refused here, before anything is written;
+3. the WordPiece vocabulary is learned from the summed word counts (`vocabulary.py`);
+4. pass 2, per chunk of consecutive documents (`chunks.py`): tokenize
+   (`tensorflow_text.BertTokenizer`), build sentence pairs `dupe_factor` times
+   (`sentence_pairs.py`), shuffle them, mask them (`masking.py`) and write them to the shards
+   (`chunk_records.py`, `tfrecords.py`).
 
-Everything random comes from `seed`: the same inputs and arguments give byte-identical files.
+Everything random comes from `seed` and stable document ids: the same inputs and arguments
+give byte-identical files, whatever the runner and the number of workers.
 """
 
-import contextlib
+import collections
 import dataclasses
-import itertools
 import json
+import logging as python_logging
 import os
-import random
 import shutil
 import sys
 import time
-from typing import Iterator, List, Optional, Sequence
+from typing import List, Optional, Sequence, Tuple
 
 from absl import flags
 from absl import logging
-import tensorflow as tf
 import tqdm
 
+from recipes.bert import chunk_records
+from recipes.bert import chunks
 from recipes.bert import corpus
-from recipes.bert import masking
-from recipes.bert import sentence_pairs
 from recipes.bert import text_files
 from recipes.bert import tfrecords
 from recipes.bert import vocabulary
@@ -53,8 +61,7 @@ NUM_SHARDS = 8
 HELDOUT_FRACTION = 0.05
 SEED = 12345
 CHUNK_SENTENCES = 10_000  # Sentences per chunk: bounds memory, and the random-B pool.
-_MASK_BATCH = 2048  # Sequences per call of the masking graph.
-_VOCAB_BATCH = 1024  # Sentences per batch fed to the vocabulary learner.
+_SPLIT_PREFIX = {chunks.TRAIN: tfrecords.TRAIN_PREFIX, chunks.HELDOUT: tfrecords.HELDOUT_PREFIX}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -91,6 +98,7 @@ def prepare_pretraining_data(
     seed: int = SEED,
     chunk_sentences: int = CHUNK_SENTENCES,
     progress: Optional[bool] = None,
+    beam_options: Optional[Sequence[str]] = None,
 ) -> PreparedData:
     """Writes train and held-out pretraining shards and the vocabulary into `output_dir`.
 
@@ -114,7 +122,10 @@ def prepare_pretraining_data(
       heldout_fraction: fraction of documents written to the held-out shards instead.
       seed: seeds all randomness.
       chunk_sentences: sentences per processing chunk (memory bound, random-B pool).
-      progress: show progress bars (None: only on a terminal).
+      progress: show progress bars (None: only on a terminal; single-process path).
+      beam_options: None runs in this process; a list of Beam pipeline options
+        (e.g. `["--runner=FnApiRunner", "--direct_num_workers=2"]`, the runner defaulting
+        to FnApiRunner) runs the same steps as a Beam pipeline, with the same output.
 
     Returns:
       A `PreparedData`.
@@ -122,7 +133,8 @@ def prepare_pretraining_data(
     Raises:
       TypeError: an argument of the wrong type (named, with its value).
       ArgumentError (a ValueError): an argument out of range (named, with its value).
-      UserError: the corpus or vocabulary cannot be used (one line: what, where, what to do).
+      UserError: the corpus, vocabulary or Beam options cannot be used (one line: what,
+        where, what to do).
     """
     _check_arguments(
         seq_length=seq_length,
@@ -135,6 +147,8 @@ def prepare_pretraining_data(
         vocab_size=vocab_size,
         chunk_sentences=chunk_sentences,
     )
+    beam = _Beam(beam_options, output_dir) if beam_options is not None else None
+    tokens = vocabulary.read_vocabulary(vocab_file) if vocab_file is not None else None
     started = time.time()
     os.makedirs(output_dir, exist_ok=True)
     # metadata.json marks a finished preparation: remove it first, so that a run that fails
@@ -148,108 +162,110 @@ def prepare_pretraining_data(
     else:
         files = text_files.resolve_text_files(input_path)
         source = input_path
-    logging.info(
-        "Corpus: %d file(s) from %s, %d bytes.", len(files), source, text_files.total_bytes(files)
-    )
+    logging.info("Corpus: %d file(s) from %s.", len(files), source)
 
-    # --- Vocabulary -------------------------------------------------------------------
+    # --- Pass 1: split, count, refuse bad files; then the vocabulary --------------------
+    if beam is not None:
+        summaries, counts = beam.summarize(
+            files, seed, heldout_fraction, lower_case, count_words=tokens is None
+        )
+    else:
+        summaries, counts = _summarize(
+            files, seed, heldout_fraction, lower_case, tokens is None, progress
+        )
+    num_documents = [sum(s.documents[split] for s in summaries) for split in (0, 1)]
+    num_words = sum(s.words for s in summaries)
     vocab_path = os.path.join(output_dir, "vocab.txt")
-    if vocab_file is not None:
-        tokens = vocabulary.read_vocabulary(vocab_file)
+    if tokens is not None:
         if os.path.abspath(vocab_file) != os.path.abspath(vocab_path):
             shutil.copyfile(vocab_file, vocab_path)
     else:
-        train_documents = (
-            document
-            for heldout, document in _split_documents(
-                files, heldout_fraction, seed, progress, "learning vocabulary"
+        if not counts:
+            raise errors.UserError(
+                f"text corpus {source} has no training words to learn a vocabulary from "
+                f"({num_documents[0]} training document(s)): give more text, or a vocab_file"
             )
-            if not heldout
-        )
-        sentences = (sentence for document in train_documents for sentence in document)
-        tokens = vocabulary.learn_vocabulary(
-            _batched(sentences, _VOCAB_BATCH), vocab_size, lower_case=lower_case
-        )
+        tokens = vocabulary.learn_from_counts(counts, vocab_size)
         vocabulary.write_vocabulary(tokens, vocab_path)
     logging.info("Vocabulary: %d pieces in %s.", len(tokens), vocab_path)
 
-    # --- Pairs, masks, shards -----------------------------------------------------------
-    special_ids = vocabulary.special_ids(tokens)
-    tokenizer = vocabulary.make_tokenizer(vocab_path, lower_case=lower_case)
-    splits = {
-        heldout: _SplitWriter(
-            output_dir,
-            tfrecords.HELDOUT_PREFIX if heldout else tfrecords.TRAIN_PREFIX,
-            num_shards=num_shards,
-            tokenizer=tokenizer,
-            special_ids=special_ids,
-            masker=masking.Masker(
-                vocab_size=len(tokens),
-                special_ids=special_ids,
-                masked_lm_prob=masked_lm_prob,
-                max_predictions_per_seq=max_predictions_per_seq,
-                seed=seed + 2 if heldout else seed + 1,
-            ),
-            seq_length=seq_length,
-            max_predictions_per_seq=max_predictions_per_seq,
-            short_seq_prob=short_seq_prob,
-            dupe_factor=1 if heldout else dupe_factor,
-            rng=random.Random(seed + 4 if heldout else seed + 3),
+    # --- Pass 2: chunks -> pairs, masks -> shards --------------------------------------
+    plan = chunks.ChunkPlan.from_summaries(summaries, chunk_sentences)
+    settings = chunk_records.RecordSettings(
+        vocab_tokens=tuple(tokens),
+        lower_case=lower_case,
+        seq_length=seq_length,
+        max_predictions_per_seq=max_predictions_per_seq,
+        masked_lm_prob=masked_lm_prob,
+        short_seq_prob=short_seq_prob,
+        dupe_factor=dupe_factor,
+        num_shards=num_shards,
+        seed=seed,
+    )
+    shard_paths = {
+        (split, shard): path
+        for split in chunks.SPLITS
+        for shard, path in enumerate(
+            tfrecords.shard_paths(output_dir, _SPLIT_PREFIX[split], num_shards)
         )
-        for heldout in (False, True)
     }
-    num_words = 0
-    # Shards are renamed into place only if the whole block succeeds (see ShardedWriter).
-    with contextlib.ExitStack() as open_writers:
-        for split in splits.values():
-            open_writers.enter_context(split.writer)
-        for heldout, document in _split_documents(
-            files, heldout_fraction, seed, progress, "writing sequences"
-        ):
-            num_words += sum(len(sentence.split()) for sentence in document)
-            splits[heldout].add(document, chunk_sentences)
-        for split in splits.values():
-            split.flush()
-        train, heldout = splits[False], splits[True]
-        if train.writer.num_records == 0:
+    # Shards are renamed into place only if the whole block succeeds.
+    try:
+        if beam is not None:
+            num_sequences = beam.write_records(files, plan, settings, shard_paths, heldout_fraction)
+        else:
+            num_sequences = _write_records(
+                files, plan, settings, shard_paths, heldout_fraction, progress
+            )
+        if num_sequences[chunks.TRAIN] == 0:
             raise errors.UserError(
                 f"text corpus {source} yields no training sentence pairs "
-                f"({train.num_documents} training document(s)): give several documents of "
+                f"({num_documents[0]} training document(s)): give several documents of "
                 "several sentences each, one sentence per line, blank lines between documents"
             )
-        if heldout_fraction > 0 and heldout.writer.num_records == 0:
+        if heldout_fraction > 0 and num_sequences[chunks.HELDOUT] == 0:
             raise errors.UserError(
                 f"text corpus {source} yields no held-out sentence pairs with heldout_fraction="
-                f"{heldout_fraction} ({heldout.num_documents} held-out document(s)): give more "
+                f"{heldout_fraction} ({num_documents[1]} held-out document(s)): give more "
                 "documents or raise the fraction"
             )
+    except BaseException:
+        for path in shard_paths.values():
+            if os.path.exists(path + ".tmp"):
+                os.remove(path + ".tmp")
+        raise
+    for path in shard_paths.values():
+        os.replace(path + ".tmp", path)
 
     prepared = PreparedData(
-        train_files=train.writer.pattern,
-        eval_files=heldout.writer.pattern,
+        train_files=tfrecords.shard_pattern(output_dir, tfrecords.TRAIN_PREFIX, num_shards),
+        eval_files=tfrecords.shard_pattern(output_dir, tfrecords.HELDOUT_PREFIX, num_shards),
         vocab_file=vocab_path,
         vocab_size=len(tokens),
         seq_length=seq_length,
         max_predictions_per_seq=max_predictions_per_seq,
-        num_train_sequences=train.writer.num_records,
-        num_eval_sequences=heldout.writer.num_records,
-        num_train_documents=train.num_documents,
-        num_eval_documents=heldout.num_documents,
+        num_train_sequences=num_sequences[chunks.TRAIN],
+        num_eval_sequences=num_sequences[chunks.HELDOUT],
+        num_train_documents=num_documents[0],
+        num_eval_documents=num_documents[1],
         num_words=num_words,
     )
     with open(metadata_path + ".tmp", "w", encoding="utf-8") as out:
         json.dump(dataclasses.asdict(prepared), out, indent=2)
     os.replace(metadata_path + ".tmp", metadata_path)
+    seconds = time.time() - started
     logging.info(
         "Wrote %d training sequences (%d documents) and %d held-out sequences (%d "
-        "documents) from %d words to %s in %.1f s.",
+        "documents) from %d words to %s in %.1f s (%.0f words/s, %s).",
         prepared.num_train_sequences,
         prepared.num_train_documents,
         prepared.num_eval_sequences,
         prepared.num_eval_documents,
         num_words,
         output_dir,
-        time.time() - started,
+        seconds,
+        num_words / max(seconds, 1e-9),
+        "single process" if beam is None else f"Beam, {beam.runner}",
     )
     return prepared
 
@@ -291,131 +307,133 @@ def _check_arguments(**values):
             raise ArgumentError(f"{name}={values[name]!r}: expected {expected}")
 
 
-def _split_documents(
-    files: Sequence[str],
-    heldout_fraction: float,
-    seed: int,
-    progress: Optional[bool],
-    description: str,
-):
-    """Yields (is_heldout, document); the same seed gives the same split on every pass."""
-    split_rng = random.Random(seed)
-    with tqdm.tqdm(
-        total=text_files.total_bytes(files),
-        unit="B",
-        unit_scale=True,
+def _progress_bar(files, progress, description):
+    return tqdm.tqdm(
+        total=len(files),
+        unit="file",
         desc=description,
         disable=None if progress is None else not progress,
         file=sys.stderr,
-    ) as bar:
-        for document in text_files.read_documents(files):
-            bar.update(sum(len(sentence) + 1 for sentence in document) + 1)
-            yield split_rng.random() < heldout_fraction, document
-        bar.update(max(0, bar.total - bar.n))  # The byte count per document is approximate.
+    )
 
 
-def _batched(items, size: int) -> Iterator[List]:
-    iterator = iter(items)
-    while batch := list(itertools.islice(iterator, size)):
-        yield batch
-
-
-class _SplitWriter:
-    """Chunks, tokenizes, pairs, masks and writes the documents of one split."""
-
-    def __init__(
-        self,
-        output_dir,
-        prefix,
-        *,
-        num_shards,
-        tokenizer,
-        special_ids,
-        masker,
-        seq_length,
-        max_predictions_per_seq,
-        short_seq_prob,
-        dupe_factor,
-        rng,
-    ):
-        self.writer = tfrecords.ShardedWriter(output_dir, prefix, num_shards)
-        self.num_documents = 0
-        self._tokenizer = tokenizer
-        self._special_ids = special_ids
-        self._masker = masker
-        self._seq_length = seq_length
-        self._max_predictions_per_seq = max_predictions_per_seq
-        self._short_seq_prob = short_seq_prob
-        self._dupe_factor = dupe_factor
-        self._rng = rng
-        self._pending = []  # Documents (lists of sentence strings) of the current chunk.
-        self._pending_sentences = 0
-        self._previous_chunk = []  # Tokenized documents of the previous chunk (random-B pool).
-
-    def add(self, document: List[str], chunk_sentences: int):
-        self._pending.append(document)
-        self._pending_sentences += len(document)
-        if self._pending_sentences >= chunk_sentences:
-            self.flush()
-
-    def flush(self):
-        """Processes the pending chunk; afterwards only its tokenized documents are kept."""
-        if not self._pending:
-            return
-        chunk = self._tokenize(self._pending)
-        self.num_documents += len(chunk)
-        self._pending, self._pending_sentences = [], 0
-        pool = self._previous_chunk + chunk
-        pairs = []
-        for _ in range(self._dupe_factor):  # Google: for each dupe, for each document.
-            for index in range(len(self._previous_chunk), len(pool)):
-                pairs.extend(
-                    sentence_pairs.pairs_from_document(
-                        index,
-                        pool,
-                        seq_length=self._seq_length,
-                        short_seq_prob=self._short_seq_prob,
-                        rng=self._rng,
+def _summarize(files, seed, heldout_fraction, lower_case, count_words, progress):
+    """Pass 1 in this process: file summaries, and word counts of the training sentences."""
+    summaries, counts = [], collections.Counter()
+    with _progress_bar(files, progress, "counting") as bar:
+        for file_index, path in enumerate(files):
+            documents = chunks.TrainingSentences(
+                text_files.read_file_documents(path), seed, file_index, heldout_fraction
+            )
+            summaries.append(
+                chunks.summarize_file(file_index, documents, seed, heldout_fraction)
+            )
+            if count_words:
+                counts.update(
+                    vocabulary.count_words_in_batches(
+                        documents.training_sentences, lower_case
                     )
                 )
-        self._rng.shuffle(pairs)  # Google shuffles all pairs; here within the chunk.
-        for batch in _batched(pairs, _MASK_BATCH):
-            self._write(batch)
-        self._previous_chunk = chunk
+            bar.update()
+    return summaries, counts
 
-    def _tokenize(self, documents: List[List[str]]) -> List[List[List[int]]]:
-        """Documents of strings -> documents of id lists; empty sentences/documents dropped."""
-        sentences = [sentence for document in documents for sentence in document]
-        ids = self._tokenizer.tokenize(tf.constant(sentences)).merge_dims(-2, -1)
-        values = ids.flat_values.numpy().tolist()
-        splits = ids.row_splits.numpy().tolist()
-        rows = iter(values[splits[i] : splits[i + 1]] for i in range(len(sentences)))
-        tokenized = []
-        for document in documents:
-            sentences_of_document = [row for row in itertools.islice(rows, len(document)) if row]
-            if sentences_of_document:
-                tokenized.append(sentences_of_document)
-        return tokenized
 
-    def _write(self, pairs: List[sentence_pairs.SentencePair]):
-        cls, sep = self._special_ids.cls, self._special_ids.sep
-        sequences = [[cls] + p.tokens_a + [sep] + p.tokens_b + [sep] for p in pairs]
-        masked_ids, positions, original_ids = self._masker(sequences)
-        for i, pair in enumerate(pairs):
-            segment_a = len(pair.tokens_a) + 2  # [CLS] A [SEP]
-            segment_ids = [0] * segment_a + [1] * (len(pair.tokens_b) + 1)  # B [SEP]
-            self.writer.write(
-                tfrecords.serialize_example(
-                    input_ids=masked_ids[i],
-                    segment_ids=segment_ids,
-                    masked_lm_positions=positions[i],
-                    masked_lm_ids=original_ids[i],
-                    next_sentence_label=pair.next_sentence_label,
-                    seq_length=self._seq_length,
-                    max_predictions_per_seq=self._max_predictions_per_seq,
-                    pad_id=self._special_ids.pad,
-                )
+def _write_records(files, plan, settings, shard_paths, heldout_fraction, progress):
+    """Pass 2 in this process: chunk by chunk, in (file, document) order."""
+    processor = chunk_records.ChunkProcessor(settings)
+    writers = {
+        split: tfrecords.ShardedWriter(
+            os.path.dirname(shard_paths[(split, 0)]), _SPLIT_PREFIX[split], settings.num_shards
+        )
+        for split in chunks.SPLITS
+    }
+    pending = {split: (None, []) for split in chunks.SPLITS}  # (chunk, documents)
+
+    def flush(split):
+        chunk, documents = pending[split]
+        if documents:
+            for shard, _, record in processor.records(split, chunk, documents):
+                writers[split].write(shard, record)
+        pending[split] = (None, [])
+
+    with writers[chunks.TRAIN], writers[chunks.HELDOUT], _progress_bar(
+        files, progress, "writing sequences"
+    ) as bar:
+        for file_index, path in enumerate(files):
+            for (split, chunk), (_, document) in plan.keyed_documents(
+                file_index,
+                text_files.read_file_documents(path),
+                settings.seed,
+                heldout_fraction,
+            ):
+                if pending[split][0] != chunk:
+                    flush(split)
+                    pending[split] = (chunk, [])
+                pending[split][1].append(document)
+            bar.update()
+        for split in chunks.SPLITS:
+            flush(split)
+    return {split: writers[split].num_records for split in chunks.SPLITS}
+
+
+class _Beam:
+    """Both passes as Beam pipelines; the options are checked when this is made."""
+
+    def __init__(self, arguments: Sequence[str], output_dir: str):
+        # Beam logs at import (optional GCP modules missing) and while running (worker
+        # start-up, one line per event): keep the console for the counts, unless
+        # --verbosity asks for more.
+        quiet = logging.get_verbosity() < logging.DEBUG
+        root = python_logging.getLogger()
+        level = root.level
+        if quiet:
+            root.setLevel(python_logging.ERROR)
+            python_logging.getLogger("apache_beam").setLevel(python_logging.ERROR)
+        try:
+            from recipes.bert import beam_pipeline  # pylint: disable=g-import-not-at-top
+        finally:
+            root.setLevel(level)
+
+        self._pipeline = beam_pipeline
+        self._options = beam_pipeline.pipeline_options(arguments)
+        self.runner = beam_pipeline.runner_name(self._options)
+        self._work_dir = os.path.join(output_dir, ".beam")
+
+    def _run(self, function, files, **arguments):
+        """One pipeline; its small outputs in `output_dir/.beam` are removed afterwards."""
+        try:
+            return function(files, self._work_dir, options=self._options, **arguments)
+        finally:
+            shutil.rmtree(self._work_dir, ignore_errors=True)
+
+    def summarize(self, files, seed, heldout_fraction, lower_case, count_words):
+        summaries, counts = self._run(
+            self._pipeline.summarize,
+            files,
+            seed=seed,
+            heldout_fraction=heldout_fraction,
+            lower_case=lower_case,
+            count_words=count_words,
+        )
+        failed = sorted((s for s in summaries if "error" in s), key=lambda s: s["file_index"])
+        if failed:
+            raise errors.UserError(failed[0]["error"])
+        return [
+            chunks.FileSummary(
+                s["file_index"], tuple(s["sentences"]), tuple(s["documents"]), s["words"]
             )
+            for s in summaries
+        ], counts
+
+    def write_records(self, files, plan, settings, shard_paths, heldout_fraction):
+        return self._run(
+            self._pipeline.write_records,
+            files,
+            plan=plan,
+            settings=settings,
+            shard_paths=shard_paths,
+            heldout_fraction=heldout_fraction,
+        )
 
 
 # --- Command line ----------------------------------------------------------------------
@@ -458,7 +476,39 @@ def _define_flags():
     flags.DEFINE_integer(
         "chunk_sentences", CHUNK_SENTENCES, "Sentences processed per chunk (bounds memory)."
     )
+    flags.DEFINE_string(
+        "runner",
+        None,
+        "Run as an Apache Beam pipeline on this runner (FnApiRunner for local processes, "
+        "DataflowRunner, FlinkRunner, SparkRunner, ...); every flag not defined here is "
+        "passed to Beam as a pipeline option. Unset: one local process, no Beam.",
+    )
     flags.mark_flag_as_required("output_dir")
+
+
+def _split_beam_arguments(argv: Sequence[str]) -> Tuple[List[str], List[str]]:
+    """(arguments for absl, arguments for Beam): a `--name[=value]` that absl does not
+    define goes to Beam, with the next argument if it is its value (`--name value`)."""
+    ours, beam, index = [argv[0]], [], 1
+    while index < len(argv):
+        argument = argv[index]
+        name = argument[2:].split("=", 1)[0] if argument.startswith("--") else None
+        defined = name is not None and (
+            name in flags.FLAGS or (name.startswith("no") and name[2:] in flags.FLAGS)
+        )
+        if name is None or defined or argument == "--":
+            ours.append(argument)
+            index += 1
+            continue
+        beam.append(argument)
+        index += 1
+        if "=" not in argument and index < len(argv) and not argv[index].startswith("-"):
+            beam.append(argv[index])
+            index += 1
+    return ours, beam
+
+
+_BEAM_ARGUMENTS: List[str] = []  # Filled from the command line before absl parses it.
 
 
 def main(argv):
@@ -468,6 +518,14 @@ def main(argv):
         )
     values = flags.FLAGS
     logging.set_verbosity(logging.INFO)
+    if _BEAM_ARGUMENTS and values.runner is None:
+        raise errors.UserError(
+            f"{_BEAM_ARGUMENTS[0]}: not a prepare_data flag; Beam pipeline options need "
+            "--runner (e.g. --runner=FnApiRunner for local processes)"
+        )
+    beam_options = None
+    if values.runner is not None:
+        beam_options = [f"--runner={values.runner}"] + _BEAM_ARGUMENTS
     try:
         prepared = prepare_pretraining_data(
             values.input_path,
@@ -484,6 +542,7 @@ def main(argv):
             heldout_fraction=values.heldout_fraction,
             seed=values.seed,
             chunk_sentences=values.chunk_sentences,
+            beam_options=beam_options,
         )
     except ArgumentError as error:
         raise errors.UserError(f"--{error}") from None
@@ -492,4 +551,5 @@ def main(argv):
 
 if __name__ == "__main__":
     _define_flags()
+    sys.argv, _BEAM_ARGUMENTS[:] = _split_beam_arguments(sys.argv)
     errors.run(main)

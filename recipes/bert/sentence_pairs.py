@@ -7,9 +7,10 @@ the first `a_end` sentences become segment A. Half of the time B is the actual c
 then trimmed to `max_num_tokens = seq_length - 3` ([CLS] A [SEP] B [SEP]) by removing
 tokens from the longer segment, at its front or back at random.
 
-The one departure from Google's script, for streaming: Google draws the random document
-from the whole corpus, held in memory. Here it is drawn from a bounded pool of documents
-(the current chunk and the previous one; see `prepare_data.py`), so memory stays bounded.
+The one departure from Google's script, for streaming and for parallel workers: Google
+draws the random document from the whole corpus, held in memory. Here it is drawn from the
+document's chunk (consecutive documents of about `chunk_sentences` sentences; see
+`chunks.py`), so memory stays bounded and chunks can be processed independently.
 
 Tokens here are ids (ints); this module is pure Python and knows nothing about TF.
 """

@@ -15,8 +15,12 @@ from recipes.common.errors import UserError
 def resolve_text_files(input_path: str) -> List[str]:
     """The sorted `.txt` files named by a directory, a glob pattern or a single file.
 
-    Raises `UserError` when nothing matches or every matched file is empty.
+    Raises `UserError` when nothing matches or every matched file is empty. A path with a
+    scheme (`gs://...`) is a glob matched by Beam's `FileSystems` (install
+    `apache-beam[gcp]` for gs://).
     """
+    if "://" in input_path:
+        return _resolve_remote(input_path)
     if os.path.isdir(input_path):
         files = sorted(glob.glob(os.path.join(input_path, "**", "*.txt"), recursive=True))
         where = f"directory {input_path} has no .txt files"
@@ -36,33 +40,66 @@ def resolve_text_files(input_path: str) -> List[str]:
     return files
 
 
+def _resolve_remote(pattern: str) -> List[str]:
+    from apache_beam.io.filesystems import FileSystems  # pylint: disable=g-import-not-at-top
+
+    try:
+        metadata = FileSystems.match([pattern])[0].metadata_list
+    except Exception as error:  # Beam raises BeamIOError / ValueError for unknown schemes.
+        raise UserError(
+            f"text corpus: cannot list {pattern} ({error.__class__.__name__}: {error}): "
+            "check the path, and install apache-beam[gcp] for gs://"
+        ) from None
+    files = sorted(m.path for m in metadata)
+    if not files:
+        raise UserError(f"text corpus: {pattern} matches no files: give a glob such as "
+                        "'gs://bucket/corpus/*.txt'")
+    if all(m.size_in_bytes == 0 for m in metadata):
+        raise UserError(f"text corpus: all {len(files)} file(s) matched by {pattern} are "
+                        "empty: give files with one sentence per line")
+    return files
+
+
+def _open(path: str):
+    if "://" in path:
+        from apache_beam.io.filesystems import FileSystems  # pylint: disable=g-import-not-at-top
+
+        return FileSystems.open(path)
+    return open(path, "rb")
+
+
 def read_documents(files: Sequence[str]) -> Iterator[List[str]]:
     """Yields documents (lists of non-empty, stripped lines) from `files`, in order."""
     for path in files:
-        try:
-            with open(path, encoding="utf-8") as text_file:
-                document = []
-                for line in text_file:
-                    line = line.strip()
-                    if line:
-                        document.append(line)
-                    elif document:
-                        yield document
-                        document = []
-                if document:
+        yield from read_file_documents(path)
+
+
+def read_file_documents(path: str) -> Iterator[List[str]]:
+    """Yields the documents of one file (local, or through Beam's `FileSystems` for a path
+    with a scheme such as gs://).
+
+    Raises `UserError` (one line naming the file) for a file that is not UTF-8 or cannot
+    be read: the whole preparation refuses such a corpus rather than skip part of it.
+    """
+    try:
+        with _open(path) as binary_file:
+            document = []
+            for raw_line in binary_file:
+                line = raw_line.decode("utf-8").strip()
+                if line:
+                    document.append(line)
+                elif document:
                     yield document
-        except UnicodeDecodeError as error:
-            raise UserError(
-                f"text corpus: {path} is not UTF-8 text ({error.reason} at byte "
-                f"{error.start}): convert it to UTF-8"
-            ) from None
-        except OSError as error:
-            raise UserError(
-                f"text corpus: cannot read {path} ({error.strerror}): check the "
-                "path and its permissions"
-            ) from None
-
-
-def total_bytes(files: Sequence[str]) -> int:
-    """The summed size of `files` (the progress bar's total)."""
-    return sum(os.path.getsize(path) for path in files)
+                    document = []
+            if document:
+                yield document
+    except UnicodeDecodeError as error:
+        raise UserError(
+            f"text corpus: {path} is not UTF-8 text ({error.reason} in a line at byte "
+            f"{error.start} of that line): convert it to UTF-8"
+        ) from None
+    except OSError as error:
+        raise UserError(
+            f"text corpus: cannot read {path} ({error.strerror or error}): check the "
+            "path and its permissions"
+        ) from None

@@ -14,8 +14,8 @@ One `tf.train.Example` per sequence, with the feature names of Google's
 | `masked_lm_weights` | float | [max_predictions_per_seq] | 1.0 per real prediction, 0.0 padding |
 | `next_sentence_labels` | int64 | [1] | 0: B follows A, 1: B is random |
 
-Shards are written to a temporary name and renamed when complete, so a crashed run never
-leaves a shard that looks finished.
+Shards are written to a temporary name and renamed when the preparation is complete, so a
+crashed run never leaves a shard that looks finished.
 """
 
 import os
@@ -79,10 +79,10 @@ def serialize_example(
 
 
 class ShardedWriter:
-    """Writes records round-robin into `num_shards` TFRecord files; use as a context manager.
+    """Writes records into `num_shards` TFRecord files; use as a context manager.
 
-    On a clean exit the shards are renamed from `*.tmp` to their final names; on an error
-    the temporary files are removed.
+    Records go to `<shard path>.tmp`; the caller renames them to their final names once the
+    whole preparation has succeeded. On an error the temporary files are removed.
     """
 
     def __init__(self, output_dir: str, prefix: str, num_shards: int):
@@ -95,16 +95,15 @@ class ShardedWriter:
         self._writers = [tf.io.TFRecordWriter(path + ".tmp") for path in self.paths]
         return self
 
-    def write(self, record: bytes) -> None:
-        self._writers[self.num_records % len(self._writers)].write(record)
+    def write(self, shard: int, record: bytes) -> None:
+        self._writers[shard].write(record)
         self.num_records += 1
 
     def __exit__(self, error_type, error, traceback):
         for writer in self._writers:
             writer.close()
-        for path in self.paths:
-            if error_type is None:
-                os.replace(path + ".tmp", path)
-            elif os.path.exists(path + ".tmp"):
-                os.remove(path + ".tmp")
+        if error_type is not None:
+            for path in self.paths:
+                if os.path.exists(path + ".tmp"):
+                    os.remove(path + ".tmp")
         return False

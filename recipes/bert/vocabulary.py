@@ -2,15 +2,20 @@
 
 Tokenization is `tensorflow_text.BertTokenizer` with `lower_case=True` (uncased BERT), the
 same basic tokenizer that `bert_vocab_from_dataset` uses while learning, so a learned
-vocabulary and the tokenizer always agree.
+vocabulary and the tokenizer always agree. Learning is split in two so that it scales: word
+counts (`count_words`, summed per file or by a Beam combine), then tensorflow-text's WordPiece
+learner on the counts (`learn_from_counts`).
 """
 
+import collections
 import dataclasses
-from typing import Iterable, List, Sequence
+import functools
+from typing import List, Mapping, Sequence
 
 import tensorflow as tf
 import tensorflow_text as tf_text
-from tensorflow_text.tools.wordpiece_vocab import bert_vocab_from_dataset
+from tensorflow_text.python.ops import bert_tokenizer
+from tensorflow_text.tools.wordpiece_vocab import wordpiece_tokenizer_learner_lib as learner
 
 from recipes.common.errors import UserError
 
@@ -36,41 +41,45 @@ class SpecialIds:
     mask: int
 
 
-def learn_vocabulary(
-    sentence_batches: Iterable[Sequence[str]], vocab_size: int, lower_case: bool = True
-) -> List[str]:
-    """Learns a WordPiece vocabulary of at most `vocab_size` pieces from batches of text.
+def count_words(sentences: Sequence[str], lower_case: bool = True) -> collections.Counter:
+    """Word counts of `sentences` after BERT's basic tokenization (the learner's input).
 
-    Uses `tensorflow_text.tools.wordpiece_vocab.bert_vocab_from_dataset` with the reserved
-    tokens first. `sentence_batches` is re-iterable lazily through a generator dataset, so
-    only the word counts (which grow with the number of distinct words, not the corpus
-    size) are held in memory.
+    The same split into words as `bert_vocab_from_dataset` (a `BasicTokenizer` with the
+    tokenizer's parameters), so a vocabulary learned from these counts agrees with the
+    tokenizer.
     """
-    reading_errors = []
+    if not sentences:
+        return collections.Counter()
+    words = _basic_tokenizer(lower_case).tokenize(tf.constant(list(sentences)))
+    return collections.Counter(word.decode("utf-8") for word in words.flat_values.numpy())
 
-    def batches():
-        try:
-            for batch in sentence_batches:
-                yield list(batch)
-        except Exception as error:  # tf.data would replace it with an opaque OpError.
-            reading_errors.append(error)
-            raise
 
-    dataset = tf.data.Dataset.from_generator(
-        batches, output_signature=tf.TensorSpec([None], tf.string)
+def count_words_in_batches(
+    sentences: Sequence[str], lower_case: bool = True, batch_size: int = 1024
+) -> collections.Counter:
+    """`count_words` over `sentences`, `batch_size` sentences per tokenizer call."""
+    counts = collections.Counter()
+    for start in range(0, len(sentences), batch_size):
+        counts.update(count_words(sentences[start : start + batch_size], lower_case))
+    return counts
+
+
+@functools.lru_cache(maxsize=None)
+def _basic_tokenizer(lower_case: bool):
+    return bert_tokenizer.BasicTokenizer(lower_case=lower_case)
+
+
+def learn_from_counts(word_counts: Mapping[str, int], vocab_size: int) -> List[str]:
+    """A WordPiece vocabulary of at most `vocab_size` pieces from word counts.
+
+    `tensorflow_text`'s `wordpiece_tokenizer_learner_lib.learn` (what
+    `bert_vocab_from_dataset` calls after counting), with the reserved tokens first. The
+    counts are given sorted by word, so the result does not depend on the order in which
+    they were added up (one process, or a Beam combine over many workers).
+    """
+    tokens = learner.learn(
+        sorted(word_counts.items()), vocab_size, list(RESERVED_TOKENS), **_LEARN_PARAMS
     )
-    try:
-        tokens = bert_vocab_from_dataset.bert_vocab_from_dataset(
-            dataset,
-            vocab_size=vocab_size,
-            reserved_tokens=list(RESERVED_TOKENS),
-            bert_tokenizer_params={"lower_case": lower_case},
-            learn_params=_LEARN_PARAMS,
-        )
-    except tf.errors.OpError:
-        if reading_errors:
-            raise reading_errors[0] from None  # E.g. the UserError for a non-UTF-8 file.
-        raise
     # The learner's bisection over thresholds can stop above `vocab_size` (which it
     # documents as the maximum) when it runs out of thresholds. Its output is ordered:
     # reserved tokens, single characters, then pieces by descending count, so cutting the
@@ -133,3 +142,14 @@ def special_ids(tokens: Sequence[str]) -> SpecialIds:
 def make_tokenizer(vocab_file: str, lower_case: bool = True):
     """A `tensorflow_text.BertTokenizer` over `vocab_file` that returns int64 ids."""
     return tf_text.BertTokenizer(vocab_file, token_out_type=tf.int64, lower_case=lower_case)
+
+
+def tokenizer_from_tokens(tokens: Sequence[str], lower_case: bool = True):
+    """`make_tokenizer` from the tokens in memory (Beam workers need no shared file)."""
+    table = tf.lookup.StaticVocabularyTable(
+        tf.lookup.KeyValueTensorInitializer(
+            tf.constant(list(tokens)), tf.range(len(tokens), dtype=tf.int64)
+        ),
+        num_oov_buckets=1,
+    )
+    return tf_text.BertTokenizer(table, token_out_type=tf.int64, lower_case=lower_case)
