@@ -224,8 +224,8 @@ MUTATIONS = [
         "keras3_clips_per_replica", "Keras 3: gradients are clipped in each replica before the "
         "all-reduce (the base class' order) as well as after it",
         "lamb_tf/keras3_optimizers.py",
-        "        return grads",
-        "        return super()._clip_gradients(grads)",
+        "            return grads",
+        "            return super()._clip_gradients(grads)",
         ["tests/test_distribution_and_xla.py"],
         [r"test_two_replicas_equal_one_device\[.*global_clipnorm.*keras3"]),
     Mutation(
