@@ -202,6 +202,7 @@ def measure(contenders, modes, gradients, steps, warmup):
             seconds = time.perf_counter() - start
             if round_index >= warmup:
                 samples[key].append(seconds)
+        print(f"round {round_index + 1}/{warmup + steps} done", file=sys.stderr, flush=True)
     return samples
 
 
@@ -229,7 +230,8 @@ def summarise(samples, contenders, parameters):
 
 def markdown(rows, bandwidth):
     lines = [
-        "| contender | mode | median (ms) | min–max (ms) | speed vs Model Garden | × one-pass floor |",
+        "| contender | mode | median (ms) | min–max (ms) | speed vs Model Garden "
+        "| × one-pass floor |",
         "| --- | --- | ---: | ---: | ---: | ---: |",
     ]
     for row in rows:

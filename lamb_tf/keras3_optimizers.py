@@ -8,14 +8,20 @@ after the all-reduce instead, as tf_keras does: the clipped gradient is the same
 device with the same global batch.
 """
 import keras
-import tensorflow as tf
 
 from lamb_tf import arguments
+from lamb_tf import compiled_updates
 from lamb_tf import exclusions
 from lamb_tf import layerwise
 from lamb_tf import update_rules
 
 _SCHEDULE = keras.optimizers.schedules.LearningRateSchedule
+
+
+def _tf_variable(variable):
+    """The tf.Variable behind a Keras variable (the base class passes either to update_step),
+    for `lamb_tf.compiled_updates` to assign in place."""
+    return variable.value if isinstance(variable, keras.Variable) else variable
 
 
 class _LayerwiseOptimizer(layerwise.LayerwiseMixin, keras.optimizers.Optimizer):
@@ -107,21 +113,18 @@ class LAMB(_LayerwiseOptimizer):
 
     def _build_slots(self, var_list):
         self._m, self._v = self.add_optimizer_variables(var_list, ["m", "v"])
+        self._compiled_update = compiled_updates.LambUpdate()
 
     def update_step(self, gradient, variable, learning_rate):
         i = self._get_variable_index(variable)
         decay, adapt = self._decisions[i]
-        x_next, m, v, ratio = update_rules.lamb_step(
-            tf.convert_to_tensor(variable), update_rules.dense_gradient(gradient, variable.shape),
-            tf.convert_to_tensor(self._m[i]), tf.convert_to_tensor(self._v[i]),
+        self._compiled_update(
+            _tf_variable(variable), update_rules.dense_gradient(gradient, variable.shape),
+            _tf_variable(self._m[i]), _tf_variable(self._v[i]),
+            _tf_variable(self._trust_ratio_variables[i]),
             self.applied_updates + 1, learning_rate,
             self.beta_1, self.beta_2, self.epsilon, self.weight_decay_rate,
-            decay=decay, adapt=adapt, bias_correction=self.bias_correction,
-            phi_bounds=self.phi_bounds)
-        self.assign(self._m[i], m)
-        self.assign(self._v[i], v)
-        self.assign(self._trust_ratio_variables[i], ratio)
-        self.assign(variable, x_next)
+            decay, adapt, self.bias_correction, self.phi_bounds)
 
     def get_config(self):
         config = super().get_config()
@@ -159,18 +162,16 @@ class LARS(_LayerwiseOptimizer):
 
     def _build_slots(self, var_list):
         self._velocities = self.add_optimizer_variables(var_list, "momentum")
+        self._compiled_update = compiled_updates.LarsUpdate()
 
     def update_step(self, gradient, variable, learning_rate):
         i = self._get_variable_index(variable)
         decay, adapt = self._decisions[i]
-        x_next, velocity, ratio = update_rules.lars_step(
-            tf.convert_to_tensor(variable), update_rules.dense_gradient(gradient, variable.shape),
-            tf.convert_to_tensor(self._velocities[i]), learning_rate, self.momentum,
-            self.weight_decay_rate, self.eeta, nesterov=self.nesterov,
-            classic_momentum=self.classic_momentum, decay=decay, adapt=adapt)
-        self.assign(self._velocities[i], velocity)
-        self.assign(self._trust_ratio_variables[i], ratio)
-        self.assign(variable, x_next)
+        self._compiled_update(
+            _tf_variable(variable), update_rules.dense_gradient(gradient, variable.shape),
+            _tf_variable(self._velocities[i]), _tf_variable(self._trust_ratio_variables[i]),
+            learning_rate, self.momentum, self.weight_decay_rate,
+            self.eeta, self.nesterov, self.classic_momentum, decay, adapt)
 
     def get_config(self):
         config = super().get_config()

@@ -1,6 +1,7 @@
 """LAMB and LARS as `tf_keras.optimizers.Optimizer` subclasses (the flavour of Model Garden).
 
-Thin adapters: build the slots, call `lamb_tf.update_rules`, assign the results. The base
+Thin adapters: build the slots, run `lamb_tf.update_rules` per variable through
+`lamb_tf.compiled_updates` (one XLA kernel per variable, assigned in place). The base
 class all-reduces gradients across replicas (`aggregate_gradients`), then clips
 (`clipnorm`/`global_clipnorm`, so clipping sees the all-reduced gradient), then calls
 `update_step` per variable. The bias-correction step is `t = applied_updates + 1`, counted in
@@ -13,6 +14,7 @@ import tensorflow as tf
 import tf_keras
 
 from lamb_tf import arguments
+from lamb_tf import compiled_updates
 from lamb_tf import exclusions
 from lamb_tf import layerwise
 from lamb_tf import update_rules
@@ -121,20 +123,17 @@ class LAMB(_LayerwiseOptimizer):
     def _build_slots(self, var_list):
         self._m = [self.add_variable_from_reference(v, "m") for v in var_list]
         self._v = [self.add_variable_from_reference(v, "v") for v in var_list]
+        self._compiled_update = compiled_updates.LambUpdate()
 
     def update_step(self, gradient, variable):
         i = self._index(variable)
         decay, adapt = self._decisions[i]
-        x_next, m, v, ratio = update_rules.lamb_step(
-            tf.convert_to_tensor(variable), update_rules.dense_gradient(gradient, variable.shape),
-            self._m[i], self._v[i], self._applied_updates + 1, self.learning_rate,
+        self._compiled_update(
+            variable, update_rules.dense_gradient(gradient, variable.shape),
+            self._m[i], self._v[i], self._trust_ratio_variables[i],
+            self._applied_updates + 1, self.learning_rate,
             self.beta_1, self.beta_2, self.epsilon, self.weight_decay_rate,
-            decay=decay, adapt=adapt, bias_correction=self.bias_correction,
-            phi_bounds=self.phi_bounds)
-        self._m[i].assign(m)
-        self._v[i].assign(v)
-        self._trust_ratio_variables[i].assign(tf.cast(ratio, self._trust_ratio_variables[i].dtype))
-        variable.assign(x_next)
+            decay, adapt, self.bias_correction, self.phi_bounds)
 
     def get_config(self):
         config = super().get_config()
@@ -180,18 +179,16 @@ class LARS(_LayerwiseOptimizer):
 
     def _build_slots(self, var_list):
         self._velocities = [self.add_variable_from_reference(v, "momentum") for v in var_list]
+        self._compiled_update = compiled_updates.LarsUpdate()
 
     def update_step(self, gradient, variable):
         i = self._index(variable)
         decay, adapt = self._decisions[i]
-        x_next, velocity, ratio = update_rules.lars_step(
-            tf.convert_to_tensor(variable), update_rules.dense_gradient(gradient, variable.shape),
-            self._velocities[i], self.learning_rate, self.momentum, self.weight_decay_rate,
-            self.eeta, nesterov=self.nesterov, classic_momentum=self.classic_momentum,
-            decay=decay, adapt=adapt)
-        self._velocities[i].assign(velocity)
-        self._trust_ratio_variables[i].assign(tf.cast(ratio, self._trust_ratio_variables[i].dtype))
-        variable.assign(x_next)
+        self._compiled_update(
+            variable, update_rules.dense_gradient(gradient, variable.shape),
+            self._velocities[i], self._trust_ratio_variables[i],
+            self.learning_rate, self.momentum, self.weight_decay_rate,
+            self.eeta, self.nesterov, self.classic_momentum, decay, adapt)
 
     def get_config(self):
         config = super().get_config()
