@@ -276,6 +276,8 @@ def main(argv=None):
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     import tensorflow as tf
 
+    # one tf.function per contender and mode, same Python code: TF's retracing warning is noise
+    tf.get_logger().setLevel("ERROR")
     specs = bert_variables(*SIZES[args.size])
     parameters = sum(int(_product(shape)) for _, shape in specs)
     contenders = build_contenders(args.contenders, specs)
