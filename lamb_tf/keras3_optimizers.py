@@ -15,6 +15,7 @@ Importing this module registers `LAMB` and `LARS` with Keras 3's serialization a
 import keras
 import tensorflow as tf
 
+from lamb_tf import compiled_updates
 from lamb_tf import exclusions
 from lamb_tf import hyperparameters
 from lamb_tf import layerwise
@@ -25,6 +26,12 @@ def variable_path(variable):
     """A Keras variable's `path`; a plain tf.Variable has none: its name without `:0`."""
     path = getattr(variable, "path", None)
     return path if path is not None else layerwise.name_without_suffix(variable)
+
+
+def _tf_variable(variable):
+    """The tf.Variable behind a Keras variable (the base class passes either to update_step),
+    for `lamb_tf.compiled_updates` to assign in place."""
+    return variable.value if isinstance(variable, keras.Variable) else variable
 
 
 class _LayerwiseOptimizer(layerwise.LayerwiseMixin, keras.optimizers.Optimizer):
@@ -119,21 +126,17 @@ class LAMB(hyperparameters.LambArguments, _LayerwiseOptimizer):
 
     def _build_slots(self, var_list):
         self._m, self._v = self.add_optimizer_variables(var_list, ["m", "v"])
+        self._compiled_update = compiled_updates.LambUpdate()
 
     def update_step(self, gradient, variable, learning_rate):
         i, gradient = self._prepare(gradient, variable)
         decay, adapt = self._decisions[i]
-        x_next, m, v, ratio = update_rules.lamb_step(
-            tf.convert_to_tensor(variable), gradient,
-            tf.convert_to_tensor(self._m[i]), tf.convert_to_tensor(self._v[i]),
+        self._compiled_update(
+            _tf_variable(variable), gradient, _tf_variable(self._m[i]),
+            _tf_variable(self._v[i]), _tf_variable(self._trust_ratio_variables[i]),
             self.applied_updates + 1, learning_rate,
             self.beta_1, self.beta_2, self.epsilon, self.weight_decay_rate,
-            decay=decay, adapt=adapt, bias_correction=self.bias_correction,
-            phi_bounds=self.phi_bounds)
-        self.assign(self._m[i], m)
-        self.assign(self._v[i], v)
-        self.assign(self._trust_ratio_variables[i], ratio)
-        self.assign(variable, x_next)
+            decay, adapt, self.bias_correction, self.phi_bounds)
 
 
 @keras.saving.register_keras_serializable(package="lamb_tf")
@@ -143,15 +146,13 @@ class LARS(hyperparameters.LarsArguments, _LayerwiseOptimizer):
 
     def _build_slots(self, var_list):
         self._velocities = self.add_optimizer_variables(var_list, "momentum")
+        self._compiled_update = compiled_updates.LarsUpdate()
 
     def update_step(self, gradient, variable, learning_rate):
         i, gradient = self._prepare(gradient, variable)
         decay, adapt = self._decisions[i]
-        x_next, velocity, ratio = update_rules.lars_step(
-            tf.convert_to_tensor(variable), gradient,
-            tf.convert_to_tensor(self._velocities[i]), learning_rate, self.momentum,
-            self.weight_decay_rate, self.eeta, nesterov=self.nesterov,
-            classic_momentum=self.classic_momentum, decay=decay, adapt=adapt)
-        self.assign(self._velocities[i], velocity)
-        self.assign(self._trust_ratio_variables[i], ratio)
-        self.assign(variable, x_next)
+        self._compiled_update(
+            _tf_variable(variable), gradient, _tf_variable(self._velocities[i]),
+            _tf_variable(self._trust_ratio_variables[i]),
+            learning_rate, self.momentum, self.weight_decay_rate,
+            self.eeta, self.nesterov, self.classic_momentum, decay, adapt)

@@ -1,7 +1,9 @@
 """LAMB and LARS as `tf_keras.optimizers.Optimizer` subclasses (the flavour of Model Garden).
 
 Base-class glue only: the arguments and `get_config` are `lamb_tf.hyperparameters` and
-`lamb_tf.layerwise`, the maths `lamb_tf.update_rules`. The base class all-reduces
+`lamb_tf.layerwise`, the maths `lamb_tf.update_rules`,
+run per variable through `lamb_tf.compiled_updates` (one XLA kernel per variable,
+assigned in place). The base class all-reduces
 gradients across replicas (`aggregate_gradients`), then clips (`clipnorm`/`global_clipnorm`,
 so clipping sees the all-reduced gradient), then calls `update_step` per variable. The
 bias-correction step is `t = applied_updates + 1`, counted in our own variable: tf_keras'
@@ -15,6 +17,7 @@ Importing this module registers `LAMB` and `LARS` with tf_keras' serialization a
 import tensorflow as tf
 import tf_keras
 
+from lamb_tf import compiled_updates
 from lamb_tf import hyperparameters
 from lamb_tf import layerwise
 from lamb_tf import update_rules
@@ -94,9 +97,6 @@ class _LayerwiseOptimizer(layerwise.LayerwiseMixin, tf_keras.optimizers.Optimize
         gradient = update_rules.dense_gradient(gradient, variable.shape)
         return self._index_dict[self._var_key(variable)], tf.cast(gradient, variable.dtype)
 
-    def _assign_trust_ratio(self, i, ratio):
-        self._trust_ratio_variables[i].assign(tf.cast(ratio, self._trust_ratio_variables[i].dtype))
-
 
 @tf_keras.saving.register_keras_serializable(package="lamb_tf")
 class LAMB(hyperparameters.LambArguments, _LayerwiseOptimizer):
@@ -106,20 +106,16 @@ class LAMB(hyperparameters.LambArguments, _LayerwiseOptimizer):
     def _build_slots(self, var_list):
         self._m = [self.add_variable_from_reference(v, "m") for v in var_list]
         self._v = [self.add_variable_from_reference(v, "v") for v in var_list]
+        self._compiled_update = compiled_updates.LambUpdate()
 
     def update_step(self, gradient, variable):
         i, gradient = self._prepare(gradient, variable)
         decay, adapt = self._decisions[i]
-        x_next, m, v, ratio = update_rules.lamb_step(
-            tf.convert_to_tensor(variable), gradient, self._m[i], self._v[i],
+        self._compiled_update(
+            variable, gradient, self._m[i], self._v[i], self._trust_ratio_variables[i],
             self._applied_updates + 1, self.learning_rate,
             self.beta_1, self.beta_2, self.epsilon, self.weight_decay_rate,
-            decay=decay, adapt=adapt, bias_correction=self.bias_correction,
-            phi_bounds=self.phi_bounds)
-        self._m[i].assign(m)
-        self._v[i].assign(v)
-        self._assign_trust_ratio(i, ratio)
-        variable.assign(x_next)
+            decay, adapt, self.bias_correction, self.phi_bounds)
 
 
 @tf_keras.saving.register_keras_serializable(package="lamb_tf")
@@ -129,14 +125,12 @@ class LARS(hyperparameters.LarsArguments, _LayerwiseOptimizer):
 
     def _build_slots(self, var_list):
         self._velocities = [self.add_variable_from_reference(v, "momentum") for v in var_list]
+        self._compiled_update = compiled_updates.LarsUpdate()
 
     def update_step(self, gradient, variable):
         i, gradient = self._prepare(gradient, variable)
         decay, adapt = self._decisions[i]
-        x_next, velocity, ratio = update_rules.lars_step(
-            tf.convert_to_tensor(variable), gradient, self._velocities[i], self.learning_rate,
-            self.momentum, self.weight_decay_rate, self.eeta, nesterov=self.nesterov,
-            classic_momentum=self.classic_momentum, decay=decay, adapt=adapt)
-        self._velocities[i].assign(velocity)
-        self._assign_trust_ratio(i, ratio)
-        variable.assign(x_next)
+        self._compiled_update(
+            variable, gradient, self._velocities[i], self._trust_ratio_variables[i],
+            self.learning_rate, self.momentum, self.weight_decay_rate,
+            self.eeta, self.nesterov, self.classic_momentum, decay, adapt)

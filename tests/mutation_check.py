@@ -134,15 +134,15 @@ MUTATIONS = [
     Mutation(
         "tf_keras_bias_correction_flag_ignored", "tf_keras LAMB: bias_correction=False is ignored",
         "lamb_tf/tf_keras_optimizers.py",
-        "            decay=decay, adapt=adapt, bias_correction=self.bias_correction,",
-        "            decay=decay, adapt=adapt, bias_correction=True,",
+        "            decay, adapt, self.bias_correction, self.phi_bounds)",
+        "            decay, adapt, True, self.phi_bounds)",
         ["tests/test_matches_numpy_reference.py"],
         [r"test_lamb_matches_reference\[no_bias_correction_phi_bounds-tf_keras\]"]),
     Mutation(
         "keras3_bias_correction_flag_ignored", "Keras 3 LAMB: bias_correction=False is ignored",
         "lamb_tf/keras3_optimizers.py",
-        "            decay=decay, adapt=adapt, bias_correction=self.bias_correction,",
-        "            decay=decay, adapt=adapt, bias_correction=True,",
+        "            decay, adapt, self.bias_correction, self.phi_bounds)",
+        "            decay, adapt, True, self.phi_bounds)",
         ["tests/test_matches_numpy_reference.py"],
         [r"test_lamb_matches_reference\[no_bias_correction_phi_bounds-keras3\]"]),
     Mutation(

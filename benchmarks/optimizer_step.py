@@ -1,0 +1,313 @@
+"""One optimizer update of BERT-shaped variables: lamb_tf against its TensorFlow peers.
+
+Every contender applies one update to variables with the shapes and Model Garden names of a
+BERT encoder (`bert_encoder/transformer/layer_0/self_attention/query/kernel`, ...), so the
+exclusion patterns (`layer_norm|LayerNorm`, `bias`) apply as in real pretraining. The update
+runs in a `tf.function`, once without and once with `jit_compile=True`; all contenders and
+both modes are alternated step by step in this one process (the order rotates every round),
+so a shared machine's drift hits every contender alike. Speeds are given as ratios measured
+side by side, never as absolute claims.
+
+Contenders: `lamb_tf.LAMB` in both Keras flavours, Model Garden's LAMB
+(`official.modeling.optimization.lamb.LAMB`), `keras.optimizers.Lamb`, Keras 3 `AdamW` (the
+cost of a plain Adam step), and `lamb_tf.LARS` (tf_keras) against Model Garden's LARS. Also
+timed, alternated with them: a memory copy (`y = x · s` over a 256 MiB buffer, XLA-compiled:
+read and write, 8 bytes per element), giving the copy bandwidth of this run; each
+contender's "floor" is the time to move its one-pass bytes at that bandwidth: 28 bytes per
+parameter for LAMB, AdamW and the Keras Lamb (read x, g, m, v; write x, m, v), 20 for LARS
+(read x, g, velocity; write x, velocity).
+
+Usage:
+  python benchmarks/optimizer_step.py --size base --json /tmp/step_base.json
+  python benchmarks/optimizer_step.py --size tiny --steps 2 --warmup 1   # seconds, for CI
+Prints a Markdown table (median and min–max over the timed steps, after warm-up) and
+writes every sample to the JSON file.
+"""
+import argparse
+import contextlib
+import datetime
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+
+# BERT encoder shapes (Devlin et al. 2019, Table 1 / Google's bert_config.json), without the
+# pooler: vocabulary 30522, 512 positions, 2 token types.
+SIZES = {
+    # name: (hidden, layers, heads, intermediate, vocabulary, positions)
+    "tiny": (32, 2, 2, 64, 128, 16),
+    "mini": (256, 4, 4, 1024, 30522, 512),
+    "small": (512, 4, 8, 2048, 30522, 512),
+    "medium": (512, 8, 8, 2048, 30522, 512),
+    "base": (768, 12, 12, 3072, 30522, 512),
+    "large": (1024, 24, 16, 4096, 30522, 512),
+}
+TYPE_VOCABULARY = 2
+# Model Garden's / Google BERT's exclusion list: layer norms and biases.
+EXCLUDE = ["layer_norm", "LayerNorm", "bias"]
+LEARNING_RATE, WEIGHT_DECAY_RATE = 1e-3, 0.01
+ONE_PASS_BYTES = {"lamb": 28, "lars": 20}
+COPY_ELEMENTS = 64 * 1024 * 1024  # 256 MiB of float32
+CONTENDERS = ("lamb_tf.LAMB (tf_keras)", "lamb_tf.LAMB (Keras 3)", "Model Garden LAMB",
+              "keras.optimizers.Lamb", "keras.optimizers.AdamW", "lamb_tf.LARS (tf_keras)",
+              "Model Garden LARS")
+BASELINE = {"lamb": "Model Garden LAMB", "lars": "Model Garden LARS"}
+MODES = ("graph", "jit_compile")
+
+
+def bert_variables(hidden, layers, heads, intermediate, vocabulary, positions):
+    """[(path, shape)] of a Model Garden `BertEncoderV2` (no pooler), in its order."""
+    head = hidden // heads
+    encoder = "bert_encoder"
+    specs = [
+        (f"{encoder}/word_embeddings/embeddings", (vocabulary, hidden)),
+        (f"{encoder}/position_embedding/embeddings", (positions, hidden)),
+        (f"{encoder}/type_embeddings/embeddings", (TYPE_VOCABULARY, hidden)),
+        (f"{encoder}/embeddings/layer_norm/gamma", (hidden,)),
+        (f"{encoder}/embeddings/layer_norm/beta", (hidden,)),
+    ]
+    for i in range(layers):
+        layer = f"{encoder}/transformer/layer_{i}"
+        for projection in ("query", "key", "value"):
+            specs += [(f"{layer}/self_attention/{projection}/kernel", (hidden, heads, head)),
+                      (f"{layer}/self_attention/{projection}/bias", (heads, head))]
+        specs += [
+            (f"{layer}/self_attention/attention_output/kernel", (heads, head, hidden)),
+            (f"{layer}/self_attention/attention_output/bias", (hidden,)),
+            (f"{layer}/self_attention_layer_norm/gamma", (hidden,)),
+            (f"{layer}/self_attention_layer_norm/beta", (hidden,)),
+            (f"{layer}/intermediate/kernel", (hidden, intermediate)),
+            (f"{layer}/intermediate/bias", (intermediate,)),
+            (f"{layer}/output/kernel", (intermediate, hidden)),
+            (f"{layer}/output/bias", (hidden,)),
+            (f"{layer}/output_layer_norm/gamma", (hidden,)),
+            (f"{layer}/output_layer_norm/beta", (hidden,)),
+        ]
+    return specs
+
+
+def _initial_values(specs, seed):
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    return [rng.standard_normal(shape, dtype=np.float32) * 0.02 for _, shape in specs]
+
+
+def tf_keras_variables(specs, values):
+    """tf.Variables named by full path, as tf_keras / Model Garden create them."""
+    import tensorflow as tf
+
+    return [tf.Variable(value, name=path) for (path, _), value in zip(specs, values)]
+
+
+def keras3_variables(specs, values):
+    """keras.Variables whose `.path` is the full Model Garden path."""
+    import keras
+
+    variables = []
+    for (path, _), value in zip(specs, values):
+        *scopes, name = path.split("/")
+        with contextlib.ExitStack() as stack:
+            for scope in scopes:
+                stack.enter_context(keras.name_scope(scope))
+            variables.append(keras.Variable(value, name=name))
+    return variables
+
+
+def build_contenders(names, specs):
+    """{name: (family, optimizer, variables)} for the requested contender names."""
+    import keras
+    import tensorflow as tf  # noqa: F401  (TensorFlow before the optimizer modules)
+    from official.modeling.optimization import lamb as garden_lamb
+    from official.modeling.optimization import lars as garden_lars
+
+    from lamb_tf import keras3_optimizers
+    from lamb_tf import tf_keras_optimizers
+
+    values = _initial_values(specs, seed=0)
+    # One variable set per Keras flavour, shared by that flavour's contenders (they update it
+    # in turn; the values do not change the cost). Slots are each optimizer's own.
+    tf_keras_set = tf_keras_variables(specs, values) if any(
+        n in names for n in CONTENDERS if "tf_keras" in n or "Model Garden" in n) else None
+    keras3_set = keras3_variables(specs, values) if any(
+        n in names for n in CONTENDERS if "Keras 3" in n or n.startswith("keras.")) else None
+    del values
+    lamb = dict(learning_rate=LEARNING_RATE, weight_decay_rate=WEIGHT_DECAY_RATE,
+                exclude_from_weight_decay=EXCLUDE)
+    lars = dict(learning_rate=LEARNING_RATE, weight_decay_rate=WEIGHT_DECAY_RATE,
+                exclude_from_weight_decay=EXCLUDE)
+    factories = {
+        "lamb_tf.LAMB (tf_keras)": lambda: ("lamb", tf_keras_optimizers.LAMB(**lamb), tf_keras_set),
+        "lamb_tf.LAMB (Keras 3)": lambda: ("lamb", keras3_optimizers.LAMB(**lamb), keras3_set),
+        "Model Garden LAMB": lambda: ("lamb", garden_lamb.LAMB(**lamb), tf_keras_set),
+        "keras.optimizers.Lamb": lambda: (
+            "lamb", _keras_with_decay(keras.optimizers.Lamb, epsilon=1e-6), keras3_set),
+        "keras.optimizers.AdamW": lambda: (
+            "lamb", _keras_with_decay(keras.optimizers.AdamW, epsilon=1e-6), keras3_set),
+        "lamb_tf.LARS (tf_keras)": lambda: ("lars", tf_keras_optimizers.LARS(**lars), tf_keras_set),
+        "Model Garden LARS": lambda: ("lars", garden_lars.LARS(**lars), tf_keras_set),
+    }
+    return {name: factories[name]() for name in names}
+
+
+def _keras_with_decay(cls, **kwargs):
+    """A Keras 3 optimizer with decoupled weight decay, biases and layer norms excluded."""
+    optimizer = cls(learning_rate=LEARNING_RATE, weight_decay=WEIGHT_DECAY_RATE, **kwargs)
+    # Keras 3 matches these against the variable's short name (`bias`, `gamma`, `beta`)
+    optimizer.exclude_from_weight_decay(var_names=["bias", "gamma", "beta"])
+    return optimizer
+
+
+def step_functions(optimizer, variables):
+    """{mode: tf.function applying one update of `variables` from `gradients`}."""
+    import tensorflow as tf
+
+    def apply(gradients):
+        optimizer.apply_gradients(zip(gradients, variables))
+
+    return {"graph": tf.function(apply, jit_compile=False),
+            "jit_compile": tf.function(apply, jit_compile=True)}
+
+
+def copy_function():
+    """A timed memory copy: `y = x · s` over COPY_ELEMENTS float32, XLA-compiled."""
+    import tensorflow as tf
+
+    source = tf.Variable(tf.ones([COPY_ELEMENTS]))
+    target = tf.Variable(tf.zeros([COPY_ELEMENTS]))
+
+    @tf.function(jit_compile=True)
+    def copy(scale):
+        target.assign(source * scale)
+
+    return lambda: copy(tf.constant(1.0))
+
+
+def measure(contenders, modes, gradients, steps, warmup):
+    """Alternate every (contender, mode) and the copy step by step; return the samples."""
+    jobs = {("memory copy", "jit_compile"): copy_function()}
+    for name, (_, optimizer, variables) in contenders.items():
+        functions = step_functions(optimizer, variables)
+        for mode in modes:
+            jobs[(name, mode)] = (lambda f=functions[mode]: f(gradients))
+    keys = list(jobs)
+    samples = {key: [] for key in keys}
+    for round_index in range(warmup + steps):
+        shift = round_index % len(keys)
+        for key in keys[shift:] + keys[:shift]:
+            start = time.perf_counter()
+            jobs[key]()
+            seconds = time.perf_counter() - start
+            if round_index >= warmup:
+                samples[key].append(seconds)
+        print(f"round {round_index + 1}/{warmup + steps} done", file=sys.stderr, flush=True)
+    return samples
+
+
+def summarise(samples, contenders, parameters):
+    """Rows with median/min/max, speed vs the Model Garden peer and × the one-pass floor."""
+    copy = statistics.median(samples[("memory copy", "jit_compile")])
+    bandwidth = 2 * 4 * COPY_ELEMENTS / copy  # bytes read + written per second
+    medians = {key: statistics.median(values) for key, values in samples.items()}
+    rows = []
+    for (name, mode), values in samples.items():
+        if name == "memory copy":
+            continue
+        family = contenders[name][0]
+        floor = ONE_PASS_BYTES[family] * parameters / bandwidth
+        baseline = medians.get((BASELINE[family], mode))
+        rows.append({
+            "contender": name, "mode": mode, "family": family,
+            "median_s": medians[(name, mode)], "min_s": min(values), "max_s": max(values),
+            "speed_vs_model_garden": None if baseline is None else baseline / medians[(name, mode)],
+            "floor_s": floor, "times_floor": medians[(name, mode)] / floor,
+            "samples_s": values,
+        })
+    return bandwidth, rows
+
+
+def markdown(rows, bandwidth):
+    lines = [
+        "| contender | mode | median (ms) | min–max (ms) | speed vs Model Garden "
+        "| × one-pass floor |",
+        "| --- | --- | ---: | ---: | ---: | ---: |",
+    ]
+    for row in rows:
+        speed = row["speed_vs_model_garden"]
+        lines.append(
+            f"| {row['contender']} | {row['mode']} | {row['median_s'] * 1e3:.1f} "
+            f"| {row['min_s'] * 1e3:.1f}–{row['max_s'] * 1e3:.1f} "
+            f"| {'–' if speed is None else f'{speed:.2f}×'} | {row['times_floor']:.2f}× |")
+    lines.append(f"\nmemory copy bandwidth (read + write, same run): {bandwidth / 1e9:.1f} GB/s")
+    return "\n".join(lines)
+
+
+def parse_arguments(argv):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--size", choices=sorted(SIZES), default="base",
+                        help="BERT encoder shape (default base; tiny runs in seconds)")
+    parser.add_argument("--steps", type=int, default=9, help="timed steps per contender")
+    parser.add_argument("--warmup", type=int, default=2,
+                        help="untimed steps first (tracing, XLA compilation)")
+    parser.add_argument("--contenders", default=",".join(CONTENDERS),
+                        help="comma-separated subset of: " + ", ".join(CONTENDERS))
+    parser.add_argument("--modes", default=",".join(MODES), help="graph, jit_compile or both")
+    parser.add_argument("--json", help="write the samples and the table's numbers here")
+    args = parser.parse_args(argv)
+    args.contenders = [c.strip() for c in args.contenders.split(",") if c.strip()]
+    args.modes = [m.strip() for m in args.modes.split(",") if m.strip()]
+    unknown = [c for c in args.contenders if c not in CONTENDERS]
+    if unknown or not args.contenders:
+        parser.error(f"--contenders: unknown {unknown or 'empty list'}; choose from "
+                     + ", ".join(CONTENDERS))
+    if not args.modes or any(m not in MODES for m in args.modes):
+        parser.error(f"--modes: {args.modes!r}; choose graph, jit_compile or both")
+    if args.steps < 1 or args.warmup < 0:
+        parser.error("--steps must be >= 1 and --warmup >= 0")
+    if args.json and not os.path.isdir(os.path.dirname(os.path.abspath(args.json))):
+        parser.error(f"--json {args.json}: its directory does not exist; create it first")
+    return args
+
+
+def main(argv=None):
+    args = parse_arguments(sys.argv[1:] if argv is None else argv)
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    import tensorflow as tf
+
+    # one tf.function per contender and mode, same Python code: TF's retracing warning is noise
+    tf.get_logger().setLevel("ERROR")
+    specs = bert_variables(*SIZES[args.size])
+    parameters = sum(int(_product(shape)) for _, shape in specs)
+    contenders = build_contenders(args.contenders, specs)
+    gradients = [tf.constant(g) for g in _initial_values(specs, seed=1)]
+    samples = measure(contenders, args.modes, gradients, args.steps, args.warmup)
+    bandwidth, rows = summarise(samples, contenders, parameters)
+    print(f"BERT-{args.size} shapes: {parameters / 1e6:.1f}M parameters in {len(specs)} tensors; "
+          f"{args.steps} timed steps after {args.warmup} warm-up, alternated in one process; "
+          f"{os.cpu_count()} CPU cores, TensorFlow {tf.__version__}")
+    print(markdown(rows, bandwidth))
+    if args.json:
+        report = {
+            "size": args.size, "parameters": parameters, "tensors": len(specs),
+            "steps": args.steps, "warmup": args.warmup, "copy_bandwidth_bytes_per_s": bandwidth,
+            "date_utc": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            "machine": {"cpu_count": os.cpu_count(), "platform": platform.platform(),
+                        "tensorflow": tf.__version__},
+            "rows": rows,
+        }
+        with open(args.json, "w") as f:
+            json.dump(report, f, indent=1)
+    return 0
+
+
+def _product(shape):
+    result = 1
+    for dimension in shape:
+        result *= dimension
+    return result
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,84 @@
+"""The benchmark scripts run end to end on a tiny size (their timings are not checked: speed
+claims are same-run ratios printed by the scripts, never timed assertions)."""
+import importlib.util
+import json
+import math
+import os
+
+import pytest
+
+from conftest import REPO_ROOT
+
+
+def _load(name):
+    """A script of benchmarks/ (not an installed package) as a module."""
+    spec = importlib.util.spec_from_file_location(name, os.path.join(REPO_ROOT, "benchmarks",
+                                                                     f"{name}.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+optimizer_step = _load("optimizer_step")
+
+
+def test_bert_variables_have_model_garden_names_and_bert_base_size():
+    specs = optimizer_step.bert_variables(*optimizer_step.SIZES["base"])
+    # BERT-Base encoder without pooler: 5 embedding tensors + 16 per layer, 108.9M parameters
+    # (Devlin et al. 2019 report 110M with the pooler and heads)
+    assert len(specs) == 5 + 12 * 16
+    assert round(sum(optimizer_step._product(shape) for _, shape in specs) / 1e5) == 1089
+    paths = [path for path, _ in specs]
+    assert "bert_encoder/transformer/layer_11/self_attention/query/kernel" in paths
+    assert "bert_encoder/transformer/layer_0/output_layer_norm/gamma" in paths
+
+
+def test_optimizer_step_tiny_times_every_contender_in_both_modes(tmp_path, capsys):
+    report_path = tmp_path / "step.json"
+    assert optimizer_step.main(["--size", "tiny", "--steps", "2", "--warmup", "1",
+                                "--json", str(report_path)]) == 0
+    report = json.loads(report_path.read_text())
+    timed = {(row["contender"], row["mode"]): row for row in report["rows"]}
+    assert set(timed) == {(c, m) for c in optimizer_step.CONTENDERS for m in optimizer_step.MODES}
+    for (contender, mode), row in timed.items():
+        assert len(row["samples_s"]) == 2
+        assert all(math.isfinite(s) and s > 0 for s in row["samples_s"])
+        assert row["min_s"] <= row["median_s"] <= row["max_s"]
+        if contender in optimizer_step.BASELINE.values():
+            assert row["speed_vs_model_garden"] == 1.0
+    assert report["copy_bandwidth_bytes_per_s"] > 0
+    table = capsys.readouterr().out
+    assert "| Model Garden LAMB | jit_compile |" in table and "GB/s" in table
+
+    pytest.importorskip("matplotlib")  # the plot is optional: docs/performance.md's figure
+    plot_path = tmp_path / "step_time.png"
+    assert _load("plot_step_time").main([str(report_path), "--output", str(plot_path)]) == 0
+    assert plot_path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--contenders", "Adam"], "--contenders: unknown ['Adam']"),
+    (["--modes", "eager"], "--modes"),
+    (["--json", "/no/such/directory/step.json"], "its directory does not exist"),
+])
+def test_optimizer_step_refuses_bad_arguments_with_status_2(argv, message, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        optimizer_step.main(argv)
+    assert exit_info.value.code == 2
+    assert message in capsys.readouterr().err
+
+
+def test_accumulation_memory_tiny_reports_every_k(tmp_path):
+    import subprocess
+    import sys
+
+    report_path = tmp_path / "accumulation.json"
+    result = subprocess.run(
+        [sys.executable, os.path.join(REPO_ROOT, "benchmarks", "accumulation_memory.py"),
+         "--tiny", "--json", str(report_path)],
+        capture_output=True, text=True, timeout=900)
+    assert result.returncode == 0, result.stderr[-2000:]
+    rows = json.loads(report_path.read_text())["rows"]
+    assert [row["accumulation_steps"] for row in rows] == [1, 4, 1]
+    assert all(row["peak_rss_mib"] > 0 and row["examples_per_second"] > 0 for row in rows)
+    assert "examples/s" in result.stdout
