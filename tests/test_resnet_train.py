@@ -21,6 +21,8 @@ from recipes.resnet import input as input_lib
 from recipes.resnet import model as model_lib
 from recipes.resnet.config import ResNetConfig
 
+pytestmark = pytest.mark.slow  # real command-line / multi-process runs
+
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TINY_CONFIG = os.path.join(REPO_ROOT, "configs", "resnet", "tiny_cpu.yaml")
 ENV = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
@@ -153,7 +155,7 @@ def test_lars_two_steps_from_config(small_digits, tmp_path):
     assert rows["batch_normalization/gamma"] == (False, False)
     assert rows["dense/bias"] == (False, False)
     assert rows["conv2d/kernel"] == (True, True)
-    assert not os.path.exists(os.path.join(tmp_path, "saved_model"))
+    assert not os.path.exists(os.path.join(tmp_path, "export"))  # one layout: issue 14
 
 
 def test_corrupt_jpeg_record_is_named_by_index_and_file(small_digits, tmp_path):
@@ -212,7 +214,7 @@ def test_export_reloaded_in_a_fresh_process_agrees_with_keras(lamb_run, small_di
             sys.executable,
             "-c",
             script,
-            os.path.join(model_dir, "saved_model"),
+            os.path.join(model_dir, "export"),  # one layout for every recipe (issue 14)
             str(tmp_path / "bytes.npy"),
             str(served_file),
         ],

@@ -7,14 +7,27 @@ and exit status 2, with no traceback, before anything is written to `model_dir`.
 
 import sys
 
-from absl import app
+from absl import app, flags
 
 
 class UserError(Exception):
     """Bad input. The message is one line: what is wrong, where, and what to do."""
 
 
+class TrainingDiverged(UserError):
+    """The loss became NaN or Inf; the last good checkpoint is kept."""
+
+
+class WorkerLost(UserError):
+    """Multi-worker: a collective failed because another worker died or became unreachable."""
+
+
+class Preempted(Exception):
+    """The process was told to stop (SIGTERM); a checkpoint of the current step is saved."""
+
+
 EXIT_USER_ERROR = 2
+EXIT_PREEMPTED = 143  # 128 + SIGTERM, what a shell reports for a process stopped by it
 
 
 def run(main):
@@ -26,7 +39,16 @@ def run(main):
         except UserError as error:
             print(f"error: {error}", file=sys.stderr, flush=True)
             sys.exit(EXIT_USER_ERROR)
+        except Preempted as stopped:
+            print(f"stopped: {stopped}", file=sys.stderr, flush=True)
+            sys.exit(EXIT_PREEMPTED)
 
+    app.define_help_flags()
+    try:  # parsed here first so that a bad flag is one line and exit status 2, as any mistake
+        flags.FLAGS(sys.argv)
+    except flags.Error as error:
+        print(f"error: {error}; see --help", file=sys.stderr, flush=True)
+        sys.exit(EXIT_USER_ERROR)
     try:
         app.run(guarded_main)
     except app.UsageError as error:  # absl raises this for bad flags in some paths.

@@ -5,9 +5,10 @@
 `official/common/flags.py`. The schema is strict: see `recipes/common/config.py`.
 """
 
-from absl import flags
+import dataclasses
+import sys
 
-from recipes.common import config as config_lib
+from absl import flags
 
 FLAGS = flags.FLAGS
 
@@ -23,8 +24,8 @@ def define_flags():
     flags.DEFINE_string(
         "params_override",
         "",
-        "Overrides applied after the config files: `train.steps=100,optimizer.name=lars` "
-        "or a YAML mapping.",
+        "Overrides applied after the config files: `train.steps=100,optimizer.name=adamw` "
+        "(keys in the README's config tables) or a YAML mapping.",
     )
     flags.DEFINE_string(
         "model_dir",
@@ -58,9 +59,43 @@ def define_flags():
         "bitwise-equal weights on the same hardware and software (slower; see "
         "docs/reliability.md).",
     )
+    flags.DEFINE_bool(
+        "verbose",
+        False,
+        "Also print the resolved config and TensorFlow's INFO logs (by default the console "
+        "shows progress and results; the config is in <model_dir>/config.yaml).",
+    )
     flags.mark_flag_as_required("model_dir")
+    # `--help` lists the key flags of the program (absl names it by sys.argv[0]): these.
+    for name in ("config_file", "params_override", "model_dir", "mode", "tpu", "strategy",
+                 "communication", "deterministic", "verbose"):
+        FLAGS.register_key_flag_for_module(sys.argv[0], FLAGS[name])
 
 
-def load_config_from_flags(schema_cls):
-    """The recipe's config: schema defaults, then --config_file(s), then --params_override."""
-    return config_lib.load_config(schema_cls, FLAGS.config_file, FLAGS.params_override)
+@dataclasses.dataclass(frozen=True)
+class RunOptions:
+    """The flags' values: read once (`read_options`) and passed down."""
+    config_files: tuple
+    params_override: str
+    model_dir: str
+    mode: str
+    tpu: str
+    strategy: str
+    communication: str
+    deterministic: bool
+    verbose: bool = False
+
+
+def read_options():
+    """The parsed flags as a `RunOptions` (the only place the recipes read FLAGS)."""
+    return RunOptions(
+        config_files=tuple(FLAGS.config_file),
+        params_override=FLAGS.params_override,
+        model_dir=FLAGS.model_dir,
+        mode=FLAGS.mode,
+        tpu=FLAGS.tpu,
+        strategy=FLAGS.strategy,
+        communication=FLAGS.communication,
+        deterministic=FLAGS.deterministic,
+        verbose=FLAGS.verbose,
+    )
