@@ -1,0 +1,96 @@
+"""Every Python block in README.md and docs/*.md runs as written.
+
+Each ```python block is run in a fresh Python process with the default Keras (nothing set
+in the environment but this repository on the path), from an empty working directory, so a
+block must carry its own imports, and a tiny model and data where it needs them.
+
+A block that reads what a documented run wrote says so in its first line, naming the run:
+
+    # After the main job (runs/bert_tiny): ...
+    # After the ResNet default (runs/resnet_tiny): ...
+
+Those blocks run after a short version of that run (same command, fewer steps) in the same
+working directory, so the paths they read are the ones the docs name.
+"""
+
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+DOC_FILES = ["README.md"] + sorted(
+    os.path.join("docs", name) for name in os.listdir(os.path.join(REPO_ROOT, "docs"))
+    if name.endswith(".md"))
+BLOCK = re.compile(r"^```python\n(.*?)^```", re.S | re.M)
+
+# The first line of a block that reads a run's outputs -> the short run that writes them.
+AFTER_RUN = {
+    "# After the main job (runs/bert_tiny)": [
+        "-m", "recipes.bert.pretrain", "--config_file={repo}/configs/bert/tiny_cpu.yaml",
+        "--model_dir=runs/bert_tiny", "--params_override=train.steps=2,train.log_every=1"],
+    "# After the ResNet default (runs/resnet_tiny)": [
+        "-m", "recipes.resnet.train", "--config_file={repo}/configs/resnet/tiny_cpu.yaml",
+        "--model_dir=runs/resnet_tiny", "--params_override=train.steps=2"],
+}
+
+
+def python_blocks():
+    """(id, code) of every ```python block, in document order."""
+    blocks = []
+    for doc in DOC_FILES:
+        text = open(os.path.join(REPO_ROOT, doc), encoding="utf-8").read()
+        for match in BLOCK.finditer(text):
+            line = text.count("\n", 0, match.start()) + 2  # first line of code
+            blocks.append(pytest.param(match.group(1), id=f"{doc}:{line}"))
+    return blocks
+
+
+def run_python(args, cwd, timeout):
+    env = {key: value for key, value in os.environ.items() if key != "TF_USE_LEGACY_KERAS"}
+    env.update(PYTHONPATH=REPO_ROOT, TF_CPP_MIN_LOG_LEVEL="2", MPLBACKEND="Agg")
+    return subprocess.run([sys.executable, *args], cwd=cwd, env=env, capture_output=True,
+                          text=True, timeout=timeout)
+
+
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory):
+    """One working directory for all blocks; documented runs are made there on demand."""
+    return tmp_path_factory.mktemp("docs_snippets")
+
+
+_runs_done = set()
+
+
+def ensure_run(marker, workdir):
+    if marker in _runs_done:
+        return
+    args = [arg.format(repo=REPO_ROOT) for arg in AFTER_RUN[marker]]
+    result = run_python(args, cwd=workdir, timeout=900)
+    assert result.returncode == 0, f"{' '.join(args)} failed:\n{result.stderr[-3000:]}"
+    _runs_done.add(marker)
+
+
+def test_every_doc_has_only_known_run_markers():
+    """A block that reads a run's outputs names one of the runs this test knows how to make."""
+    for param in python_blocks():
+        first_line = param.values[0].splitlines()[0]
+        if first_line.startswith("# After "):
+            assert any(first_line.startswith(marker) for marker in AFTER_RUN), (
+                f"{param.id}: unknown run marker {first_line!r}; known: {sorted(AFTER_RUN)}")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("code", python_blocks())
+def test_python_block_runs_as_written(code, workdir):
+    first_line = code.splitlines()[0]
+    for marker in AFTER_RUN:
+        if first_line.startswith(marker):
+            ensure_run(marker, workdir)
+    code_lines = [line.split("#", 1)[0] for line in code.splitlines()]
+    assert not any("..." in line for line in code_lines), (
+        "a documented block must be complete: no '...' placeholders outside comments")
+    result = run_python(["-c", code], cwd=workdir, timeout=600)
+    assert result.returncode == 0, f"block failed:\n{code}\n--- stderr ---\n{result.stderr[-3000:]}"
