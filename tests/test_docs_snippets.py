@@ -30,10 +30,14 @@ BLOCK = re.compile(r"^```python\n(.*?)^```", re.S | re.M)
 AFTER_RUN = {
     "# After the main job (runs/bert_tiny)": [
         "-m", "recipes.bert.pretrain", "--config_file={repo}/configs/bert/tiny_cpu.yaml",
-        "--model_dir=runs/bert_tiny", "--params_override=train.steps=2,train.log_every=1"],
+        "--model_dir=runs/bert_tiny",
+        "--params_override=train.steps=2,train.checkpoint_every=2,train.log_every=1,"
+        "optimizer.warmup_steps=1"],
     "# After the ResNet default (runs/resnet_tiny)": [
         "-m", "recipes.resnet.train", "--config_file={repo}/configs/resnet/tiny_cpu.yaml",
-        "--model_dir=runs/resnet_tiny", "--params_override=train.steps=2"],
+        "--model_dir=runs/resnet_tiny",
+        "--params_override=train.steps=2,train.checkpoint_every=2,train.log_every=1,"
+        "optimizer.warmup_steps=1"],
 }
 
 

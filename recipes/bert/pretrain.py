@@ -16,10 +16,7 @@ Modes and flags are the driver's: train (then export), eval, train_and_eval, exp
 re-running the same command resumes from the newest checkpoint in --model_dir.
 """
 
-import os
-
-os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")  # Model Garden models are tf_keras models.
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")  # C++ INFO lines (end of dataset, ...)
+from recipes.common import startup  # noqa: F401  (before TensorFlow: legacy Keras, quiet C++)
 
 import tensorflow as tf  # noqa: E402
 

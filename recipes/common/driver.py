@@ -20,7 +20,7 @@ import tf_keras
 from absl import logging as absl_logging
 
 from lamb_tf import accumulation
-from recipes.common import checkpoints, errors, exclusion_report
+from recipes.common import checkpoints, config_help, errors, exclusion_report
 from recipes.common import config as config_lib
 from recipes.common import flags as flags_lib
 from recipes.common import optimizer as optimizer_lib
@@ -52,7 +52,19 @@ def run_from_flags(task_class, argv):
     """`run` with the parsed flags; returns the held-out results (empty if not evaluated)."""
     if len(argv) > 1:
         raise UserError(f"unexpected arguments {argv[1:]}; all options are --flags")
-    return run(task_class, flags_lib.read_options())
+    options = flags_lib.read_options()
+    if options.help_config:
+        print(config_help.format_config_help(task_class.config_class, program_name(argv[0])))
+        return {}
+    return run(task_class, options)
+
+
+def program_name(path):
+    """`python -m recipes.bert.pretrain` for .../recipes/bert/pretrain.py (how it was run)."""
+    if path.endswith(".py") and "recipes" + os.sep in path:
+        module = path[path.rindex("recipes" + os.sep):-3].replace(os.sep, ".")
+        return f"python -m {module}"
+    return path
 
 
 def load_task(task_class, options):

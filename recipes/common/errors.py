@@ -27,6 +27,7 @@ class Preempted(Exception):
 
 
 EXIT_USER_ERROR = 2
+_HELP_FLAGS = {"--help", "-help", "-h", "-?", "--helpshort", "--helpfull", "--helpxml"}
 EXIT_PREEMPTED = 143  # 128 + SIGTERM, what a shell reports for a process stopped by it
 
 
@@ -46,6 +47,8 @@ def run(main):
     app.define_help_flags()
     try:  # parsed here first so that a bad flag is one line and exit status 2, as any mistake
         flags.FLAGS(sys.argv)
+    except SystemExit as help_exit:  # absl prints --help/--helpfull, then exits with status 1
+        sys.exit(0 if set(sys.argv[1:]) & _HELP_FLAGS else help_exit.code)
     except flags.Error as error:
         print(f"error: {error}; see --help", file=sys.stderr, flush=True)
         sys.exit(EXIT_USER_ERROR)

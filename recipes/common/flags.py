@@ -10,6 +10,8 @@ import sys
 
 from absl import flags
 
+from recipes.common.errors import UserError
+
 FLAGS = flags.FLAGS
 
 MODES = ("train", "eval", "train_and_eval", "export")
@@ -25,7 +27,7 @@ def define_flags():
         "params_override",
         "",
         "Overrides applied after the config files: `train.steps=100,optimizer.name=adamw` "
-        "(keys in the README's config tables) or a YAML mapping.",
+        "or a YAML mapping; --help_config lists every key.",
     )
     flags.DEFINE_string(
         "model_dir",
@@ -65,10 +67,14 @@ def define_flags():
         "Also print the resolved config and TensorFlow's INFO logs (by default the console "
         "shows progress and results; the config is in <model_dir>/config.yaml).",
     )
-    flags.mark_flag_as_required("model_dir")
+    flags.DEFINE_bool(
+        "help_config",
+        False,
+        "List every config key of this recipe (type, default, meaning) and exit.",
+    )
     # `--help` lists the key flags of the program (absl names it by sys.argv[0]): these.
     for name in ("config_file", "params_override", "model_dir", "mode", "tpu", "strategy",
-                 "communication", "deterministic", "verbose"):
+                 "communication", "deterministic", "verbose", "help_config"):
         FLAGS.register_key_flag_for_module(sys.argv[0], FLAGS[name])
 
 
@@ -84,10 +90,14 @@ class RunOptions:
     communication: str
     deterministic: bool
     verbose: bool = False
+    help_config: bool = False
 
 
 def read_options():
     """The parsed flags as a `RunOptions` (the only place the recipes read FLAGS)."""
+    if FLAGS.model_dir is None and not FLAGS.help_config:
+        raise UserError("--model_dir is required: the directory for this run's checkpoints, "
+                        "config.yaml and export (see --help)")
     return RunOptions(
         config_files=tuple(FLAGS.config_file),
         params_override=FLAGS.params_override,
@@ -98,4 +108,5 @@ def read_options():
         communication=FLAGS.communication,
         deterministic=FLAGS.deterministic,
         verbose=FLAGS.verbose,
+        help_config=FLAGS.help_config,
     )

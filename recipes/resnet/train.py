@@ -12,9 +12,7 @@ prints held-out top-1/top-5 and exports <model_dir>/export (JPEG bytes in,
 class probabilities out).
 """
 
-import os
-
-os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")  # Model Garden models are tf_keras models
+from recipes.common import startup  # noqa: F401  (before TensorFlow: legacy Keras, quiet C++)
 
 from lamb_tf import exclusions  # noqa: E402
 from recipes.common import driver, task  # noqa: E402
