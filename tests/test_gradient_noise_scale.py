@@ -169,7 +169,11 @@ def fit_noise_scale_logs(strategy, accumulation_steps, x, y, global_batch, decay
         batch_size=global_batch,
         shuffle=False,
         verbose=0,
-        callbacks=[tf_keras.callbacks.LambdaCallback(on_batch_end=lambda _, logs=None: logged.append(logs))],
+        callbacks=[
+            tf_keras.callbacks.LambdaCallback(
+                on_batch_end=lambda _, logs=None: logged.append(logs)
+            )
+        ],
     )
     return [logs.get(noise_scale.NOISE_SCALE_LOG) for logs in logged]
 
@@ -213,5 +217,6 @@ def test_accumulation_model_checkpoints_the_averages_outside_its_weights(tmp_pat
     model = accumulation.GradientAccumulationModel(inner, 2)
     assert [w.name for w in model.weights] == [w.name for w in inner.weights]
     checkpointed = tf.train.Checkpoint(model=model)
-    names = [name for name, _ in tf.train.list_variables(checkpointed.write(str(tmp_path / "ckpt")))]
+    path = checkpointed.write(str(tmp_path / "ckpt"))
+    names = [name for name, _ in tf.train.list_variables(path)]
     assert any(name.startswith("model/gradient_noise_scale/") for name in names), names
