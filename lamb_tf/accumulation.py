@@ -185,15 +185,17 @@ def accumulate_gradients(
         with tf.GradientTape() as tape:
             loss = loss_fn(micro_batch)  # mean loss over the micro-batch
         gradients = tape.gradient(loss, variables)  # only this micro-batch's activations
-        new_sums = []
+        new_sums, halved_squares = [], []
         for index, (gradient, gradient_sum) in enumerate(zip(gradients, gradient_sums)):
             gradient_is_none[index] = gradient is None
             if gradient is not None:
                 gradient = tf.cast(tf.convert_to_tensor(gradient), tf.float32)
                 gradient_sum += gradient  # f32 sum
                 if return_micro_batch_norm:
-                    squared_norm_sum += tf.reduce_sum(tf.square(gradient))
+                    halved_squares.append(tf.nn.l2_loss(gradient))  # one op: sum(g^2) / 2
             new_sums.append(gradient_sum)
+        if halved_squares:
+            squared_norm_sum += 2.0 * tf.add_n(halved_squares)
         return i + 1, loss_sum + tf.cast(loss, tf.float32), new_sums, squared_norm_sum
 
     zeros = [tf.zeros(variable.shape, tf.float32) for variable in variables]

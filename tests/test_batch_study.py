@@ -154,6 +154,14 @@ def test_killed_study_resumes_without_rerunning_finished_runs(fake_recipe, tmp_p
         os.killpg(process.pid, signal.SIGTERM)  # the study and the run it started
         process.wait(timeout=60)
     assert starts(study_dir) == {"lamb_b8_lr0.1_w1_s1": 1, "lamb_b8_lr0.4_w1_s1": 1}
+    partial = subprocess.run(
+        argv + ["--report_only"], cwd=REPO_ROOT, capture_output=True, text=True, timeout=600
+    )
+    assert partial.returncode == 0, partial.stderr
+    table = open(os.path.join(study_dir, "study.md")).read()
+    assert "0.8710 (n=1, 3 runs not finished) | 0.1: 0.8710, 0.4: not run |" in table
+    assert "| momentum | 32 | 2 | 1 | – | not run yet |" in table
+    assert starts(study_dir) == {"lamb_b8_lr0.1_w1_s1": 1, "lamb_b8_lr0.4_w1_s1": 1}
     result = subprocess.run(argv, cwd=REPO_ROOT, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr
     counts = starts(study_dir)

@@ -86,6 +86,8 @@ def parse_args(argv):
     parser.add_argument("--metric", default="",
                         help="held-out metric in results.json (default: the recipe's)")
     parser.add_argument("--parallel", type=int, default=1, help="runs at once")
+    parser.add_argument("--report_only", action="store_true",
+                        help="run nothing: write the table and plot of the runs finished so far")
     return parser.parse_args(argv)
 
 
@@ -155,9 +157,13 @@ def main(argv=None):
         recipe=args.recipe, config_files=args.config_file, study_dir=args.study_dir,
         extra_overrides=args.params_override, metric=metric,
     )
+    execute = runner.execute
+    if args.report_only:
+        def execute(runs, **_):
+            return {run.name: runner.read_status(args.study_dir, run) for run in runs}
     try:
         print(f"sweep: {len(first_phase)} runs", flush=True)
-        statuses = runner.execute(
+        statuses = execute(
             first_phase, parallel=args.parallel, progress=_progress, **run_arguments
         )
         reruns = []
@@ -168,18 +174,20 @@ def main(argv=None):
                            not in statuses]
         print(f"seeds: {len(reruns)} runs", flush=True)
         statuses.update(
-            runner.execute(reruns, parallel=args.parallel, progress=_progress, **run_arguments)
+            execute(reruns, parallel=args.parallel, progress=_progress, **run_arguments)
         )
     except (runner.RunFailed, KeyError) as error:
         print(f"error: {str(error).strip(chr(34) + chr(39))}", file=sys.stderr)
         return 2
     rows = report.summarize(settings, sweeps, untuned, statuses)
-    process_seconds = sum(status["process_seconds"] for status in statuses.values())
+    finished = [status for status in statuses.values() if status]
+    process_seconds = sum(status["process_seconds"] for status in finished)
     header = (
         f"Batch-size study: recipe {args.recipe}, {settings.epochs:g} epochs of "
         f"{settings.train_examples:,} examples, {settings.lr_rule} learning-rate rule from "
         f"batch {settings.base_batch_size}, seeds {','.join(map(str, settings.seeds))}; "
-        f"{len(statuses)} runs, {process_seconds / 60:.1f} min of run processes in total."
+        f"{len(finished)} of {len(statuses)} runs finished, {process_seconds / 60:.1f} min of "
+        "run processes in total."
     )
     paths = report.write(args.study_dir, rows, metric, header)
     print(f"study written: {', '.join(paths)} ({time.perf_counter() - start:.0f} s)")

@@ -8,13 +8,20 @@ from recipes.study import plan as plan_lib
 TABLE_MD, TABLE_JSON, PLOT_PNG = "study.md", "study.json", "study.png"
 
 
+NOT_RUN = {"status": "not run"}  # a run the study has not finished (--report_only)
+
+
+def _status(statuses, run):
+    return statuses.get(run.name) or NOT_RUN
+
+
 def _ok_results(statuses, runs):
-    return [statuses[r.name]["result"] for r in runs if statuses[r.name]["status"] == "ok"]
+    return [_status(statuses, r)["result"] for r in runs if _status(statuses, r)["status"] == "ok"]
 
 
 def best_run(sweep, statuses):
-    """The sweep run with the highest held-out metric, or None if all diverged."""
-    finished = [r for r in sweep if statuses[r.name]["status"] == "ok"]
+    """The sweep run with the highest held-out metric, or None if none finished."""
+    finished = [r for r in sweep if _status(statuses, r)["status"] == "ok"]
     return max(finished, key=lambda r: statuses[r.name]["result"]["metric"], default=None)
 
 
@@ -31,14 +38,15 @@ def _row(line, optimizer, batch, chosen, seed_runs, sweep, statuses):
         "learning_rate": chosen,
         "sweep": {
             f"{r.learning_rate:.6g}": (
-                statuses[r.name]["result"]["metric"]
-                if statuses[r.name]["status"] == "ok"
-                else "diverged"
+                _status(statuses, r)["result"]["metric"]
+                if _status(statuses, r)["status"] == "ok"
+                else _status(statuses, r)["status"]
             )
             for r in sweep
         },
         "seeds": len(metrics),
-        "diverged_seeds": len(seed_runs) - len(metrics),
+        "diverged_seeds": sum(_status(statuses, r)["status"] == "diverged" for r in seed_runs),
+        "unfinished_runs": sum(_status(statuses, r) is NOT_RUN for r in set(seed_runs + sweep)),
         "metric_values": metrics,
         "metric_mean": statistics.fmean(metrics) if metrics else None,
         "metric_std": statistics.stdev(metrics) if len(metrics) > 1 else None,
@@ -80,11 +88,15 @@ def markdown(rows, metric):
             for lr, value in row["sweep"].items()
         )
         if row["metric_mean"] is None:
-            held_out = "diverged at every LR"
+            held_out = "not run yet" if row["unfinished_runs"] else "diverged at every LR"
         else:
             spread = "" if row["metric_std"] is None else f" ± {row['metric_std']:.4f}"
             diverged = f", {row['diverged_seeds']} diverged" if row["diverged_seeds"] else ""
-            held_out = f"{row['metric_mean']:.4f}{spread} (n={row['seeds']}{diverged})"
+            unfinished = f", {row['unfinished_runs']} runs not finished" if row[
+                "unfinished_runs"] else ""
+            held_out = (
+                f"{row['metric_mean']:.4f}{spread} (n={row['seeds']}{diverged}{unfinished})"
+            )
         noise = "–" if row["noise_scale"] is None else f"{row['noise_scale']:,.0f}"
         lr = "–" if row["learning_rate"] is None else f"{row['learning_rate']:.6g}"
         lines.append(
