@@ -86,6 +86,12 @@ def test_overrides_set_the_shared_schema_keys():
     ]
 
 
+def test_adapter_reads_the_noise_scale_under_the_name_fit_logs():
+    from lamb_tf import noise_scale
+
+    assert adapter.NOISE_SCALE_LOG == noise_scale.NOISE_SCALE_LOG
+
+
 @pytest.fixture
 def fake_recipe(monkeypatch):
     """The study tool, in this process, driving tests/study_fake_recipe.py."""

@@ -10,13 +10,12 @@ import os
 import sys
 import types
 
-from lamb_tf.noise_scale import NOISE_SCALE_LOG
-
 PROGRAMS = {"bert": "recipes.bert.pretrain", "resnet": "recipes.resnet.train"}
 TASK_CLASSES = {"bert": "BertPretraining", "resnet": "ResNetClassification"}
 # The held-out metric a cell's learning rate is picked on (higher is better).
 DEFAULT_METRICS = {"bert": "masked_lm_accuracy", "resnet": "top_1_accuracy"}
 RESULTS_FILE = "results.json"
+NOISE_SCALE_LOG = "gradient_noise_scale"  # lamb_tf.noise_scale.NOISE_SCALE_LOG (no TF import)
 
 
 def overrides(run):
@@ -58,6 +57,7 @@ def check_settings(recipe, config_files, runs, extra_overrides=""):
     import importlib
 
     os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")  # as the recipes' CLIs
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # TensorFlow's start-up chatter
     driver = importlib.import_module("recipes.common.driver")
     task_class = getattr(importlib.import_module(PROGRAMS[recipe]), TASK_CLASSES[recipe])
     for run in runs:
