@@ -94,15 +94,22 @@ def strategy_and_steps(request):
     return make(request), accumulation_steps
 
 
-def test_step_norms_match_numpy_float64(strategy_and_steps):
-    strategy, accumulation_steps = strategy_and_steps
-    micro_batch, steps = 8, 3
+def custom_loop(strategy, accumulation_steps, micro_batch, steps, seed):
+    """(global batch, x, y, the step function, its distributed batches) at START_WEIGHTS."""
     global_batch = micro_batch * accumulation_steps * strategy.num_replicas_in_sync
-    x, y = regression_batch(np.random.default_rng(1), global_batch * steps)
+    x, y = regression_batch(np.random.default_rng(seed), global_batch * steps)
     with strategy.scope():
         weights = tf.Variable(START_WEIGHTS.astype(np.float32))
     step = custom_loop_step(strategy, weights, accumulation_steps)
-    batches = distributed_batches(strategy, x, y, global_batch)
+    return global_batch, x, y, step, distributed_batches(strategy, x, y, global_batch)
+
+
+def test_step_norms_match_numpy_float64(strategy_and_steps):
+    strategy, accumulation_steps = strategy_and_steps
+    micro_batch, steps = 8, 3
+    global_batch, x, y, step, batches = custom_loop(
+        strategy, accumulation_steps, micro_batch, steps, seed=1
+    )
     for index in range(steps):
         micro_norm, big_norm = step(next(batches))
         rows = slice(index * global_batch, (index + 1) * global_batch)
@@ -116,13 +123,11 @@ def test_estimators_recover_exact_gradient_norm_and_trace(strategy_and_steps):
     tr(Sigma) (standard error about 2% each here), and the EMA ratio near B_simple."""
     strategy, accumulation_steps = strategy_and_steps
     micro_batch, steps = 8, 400
-    global_batch = micro_batch * accumulation_steps * strategy.num_replicas_in_sync
-    x, y = regression_batch(np.random.default_rng(2), global_batch * steps)
+    global_batch, _, _, step, batches = custom_loop(
+        strategy, accumulation_steps, micro_batch, steps, seed=2
+    )
     with strategy.scope():
-        weights = tf.Variable(START_WEIGHTS.astype(np.float32))
         averages = noise_scale.GradientNoiseScale(decay=0.99)
-    step = custom_loop_step(strategy, weights, accumulation_steps)
-    batches = distributed_batches(strategy, x, y, global_batch)
     estimates = []
     for _ in range(steps):
         micro_norm, big_norm = step(next(batches))
