@@ -134,6 +134,17 @@ def test_tiny_grid_picks_the_best_lr_and_reruns_it_with_seeds(fake_recipe, tmp_p
     assert "sweep: 8 runs" in out and "seeds: 8 runs" in out and "[8/8]" in out
 
 
+def test_untuned_line_shares_the_runs_it_has_in_common_with_the_sweep(fake_recipe, tmp_path):
+    study_dir = str(tmp_path / "study")
+    argv = TINY_GRID + [f"--study_dir={study_dir}", "--untuned=lamb", "--optimizers=lamb"]
+    assert cli.main(argv) == 0
+    rows = json.load(open(os.path.join(study_dir, "study.json")))["rows"]
+    untuned = [row for row in rows if row["line"] == "lamb (untuned sqrt rule)"]
+    # the sqrt rule's own rates (0.1 at batch 8, 0.2 at 32) are the sweep's best: no new run
+    assert [(row["learning_rate"], row["seeds"]) for row in untuned] == [(0.1, 3), (0.2, 3)]
+    assert sorted(starts(study_dir).values()) == [1] * 8  # 4 sweep + 2 x 2 seeds
+
+
 # The study tool on the fake recipe, as its own process (so that it can be killed).
 FAKE_STUDY_PROGRAM = (
     "import sys; from recipes.study import adapter, cli; "

@@ -146,9 +146,11 @@ def main(argv=None):
         settings = settings_from(args)
         plan_lib.check(settings)
         sweeps, untuned = plan_lib.sweep_runs(settings), plan_lib.untuned_runs(settings)
-        first_phase = [run for runs in (*sweeps.values(), *untuned.values()) for run in runs]
-        first_phase = list({run.name: run for run in first_phase}.values())
-        adapter.check_settings(args.recipe, args.config_file, first_phase, args.params_override)
+        sweep_phase = [run for runs in sweeps.values() for run in runs]
+        untuned_phase = [run for runs in untuned.values() for run in runs]
+        adapter.check_settings(
+            args.recipe, args.config_file, sweep_phase + untuned_phase, args.params_override
+        )
     except (plan_lib.PlanError, UserError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
@@ -162,20 +164,24 @@ def main(argv=None):
         def execute(runs, **_):
             return {run.name: runner.read_status(args.study_dir, run) for run in runs}
     try:
-        print(f"sweep: {len(first_phase)} runs", flush=True)
+        # sweep, then the seeds of each cell's best, then the untuned line (last: the
+        # tuned table is complete first when a study has to stop early)
+        print(f"sweep: {len(sweep_phase)} runs", flush=True)
         statuses = execute(
-            first_phase, parallel=args.parallel, progress=_progress, **run_arguments
+            sweep_phase, parallel=args.parallel, progress=_progress, **run_arguments
         )
         reruns = []
         for sweep in sweeps.values():
             best = report.best_run(sweep, statuses)
             if best is not None:
-                reruns += [r for r in plan_lib.seed_runs(best, settings.seeds) if r.name
-                           not in statuses]
-        print(f"seeds: {len(reruns)} runs", flush=True)
-        statuses.update(
-            execute(reruns, parallel=args.parallel, progress=_progress, **run_arguments)
-        )
+                reruns += plan_lib.seed_runs(best, settings.seeds)
+        for name, runs in (("seeds", reruns), ("untuned", untuned_phase)):
+            runs = list({run.name: run for run in runs if run.name not in statuses}.values())
+            if runs:
+                print(f"{name}: {len(runs)} runs", flush=True)
+                statuses.update(
+                    execute(runs, parallel=args.parallel, progress=_progress, **run_arguments)
+                )
     except (runner.RunFailed, KeyError) as error:
         print(f"error: {str(error).strip(chr(34) + chr(39))}", file=sys.stderr)
         return 2
