@@ -142,6 +142,7 @@ def test_untuned_line_shares_the_runs_it_has_in_common_with_the_sweep(fake_recip
     untuned = [row for row in rows if row["line"] == "lamb (untuned sqrt rule)"]
     # the sqrt rule's own rates (0.1 at batch 8, 0.2 at 32) are the sweep's best: no new run
     assert [(row["learning_rate"], row["seeds"]) for row in untuned] == [(0.1, 3), (0.2, 3)]
+    assert untuned[0]["sweep"] == {"0.1": pytest.approx(0.871)}  # its first seed's run
     assert sorted(starts(study_dir).values()) == [1] * 8  # 4 sweep + 2 x 2 seeds
 
 

@@ -67,7 +67,7 @@ def summarize(settings, sweeps, untuned, statuses):
         rows.append(_row(optimizer, optimizer, batch, chosen, seeds, sweep, statuses))
     for (optimizer, batch), runs in untuned.items():
         line = f"{optimizer} (untuned sqrt rule)"
-        rows.append(_row(line, optimizer, batch, runs[0].learning_rate, runs, runs, statuses))
+        rows.append(_row(line, optimizer, batch, runs[0].learning_rate, runs, runs[:1], statuses))
     return rows
 
 
