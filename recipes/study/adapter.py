@@ -1,0 +1,90 @@
+"""The one place that knows the recipes: their programs, metrics, config keys and results.
+
+A study run is a `Run` (plan.py); this module turns it into the recipe's command line
+(`--params_override` keys of the shared driver's schema, recipes/common/schema.py) and
+reads the figures back from the driver's `<model_dir>/results.json`
+(docs/ARCHITECTURE.md). If the recipes' keys change, this file changes, nothing else.
+"""
+import json
+import os
+import sys
+import types
+
+PROGRAMS = {"bert": "recipes.bert.pretrain", "resnet": "recipes.resnet.train"}
+TASK_CLASSES = {"bert": "BertPretraining", "resnet": "ResNetClassification"}
+# The held-out metric a cell's learning rate is picked on (higher is better).
+DEFAULT_METRICS = {"bert": "masked_lm_accuracy", "resnet": "top_1_accuracy"}
+RESULTS_FILE = "results.json"
+NOISE_SCALE_LOG = "gradient_noise_scale"  # lamb_tf.noise_scale.NOISE_SCALE_LOG (no TF import)
+
+
+def overrides(run):
+    """`--params_override` items setting what the study varies for `run`."""
+    return [
+        f"optimizer.name={run.optimizer}",
+        f"optimizer.learning_rate={run.learning_rate!r}",
+        f"optimizer.warmup_steps={run.warmup_steps}",
+        f"train.global_batch_size={run.global_batch_size}",
+        f"train.micro_batch_size={run.micro_batch_size}",
+        f"train.steps={run.steps}",
+        f"train.checkpoint_every={run.steps}",  # one checkpoint, at the end
+        f"train.seed={run.seed}",
+        "export.enabled=false",  # a study needs the metric, not the SavedModel
+    ]
+
+
+def override_string(run, extra_overrides=""):
+    """The `--params_override` value: the user's `key=value` items, then the study's."""
+    return ",".join(([extra_overrides] if extra_overrides else []) + overrides(run))
+
+
+def command(recipe, config_files, run, model_dir, extra_overrides=""):
+    """argv of the recipe's CLI training and evaluating `run` into `model_dir`."""
+    return (
+        [sys.executable, "-m", PROGRAMS[recipe]]
+        + [f"--config_file={path}" for path in config_files]
+        + [
+            f"--params_override={override_string(run, extra_overrides)}",
+            f"--model_dir={model_dir}",
+            "--mode=train_and_eval",
+        ]
+    )
+
+
+def check_settings(recipe, config_files, runs, extra_overrides=""):
+    """Loads and validates the recipe config of every run in this process (nothing runs or
+    is written); raises the recipe's `UserError` for the first bad one."""
+    import importlib
+
+    os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")  # as the recipes' CLIs
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # TensorFlow's start-up chatter
+    driver = importlib.import_module("recipes.common.driver")
+    task_class = getattr(importlib.import_module(PROGRAMS[recipe]), TASK_CLASSES[recipe])
+    for run in runs:
+        options = types.SimpleNamespace(
+            config_files=tuple(config_files),
+            params_override=override_string(run, extra_overrides),
+        )
+        driver.load_task(task_class, options)
+
+
+def read_results(model_dir, metric):
+    """`{metric, steps, wall_time_seconds, noise_scale}` of a finished run, or None if its
+    results.json is absent. A missing metric is a `KeyError` naming the ones present."""
+    path = os.path.join(model_dir, RESULTS_FILE)
+    if not os.path.exists(path):
+        return None
+    with open(path) as handle:
+        results = json.load(handle)
+    if metric not in results.get("eval", {}):
+        raise KeyError(
+            f"{path} has no held-out metric {metric!r} (it has "
+            f"{', '.join(sorted(results.get('eval', {}))) or 'none'}); pass --metric"
+        )
+    noise_scale = results.get("train", {}).get(NOISE_SCALE_LOG)
+    return {
+        "metric": float(results["eval"][metric]),
+        "steps": int(results["steps"]),
+        "wall_time_seconds": float(results["wall_time_seconds"]),
+        "noise_scale": None if noise_scale is None else float(noise_scale),
+    }

@@ -1,0 +1,200 @@
+"""`python -m recipes.study`: how far the batch can grow, measured through the real recipe.
+
+Example (a small ResNet study on the embedded digits):
+
+    python -m recipes.study --recipe=resnet --config_file=configs/resnet/tiny_cpu.yaml \\
+        --study_dir=/tmp/study --batch_sizes=64,512,2048 --optimizers=lamb,lars,momentum \\
+        --base_lr=lamb=0.01,lars=1.0,momentum=0.05 --epochs=8 --train_examples=4000 \\
+        --micro_batch_size=32 --warmup_steps=5 --lr_multipliers=0.5,1,2 --untuned=lamb
+
+Runs every learning rate of every (optimizer, batch) cell through the recipe's CLI, picks
+each cell's best learning rate on the held-out metric, reruns it with the other seeds, and
+writes study.md, study.json and study.png into --study_dir. Run it again with the same
+arguments to resume. The grid arithmetic is in recipes/study/plan.py.
+"""
+import argparse
+import os
+import sys
+import time
+
+from recipes.common.errors import UserError
+from recipes.study import adapter
+from recipes.study import plan as plan_lib
+from recipes.study import report
+from recipes.study import runner
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):  # one line, status 2 (argparse prints the usage too)
+        print(f"error: {message}", file=sys.stderr)
+        sys.exit(2)
+
+
+def _list(kind):
+    def parse(text):
+        try:
+            values = tuple(kind(item) for item in text.split(",") if item)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list") from None
+        if not values:
+            raise argparse.ArgumentTypeError("empty list")
+        return values
+
+    return parse
+
+
+def _learning_rates(text):
+    try:
+        pairs = [item.split("=") for item in text.split(",")]
+        return {name: float(value) for name, value in pairs}
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: expected OPTIMIZER=LR items, e.g. lamb=0.01,lars=1.0"
+        ) from None
+
+
+def parse_args(argv):
+    parser = _Parser(prog="python -m recipes.study", description=__doc__.splitlines()[0])
+    parser.add_argument("--recipe", required=True, choices=sorted(adapter.PROGRAMS))
+    parser.add_argument("--config_file", action="append", required=True,
+                        help="the recipe's YAML config (repeatable, as the recipe's flag)")
+    parser.add_argument("--params_override", default="",
+                        help="key=value,... applied before the study's own keys")
+    parser.add_argument("--study_dir", required=True, help="runs, table and plot go here")
+    parser.add_argument("--batch_sizes", type=_list(int), required=True)
+    parser.add_argument("--optimizers", type=_list(str), required=True,
+                        help="optimizer.name values swept, e.g. lamb,lars,adamw,momentum")
+    parser.add_argument("--base_lr", type=_learning_rates, required=True,
+                        help="OPTIMIZER=LR,...: peak learning rate at --base_batch_size")
+    parser.add_argument("--base_batch_size", type=int, default=0,
+                        help="batch the base learning rates belong to (default: the smallest)")
+    parser.add_argument("--lr_rule", choices=("sqrt", "linear"), default="sqrt")
+    parser.add_argument("--lr_multipliers", type=_list(float), default=(0.5, 1.0, 2.0),
+                        help="the sweep: the rule's learning rate times each of these")
+    parser.add_argument("--warmup_steps", type=int, required=True,
+                        help="warmup updates (sqrt: at every batch; linear: at the base batch)")
+    parser.add_argument("--epochs", type=float, required=True,
+                        help="training budget in epochs, equal at every batch size")
+    parser.add_argument("--train_examples", type=int, required=True,
+                        help="training examples in one epoch of the recipe's data")
+    parser.add_argument("--micro_batch_size", type=int, required=True,
+                        help="per-replica micro-batch; larger batches accumulate")
+    parser.add_argument("--seeds", type=_list(int), default=(1, 2, 3),
+                        help="the first sweeps; the best learning rate reruns with the rest")
+    parser.add_argument("--untuned", type=_list(str), default=(),
+                        help="optimizers also run at the sqrt rule's own LR (no sweep)")
+    parser.add_argument("--metric", default="",
+                        help="held-out metric in results.json (default: the recipe's)")
+    parser.add_argument("--parallel", type=int, default=1, help="runs at once")
+    parser.add_argument("--report_only", action="store_true",
+                        help="run nothing: write the table and plot of the runs finished so far")
+    return parser.parse_args(argv)
+
+
+def settings_from(args):
+    batch_sizes = tuple(sorted(set(args.batch_sizes)))
+    positive = {
+        "--parallel": args.parallel, "--epochs": args.epochs,
+        "--train_examples": args.train_examples, "--micro_batch_size": args.micro_batch_size,
+        "--batch_sizes": min(batch_sizes), "--lr_multipliers": min(args.lr_multipliers),
+    }
+    for flag, value in positive.items():
+        if value <= 0:
+            raise plan_lib.PlanError(f"{flag} must be positive, got {value}")
+    if args.warmup_steps < 0:
+        raise plan_lib.PlanError(f"--warmup_steps must be at least 0, got {args.warmup_steps}")
+    for path in args.config_file:
+        if not os.path.isfile(path):
+            raise plan_lib.PlanError(f"--config_file {path} does not exist")
+    if "{" in args.params_override or "\n" in args.params_override:
+        raise plan_lib.PlanError("--params_override: use key=value,... items (no YAML mapping)")
+    return plan_lib.StudySettings(
+        batch_sizes=batch_sizes,
+        optimizers=tuple(dict.fromkeys(args.optimizers)),
+        base_learning_rates=args.base_lr,
+        base_batch_size=args.base_batch_size or batch_sizes[0],
+        lr_rule=args.lr_rule,
+        lr_multipliers=tuple(args.lr_multipliers),
+        warmup_steps=args.warmup_steps,
+        epochs=args.epochs,
+        train_examples=args.train_examples,
+        micro_batch_size=args.micro_batch_size,
+        seeds=tuple(args.seeds),
+        untuned=tuple(dict.fromkeys(args.untuned)),
+    )
+
+
+def _progress(done, total, run, status):
+    if status["status"] == "ok":
+        result = status["result"]
+        noise = result["noise_scale"]
+        figures = (
+            f"metric {result['metric']:.4f}, {result['steps']} steps, "
+            f"{result['wall_time_seconds']:.0f} s"
+            + ("" if noise is None else f", noise scale {noise:,.0f}")
+        )
+    else:
+        figures = status["status"]
+    print(f"[{done}/{total}] {run.name}: {figures}", flush=True)
+
+
+def main(argv=None):
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    metric = args.metric or adapter.DEFAULT_METRICS[args.recipe]
+    start = time.perf_counter()
+    try:
+        settings = settings_from(args)
+        plan_lib.check(settings)
+        sweeps, untuned = plan_lib.sweep_runs(settings), plan_lib.untuned_runs(settings)
+        sweep_phase = [run for runs in sweeps.values() for run in runs]
+        untuned_phase = [run for runs in untuned.values() for run in runs]
+        adapter.check_settings(
+            args.recipe, args.config_file, sweep_phase + untuned_phase, args.params_override
+        )
+    except (plan_lib.PlanError, UserError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    os.makedirs(args.study_dir, exist_ok=True)
+    run_arguments = dict(
+        recipe=args.recipe, config_files=args.config_file, study_dir=args.study_dir,
+        extra_overrides=args.params_override, metric=metric,
+    )
+    execute = runner.execute
+    if args.report_only:
+        def execute(runs, **_):
+            return {run.name: runner.read_status(args.study_dir, run) for run in runs}
+    try:
+        # sweep, then the seeds of each cell's best, then the untuned line (last: the
+        # tuned table is complete first when a study has to stop early)
+        print(f"sweep: {len(sweep_phase)} runs", flush=True)
+        statuses = execute(
+            sweep_phase, parallel=args.parallel, progress=_progress, **run_arguments
+        )
+        reruns = []
+        for sweep in sweeps.values():
+            best = report.best_run(sweep, statuses)
+            if best is not None:
+                reruns += plan_lib.seed_runs(best, settings.seeds)
+        for name, runs in (("seeds", reruns), ("untuned", untuned_phase)):
+            runs = list({run.name: run for run in runs if run.name not in statuses}.values())
+            if runs:
+                print(f"{name}: {len(runs)} runs", flush=True)
+                statuses.update(
+                    execute(runs, parallel=args.parallel, progress=_progress, **run_arguments)
+                )
+    except (runner.RunFailed, KeyError) as error:
+        print(f"error: {str(error).strip(chr(34) + chr(39))}", file=sys.stderr)
+        return 2
+    rows = report.summarize(settings, sweeps, untuned, statuses)
+    finished = [status for status in statuses.values() if status]
+    process_seconds = sum(status["process_seconds"] for status in finished)
+    header = (
+        f"Batch-size study: recipe {args.recipe}, {settings.epochs:g} epochs of "
+        f"{settings.train_examples:,} examples, {settings.lr_rule} learning-rate rule from "
+        f"batch {settings.base_batch_size}, seeds {','.join(map(str, settings.seeds))}; "
+        f"{len(finished)} of {len(statuses)} runs finished, {process_seconds / 60:.1f} min of "
+        "run processes in total."
+    )
+    paths = report.write(args.study_dir, rows, metric, header)
+    print(f"study written: {', '.join(paths)} ({time.perf_counter() - start:.0f} s)")
+    return 0

@@ -1,0 +1,140 @@
+"""The study's grid: which recipe runs a batch-size study needs, and their settings.
+
+Every batch size trains the same number of epochs, so a batch B takes
+steps = round(epochs x train_examples / B). The peak learning rate of optimizer o at batch
+B follows the rule from the base learning rate at the base batch:
+
+* `sqrt` (the LAMB paper's rule, arXiv 1904.00962 section 4): lr = base x sqrt(B / base),
+  with the same number of warmup updates at every batch size;
+* `linear` (Goyal et al., arXiv 1706.02677): lr = base x B / base, with the warmup covering
+  the same number of examples at every batch size (warmup updates x base / B, at least 1).
+
+Each cell (optimizer, batch) sweeps the rule's learning rate times each multiplier with the
+first seed; the best is then rerun with the other seeds. An "untuned" optimizer also gets a
+line at the square-root rule's own learning rate (multiplier 1, every seed, no sweep).
+"""
+import dataclasses
+
+
+@dataclasses.dataclass(frozen=True)
+class Run:
+    """One recipe run of the study (its name is its model directory's)."""
+
+    optimizer: str
+    global_batch_size: int
+    micro_batch_size: int
+    steps: int
+    warmup_steps: int
+    learning_rate: float
+    seed: int
+
+    @property
+    def name(self):
+        return (
+            f"{self.optimizer}_b{self.global_batch_size}_lr{self.learning_rate:.6g}"
+            f"_w{self.warmup_steps}_s{self.seed}"
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class StudySettings:
+    batch_sizes: tuple  # global batch sizes, ascending
+    optimizers: tuple  # optimizer.name values to sweep
+    base_learning_rates: dict  # optimizer -> peak learning rate at base_batch_size
+    base_batch_size: int
+    lr_rule: str  # "sqrt" | "linear"
+    lr_multipliers: tuple  # the sweep around the rule's learning rate
+    warmup_steps: int  # at the base batch (sqrt: at every batch)
+    epochs: float
+    train_examples: int
+    micro_batch_size: int
+    seeds: tuple  # the first one sweeps
+    untuned: tuple = ()  # optimizers that also get the untuned sqrt-rule line
+
+
+class PlanError(ValueError):
+    """A study setting that cannot work; one line."""
+
+
+def steps_for(settings, batch_size):
+    return max(1, round(settings.epochs * settings.train_examples / batch_size))
+
+
+def rule_learning_rate(settings, optimizer, batch_size, rule):
+    power = 0.5 if rule == "sqrt" else 1.0
+    ratio = batch_size / settings.base_batch_size
+    return float(f"{settings.base_learning_rates[optimizer] * ratio**power:.6g}")
+
+
+def warmup_for(settings, batch_size, rule):
+    if rule == "sqrt":
+        return settings.warmup_steps
+    return max(1, round(settings.warmup_steps * settings.base_batch_size / batch_size))
+
+
+def _run(settings, optimizer, batch_size, rule, multiplier, seed):
+    learning_rate = rule_learning_rate(settings, optimizer, batch_size, rule) * multiplier
+    return Run(
+        optimizer=optimizer,
+        global_batch_size=batch_size,
+        micro_batch_size=settings.micro_batch_size,
+        steps=steps_for(settings, batch_size),
+        warmup_steps=warmup_for(settings, batch_size, rule),
+        learning_rate=float(f"{learning_rate:.6g}"),
+        seed=seed,
+    )
+
+
+def sweep_runs(settings):
+    """{(optimizer, batch): [runs of the learning-rate sweep, first seed]}."""
+    return {
+        (optimizer, batch): [
+            _run(settings, optimizer, batch, settings.lr_rule, multiplier, settings.seeds[0])
+            for multiplier in settings.lr_multipliers
+        ]
+        for optimizer in settings.optimizers
+        for batch in settings.batch_sizes
+    }
+
+
+def untuned_runs(settings):
+    """{(optimizer, batch): [the sqrt rule's own learning rate, every seed]}."""
+    return {
+        (optimizer, batch): [
+            _run(settings, optimizer, batch, "sqrt", 1.0, seed) for seed in settings.seeds
+        ]
+        for optimizer in settings.untuned
+        for batch in settings.batch_sizes
+    }
+
+
+def seed_runs(best_run, seeds):
+    """The reruns of a cell's best sweep run with the other seeds."""
+    return [dataclasses.replace(best_run, seed=seed) for seed in seeds[1:]]
+
+
+def check(settings):
+    """Raises `PlanError` for settings no run could satisfy, before anything runs."""
+    for optimizer in settings.optimizers + settings.untuned:
+        if optimizer not in settings.base_learning_rates:
+            raise PlanError(
+                f"--base_lr has no learning rate for optimizer {optimizer!r}; add "
+                f"{optimizer}=LR (its peak learning rate at batch {settings.base_batch_size})"
+            )
+    for batch in settings.batch_sizes:
+        if batch % settings.micro_batch_size:
+            raise PlanError(
+                f"--batch_sizes: {batch} is not a multiple of --micro_batch_size="
+                f"{settings.micro_batch_size}; pick batch sizes that are"
+            )
+        steps = steps_for(settings, batch)
+        rules = {settings.lr_rule} | ({"sqrt"} if settings.untuned else set())
+        for rule in rules:
+            if warmup_for(settings, batch, rule) >= steps:
+                raise PlanError(
+                    f"batch {batch} trains only {steps} steps in {settings.epochs:g} epochs, "
+                    f"not more than its {warmup_for(settings, batch, rule)} warmup steps; "
+                    "lower --warmup_steps or the largest batch, or raise --epochs"
+                )
+    if len(set(settings.seeds)) != len(settings.seeds):
+        raise PlanError(f"--seeds={','.join(map(str, settings.seeds))} repeats a seed")

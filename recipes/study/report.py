@@ -1,0 +1,158 @@
+"""The study's table (markdown + JSON) and plot (PNG) from the runs' recorded outcomes."""
+import json
+import os
+import statistics
+
+from recipes.study import plan as plan_lib
+
+TABLE_MD, TABLE_JSON, PLOT_PNG = "study.md", "study.json", "study.png"
+
+
+NOT_RUN = {"status": "not run"}  # a run the study has not finished (--report_only)
+
+
+def _status(statuses, run):
+    return statuses.get(run.name) or NOT_RUN
+
+
+def _ok_results(statuses, runs):
+    return [_status(statuses, r)["result"] for r in runs if _status(statuses, r)["status"] == "ok"]
+
+
+def best_run(sweep, statuses):
+    """The sweep run with the highest held-out metric, or None if none finished."""
+    finished = [r for r in sweep if _status(statuses, r)["status"] == "ok"]
+    return max(finished, key=lambda r: statuses[r.name]["result"]["metric"], default=None)
+
+
+def _row(line, optimizer, batch, chosen, seed_runs, sweep, statuses):
+    results = _ok_results(statuses, seed_runs)
+    metrics = [result["metric"] for result in results]
+    noise = [result["noise_scale"] for result in results if result["noise_scale"] is not None]
+    return {
+        "line": line,
+        "optimizer": optimizer,
+        "global_batch_size": batch,
+        "steps": seed_runs[0].steps if seed_runs else sweep[0].steps,
+        "warmup_steps": seed_runs[0].warmup_steps if seed_runs else sweep[0].warmup_steps,
+        "learning_rate": chosen,
+        "sweep": {
+            f"{r.learning_rate:.6g}": (
+                _status(statuses, r)["result"]["metric"]
+                if _status(statuses, r)["status"] == "ok"
+                else _status(statuses, r)["status"]
+            )
+            for r in sweep
+        },
+        "seeds": len(metrics),
+        "diverged_seeds": sum(_status(statuses, r)["status"] == "diverged" for r in seed_runs),
+        "unfinished_runs": sum(_status(statuses, r) is NOT_RUN for r in set(seed_runs + sweep)),
+        "metric_values": metrics,
+        "metric_mean": statistics.fmean(metrics) if metrics else None,
+        "metric_std": statistics.stdev(metrics) if len(metrics) > 1 else None,
+        "wall_time_seconds": (
+            statistics.fmean(r["wall_time_seconds"] for r in results) if results else None
+        ),
+        "noise_scale": statistics.fmean(noise) if noise else None,
+    }
+
+
+def summarize(settings, sweeps, untuned, statuses):
+    """One row per (line, batch size); a line is an optimizer, or one's untuned sqrt rule."""
+    rows = []
+    for (optimizer, batch), sweep in sweeps.items():
+        best = best_run(sweep, statuses)
+        seeds = [] if best is None else [best] + plan_lib.seed_runs(best, settings.seeds)
+        chosen = None if best is None else best.learning_rate
+        rows.append(_row(optimizer, optimizer, batch, chosen, seeds, sweep, statuses))
+    for (optimizer, batch), runs in untuned.items():
+        line = f"{optimizer} (untuned sqrt rule)"
+        rows.append(_row(line, optimizer, batch, runs[0].learning_rate, runs, runs[:1], statuses))
+    return rows
+
+
+def _fmt(value, digits=4):
+    return "–" if value is None else f"{value:.{digits}f}"
+
+
+def markdown(rows, metric):
+    lines = [
+        f"| line | global batch | steps | warmup | chosen peak LR | held-out {metric} "
+        "(mean ± std over seeds) | LR sweep (first seed) | wall time per run (s) "
+        "| noise scale |",
+        "| --- | ---: | ---: | ---: | ---: | --- | --- | ---: | ---: |",
+    ]
+    for row in rows:
+        sweep = ", ".join(
+            f"{lr}: {value if isinstance(value, str) else f'{value:.4f}'}"
+            for lr, value in row["sweep"].items()
+        )
+        if row["metric_mean"] is None:
+            held_out = "not run yet" if row["unfinished_runs"] else "diverged at every LR"
+        else:
+            spread = "" if row["metric_std"] is None else f" ± {row['metric_std']:.4f}"
+            diverged = f", {row['diverged_seeds']} diverged" if row["diverged_seeds"] else ""
+            unfinished = f", {row['unfinished_runs']} runs not finished" if row[
+                "unfinished_runs"] else ""
+            held_out = (
+                f"{row['metric_mean']:.4f}{spread} (n={row['seeds']}{diverged}{unfinished})"
+            )
+        noise = "–" if row["noise_scale"] is None else f"{row['noise_scale']:,.0f}"
+        lr = "–" if row["learning_rate"] is None else f"{row['learning_rate']:.6g}"
+        lines.append(
+            f"| {row['line']} | {row['global_batch_size']:,} | {row['steps']} "
+            f"| {row['warmup_steps']} | {lr} | {held_out} | {sweep} "
+            f"| {_fmt(row['wall_time_seconds'], 1)} | {noise} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def plot(rows, metric, path):
+    """Metric against batch size, one line per line; each line's median measured noise
+    scale as a dotted vertical line of its colour."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib import pyplot
+
+    figure, axes = pyplot.subplots(figsize=(7, 4.5))
+    for index, line in enumerate(dict.fromkeys(row["line"] for row in rows)):
+        points = [r for r in rows if r["line"] == line and r["metric_mean"] is not None]
+        color = f"C{index}"
+        style = "--" if "untuned" in line else "-"
+        axes.errorbar(
+            [r["global_batch_size"] for r in points],
+            [r["metric_mean"] for r in points],
+            yerr=[r["metric_std"] or 0.0 for r in points],
+            fmt="o" + style,
+            color=color,
+            capsize=3,
+            label=line,
+        )
+        noise = [r["noise_scale"] for r in rows if r["line"] == line and r["noise_scale"]]
+        if noise and statistics.median(noise) > 0:
+            axes.axvline(
+                statistics.median(noise),
+                color=color,
+                linestyle=":",
+                label=f"{line}: noise scale ≈ {statistics.median(noise):,.0f}",
+            )
+    axes.set_xscale("log", base=2)
+    axes.set_xlabel("global batch size (examples per update; equal epochs)")
+    axes.set_ylabel(f"held-out {metric}")
+    axes.grid(True, alpha=0.3)
+    axes.legend(fontsize=7)
+    figure.tight_layout()
+    figure.savefig(path, dpi=120)
+    pyplot.close(figure)
+
+
+def write(study_dir, rows, metric, header):
+    """Writes study.md, study.json and study.png into `study_dir`; returns their paths."""
+    paths = [os.path.join(study_dir, name) for name in (TABLE_MD, TABLE_JSON, PLOT_PNG)]
+    with open(paths[0], "w") as handle:
+        handle.write(header + "\n\n" + markdown(rows, metric))
+    with open(paths[1], "w") as handle:
+        json.dump({"metric": metric, "rows": rows}, handle, indent=2)
+    plot(rows, metric, paths[2])
+    return paths

@@ -1,0 +1,248 @@
+"""The batch-size study tool (recipes.study): grid arithmetic, resume, parallel runs, table
+and plot. Most tests run it against tests/study_fake_recipe.py (a CLI with the recipes'
+flags that writes results.json at once); the slow one runs the real ResNet recipe."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from conftest import REPO_ROOT
+from recipes.study import adapter, cli, plan, runner
+
+TESTS_DIR = os.path.dirname(os.path.abspath(__file__))
+TINY_GRID = [
+    "--recipe=resnet",
+    f"--config_file={os.path.join(REPO_ROOT, 'configs', 'resnet', 'tiny_cpu.yaml')}",
+    "--batch_sizes=8,32",
+    "--optimizers=lamb,momentum",
+    "--base_lr=lamb=0.1,momentum=0.1",
+    "--lr_multipliers=1,4",  # 0.1 (best) and 0.4 (diverges) at batch 8
+    "--warmup_steps=1",
+    "--epochs=1",
+    "--train_examples=64",
+    "--micro_batch_size=8",
+    "--seeds=1,2,3",
+]
+
+
+def settings(**changes):
+    values = dict(
+        batch_sizes=(64, 256, 1024), optimizers=("lamb",), base_learning_rates={"lamb": 0.01},
+        base_batch_size=64, lr_rule="sqrt", lr_multipliers=(0.5, 1.0, 2.0), warmup_steps=5,
+        epochs=8, train_examples=4000, micro_batch_size=32, seeds=(1, 2, 3), untuned=(),
+    )
+    values.update(changes)
+    return plan.StudySettings(**values)
+
+
+def test_equal_epochs_and_the_sqrt_rule_keep_the_warmup():
+    study = settings()
+    sweeps = plan.sweep_runs(study)
+    runs = {batch: sweeps[("lamb", batch)] for batch in study.batch_sizes}
+    assert [r.steps for r in runs[64]] == [500] * 3  # 8 x 4000 / 64
+    assert runs[1024][0].steps == 31  # round(31.25)
+    assert [r.learning_rate for r in runs[256]] == [0.01, 0.02, 0.04]  # 0.01 x sqrt(4) x m
+    assert {r.warmup_steps for rs in runs.values() for r in rs} == {5}
+    assert {r.seed for rs in runs.values() for r in rs} == {1}
+
+
+def test_linear_rule_keeps_the_warmup_examples():
+    study = settings(lr_rule="linear", warmup_steps=40)
+    run = plan.sweep_runs(study)[("lamb", 256)][1]
+    assert (run.learning_rate, run.warmup_steps) == (0.04, 10)
+
+
+def test_untuned_line_runs_the_sqrt_rule_with_every_seed():
+    study = settings(lr_rule="linear", untuned=("lamb",))
+    runs = plan.untuned_runs(study)[("lamb", 1024)]
+    assert [(r.learning_rate, r.seed) for r in runs] == [(0.04, 1), (0.04, 2), (0.04, 3)]
+
+
+@pytest.mark.parametrize(
+    "changes, message",
+    [
+        (dict(base_learning_rates={}), "--base_lr has no learning rate for optimizer 'lamb'"),
+        (dict(micro_batch_size=48), "64 is not a multiple of --micro_batch_size=48"),
+        (dict(warmup_steps=40), "batch 1024 trains only 31 steps"),
+        (dict(seeds=(1, 1)), "repeats a seed"),
+    ],
+)
+def test_impossible_settings_are_one_line_errors(changes, message):
+    with pytest.raises(plan.PlanError, match=message.replace("(", r"\(")):
+        plan.check(settings(**changes))
+
+
+def test_overrides_set_the_shared_schema_keys():
+    run = plan.Run("lars", 512, 32, 60, 5, 0.25, 2)
+    assert adapter.override_string(run, "data.seed=3").split(",") == [
+        "data.seed=3", "optimizer.name=lars", "optimizer.learning_rate=0.25",
+        "optimizer.warmup_steps=5", "train.global_batch_size=512",
+        "train.micro_batch_size=32", "train.steps=60", "train.checkpoint_every=60",
+        "train.seed=2", "export.enabled=false",
+    ]
+
+
+def test_adapter_reads_the_noise_scale_under_the_name_fit_logs():
+    from lamb_tf import noise_scale
+
+    assert adapter.NOISE_SCALE_LOG == noise_scale.NOISE_SCALE_LOG
+
+
+@pytest.fixture
+def fake_recipe(monkeypatch):
+    """The study tool, in this process, driving tests/study_fake_recipe.py."""
+    monkeypatch.setitem(adapter.PROGRAMS, "resnet", "study_fake_recipe")
+    monkeypatch.setattr(adapter, "check_settings", lambda *args, **kwargs: None)
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([TESTS_DIR, REPO_ROOT]))
+
+
+def starts(study_dir):
+    """{run name: how many times the recipe was started for it}."""
+    runs_dir = os.path.join(study_dir, runner.RUNS_SUBDIR)
+    return {
+        name: len(open(os.path.join(runs_dir, name, "starts")).readlines())
+        for name in os.listdir(runs_dir)
+    }
+
+
+def test_tiny_grid_picks_the_best_lr_and_reruns_it_with_seeds(fake_recipe, tmp_path, capsys):
+    study_dir = str(tmp_path / "study")
+    assert cli.main(TINY_GRID + [f"--study_dir={study_dir}", "--parallel=2"]) == 0
+    rows = json.load(open(os.path.join(study_dir, "study.json")))["rows"]
+    by_cell = {(row["line"], row["global_batch_size"]): row for row in rows}
+    assert set(by_cell) == {(o, b) for o in ("lamb", "momentum") for b in (8, 32)}
+    small = by_cell[("lamb", 8)]
+    assert small["learning_rate"] == 0.1 and small["sweep"]["0.4"] == "diverged"
+    # sqrt rule: 0.1 x sqrt(32 / 8) = 0.2 and 0.8 (diverges) at batch 32
+    large = by_cell[("lamb", 32)]
+    assert large["learning_rate"] == 0.2 and large["steps"] == 2
+    # the fake's accuracy at lr 0.1, batch 8, seeds 1..3: 0.9 - 0.03 + 0.001 x seed
+    assert small["metric_values"] == pytest.approx([0.871, 0.872, 0.873])
+    assert small["metric_std"] == pytest.approx(0.001)
+    assert small["noise_scale"] is None  # batch 8 = one micro-batch of 8
+    assert large["noise_scale"] == 132.0
+    # 8 sweep runs + 2 more seeds for each of the 4 cells, each started once
+    assert sorted(starts(study_dir).values()) == [1] * 16
+    table = open(os.path.join(study_dir, "study.md")).read()
+    assert "| lamb | 8 | 8 | 1 | 0.1 | 0.8720 ± 0.0010 (n=3) | 0.1: 0.8710, 0.4: diverged" in table
+    assert open(os.path.join(study_dir, "study.png"), "rb").read(8) == b"\x89PNG\r\n\x1a\n"
+    out = capsys.readouterr().out
+    assert "sweep: 8 runs" in out and "seeds: 8 runs" in out and "[8/8]" in out
+
+
+def test_untuned_line_shares_the_runs_it_has_in_common_with_the_sweep(fake_recipe, tmp_path):
+    study_dir = str(tmp_path / "study")
+    argv = TINY_GRID + [f"--study_dir={study_dir}", "--untuned=lamb", "--optimizers=lamb"]
+    assert cli.main(argv) == 0
+    rows = json.load(open(os.path.join(study_dir, "study.json")))["rows"]
+    untuned = [row for row in rows if row["line"] == "lamb (untuned sqrt rule)"]
+    # the sqrt rule's own rates (0.1 at batch 8, 0.2 at 32) are the sweep's best: no new run
+    assert [(row["learning_rate"], row["seeds"]) for row in untuned] == [(0.1, 3), (0.2, 3)]
+    assert untuned[0]["sweep"] == {"0.1": pytest.approx(0.871)}  # its first seed's run
+    assert sorted(starts(study_dir).values()) == [1] * 8  # 4 sweep + 2 x 2 seeds
+
+
+# The study tool on the fake recipe, as its own process (so that it can be killed).
+FAKE_STUDY_PROGRAM = (
+    "import sys; from recipes.study import adapter, cli; "
+    "adapter.PROGRAMS['resnet'] = 'study_fake_recipe'; "
+    "adapter.check_settings = lambda *args, **kwargs: None; "
+    "sys.exit(cli.main(sys.argv[1:]))"
+)
+
+
+def test_killed_study_resumes_without_rerunning_finished_runs(fake_recipe, tmp_path):
+    study_dir = str(tmp_path / "study")
+    argv = [sys.executable, "-c", FAKE_STUDY_PROGRAM, *TINY_GRID, f"--study_dir={study_dir}"]
+    hanging = os.path.join(study_dir, runner.RUNS_SUBDIR, "lamb_b8_lr0.4_w1_s1", "starts")
+    process = subprocess.Popen(
+        argv, env={**os.environ, "STUDY_FAKE_HANG_ABOVE_LR": "0.3"}, cwd=REPO_ROOT,
+        stdout=subprocess.DEVNULL, start_new_session=True,
+    )
+    try:
+        deadline = time.monotonic() + 300
+        while not os.path.exists(hanging) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert os.path.exists(hanging), "the study never reached its second run"
+    finally:
+        os.killpg(process.pid, signal.SIGTERM)  # the study and the run it started
+        process.wait(timeout=60)
+    assert starts(study_dir) == {"lamb_b8_lr0.1_w1_s1": 1, "lamb_b8_lr0.4_w1_s1": 1}
+    partial = subprocess.run(
+        argv + ["--report_only"], cwd=REPO_ROOT, capture_output=True, text=True, timeout=600
+    )
+    assert partial.returncode == 0, partial.stderr
+    table = open(os.path.join(study_dir, "study.md")).read()
+    assert "0.8710 (n=1, 3 runs not finished) | 0.1: 0.8710, 0.4: not run |" in table
+    assert "| momentum | 32 | 2 | 1 | – | not run yet |" in table
+    assert starts(study_dir) == {"lamb_b8_lr0.1_w1_s1": 1, "lamb_b8_lr0.4_w1_s1": 1}
+    result = subprocess.run(argv, cwd=REPO_ROOT, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr
+    counts = starts(study_dir)
+    assert counts.pop("lamb_b8_lr0.4_w1_s1") == 2  # killed unfinished: run again
+    assert set(counts.values()) == {1} and len(counts) == 15
+    assert "[2/8] lamb_b8_lr0.4_w1_s1: diverged" in result.stdout  # 1 of 8 already done
+
+
+def test_a_failure_that_is_not_divergence_stops_the_study(fake_recipe, tmp_path, capsys):
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("STUDY_FAKE_FAIL", "1")
+        assert cli.main(TINY_GRID + [f"--study_dir={tmp_path / 'study'}"]) == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith("error: run lamb_b8_lr0.1_w1_s1 failed (exit 2): error: no TFRecords")
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        ("--batch_sizes=8,x", "--batch_sizes: '8,x' is not a comma-separated list"),
+        ("--base_lr=lamb:0.1", "expected OPTIMIZER=LR items"),
+        ("--config_file=/nowhere.yaml", "--config_file /nowhere.yaml does not exist"),
+        ("--micro_batch_size=16", "8 is not a multiple of --micro_batch_size=16"),
+        ("--params_override={train: {seed: 3}}", "use key=value,... items"),
+    ],
+)
+def test_user_mistakes_are_one_line_before_any_run(change, message, tmp_path, capsys):
+    flag = change.split("=")[0]
+    argv = [arg for arg in TINY_GRID if not arg.startswith(flag + "=")] + [change]
+    study_dir = tmp_path / "study"
+    try:
+        status = cli.main(argv + [f"--study_dir={study_dir}"])
+    except SystemExit as exit_:  # argparse's own errors
+        status = exit_.code
+    assert status == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith("error: ") and message in line
+    assert not study_dir.exists()
+
+
+@pytest.mark.slow
+def test_tiny_grid_through_the_real_resnet_recipe(tmp_path):
+    """2 batch sizes x 2 optimizers x 2 learning rates, 4 and 2 steps, the real CLI."""
+    study_dir = tmp_path / "study"
+    argv = [
+        sys.executable, "-m", "recipes.study",
+        "--recipe=resnet",
+        f"--config_file={os.path.join(REPO_ROOT, 'configs', 'resnet', 'tiny_cpu.yaml')}",
+        "--params_override=model.depth_multiplier=0.25",
+        f"--study_dir={study_dir}",
+        "--batch_sizes=16,32", "--optimizers=lamb,momentum",
+        "--base_lr=lamb=0.005,momentum=0.02", "--lr_multipliers=1,2",
+        "--epochs=1", "--train_examples=64", "--micro_batch_size=8", "--warmup_steps=1",
+        "--seeds=1", "--parallel=2",
+    ]
+    result = subprocess.run(argv, cwd=REPO_ROOT, capture_output=True, text=True, timeout=3000,
+                            env={**os.environ, "PYTHONPATH": REPO_ROOT})
+    assert result.returncode == 0, result.stderr[-3000:]
+    rows = json.load(open(study_dir / "study.json"))["rows"]
+    assert sorted((row["line"], row["global_batch_size"], row["steps"]) for row in rows) == [
+        ("lamb", 16, 4), ("lamb", 32, 2), ("momentum", 16, 4), ("momentum", 32, 2)
+    ]
+    for row in rows:
+        assert 0.0 <= row["metric_mean"] <= 1.0 and len(row["sweep"]) == 2
+        assert row["noise_scale"] is not None  # 2 and 4 micro-batches of 8 per step
+    assert "[8/8]" in result.stdout and (study_dir / "study.png").exists()

@@ -1,0 +1,46 @@
+"""benchmarks/noise_scale_cost.py runs end to end at a tiny size (timings are not checked:
+speed is the benchmark's business, never a test's)."""
+import json
+import os
+import subprocess
+import sys
+
+from conftest import REPO_ROOT
+
+
+def test_benchmark_times_the_step_with_and_without_the_measurement(tmp_path):
+    report = tmp_path / "report.json"
+    result = subprocess.run(
+        [
+            sys.executable,
+            os.path.join(REPO_ROOT, "benchmarks", "noise_scale_cost.py"),
+            "--configurations=4x2",
+            "--steps=2",
+            "--repeats=1",
+            "--max_overhead=inf",
+            f"--json={report}",
+        ],
+        env={**os.environ, "PYTHONPATH": REPO_ROOT},
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    (row,) = json.loads(report.read_text())
+    # the two variants differ exactly by the measurement
+    assert row["noise_scale_logged"] == {"off": False, "on": True, "off_again": False}
+    assert min(row["cpu_ms_per_step"].values()) > 0
+    assert "overhead" in result.stdout
+
+
+def test_benchmark_rejects_a_malformed_configuration():
+    result = subprocess.run(
+        [sys.executable, os.path.join(REPO_ROOT, "benchmarks", "noise_scale_cost.py"),
+         "--configurations=32by8"],
+        env={**os.environ, "PYTHONPATH": REPO_ROOT},
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert result.returncode == 2
+    assert "--configurations" in result.stderr and "Traceback" not in result.stderr
