@@ -1,0 +1,161 @@
+"""The config sections every recipe shares: train, optimizer, eval, runtime, export.
+
+A recipe's schema (a dataclass, `Task.config_class`) holds these five as fields, with its
+own defaults through `default_factory`, next to its own sections (data, model). Keys with
+the same name mean the same thing in every recipe; `check` validates them all at once,
+before the driver prints or writes anything. docs/ARCHITECTURE.md maps the task interface.
+"""
+
+import dataclasses
+from typing import Optional
+
+from recipes.common.errors import UserError
+
+OPTIMIZERS = ("lamb", "lars", "adamw", "momentum")
+PRECISIONS = ("float32", "mixed_bfloat16", "mixed_float16")
+
+# Old key -> new key: an old key in a config file or override is one error naming the new.
+RENAMED_KEYS = {
+    "train.precision": "runtime.precision",
+    "runtime.mixed_precision": "runtime.precision",
+    "train.jit_compile": "runtime.jit_compile",
+    "eval.batch_size": "eval.global_batch_size",
+    "export.export_dir": "export.dir",
+}
+
+
+@dataclasses.dataclass
+class TrainConfig:
+    """Batch arithmetic, step counts, checkpoints, logging and the run's seed."""
+    # Examples per optimizer update, over all replicas and micro-batches.
+    global_batch_size: int = 2048
+    # Examples per replica per forward/backward pass; accumulation steps
+    # k = global_batch_size / (replicas * micro_batch_size).
+    micro_batch_size: int = 256
+    # Optimizer updates (not micro-batches) in the run.
+    steps: int = 120
+    # A checkpoint every this many updates; `steps` must be a multiple of it.
+    checkpoint_every: int = 20
+    # Micro-batches run inside one tf.function call (Keras' steps_per_execution).
+    steps_per_execution: int = 1
+    # TensorBoard scalars (loss, metrics, learning rate, examples/s, what the training step
+    # logs, trust ratios) every this many updates.
+    log_every: int = 5
+    # Seed of the run: initialisation, dropout, input shuffling and augmentation.
+    seed: int = 1
+    # Weights-only initialisation from another run (a model_dir or a checkpoint path),
+    # used only when model_dir has no checkpoint; optimizer state and step start fresh.
+    init_checkpoint: str = ""
+
+
+@dataclasses.dataclass
+class OptimizerConfig:
+    """`name` picks the update rule; a schedule of linear warmup then polynomial decay."""
+    # lamb | lars (lamb_tf) | adamw (Model Garden's AdamWeightDecay, BERT's baseline) |
+    # momentum (tf_keras SGD with momentum).
+    name: str = "lamb"
+    # Peak learning rate, reached at the end of the warmup.
+    learning_rate: float = 0.02
+    # Updates of linear warmup from 0 to `learning_rate`.
+    warmup_steps: int = 5
+    # Power of the polynomial decay to `end_learning_rate` at train.steps (1 = linear).
+    decay_power: float = 1.0
+    end_learning_rate: float = 0.0
+    # true: the decay runs over all steps, warmup included (Google BERT); false: it starts
+    # at the peak when the warmup ends (the LAMB authors' ResNet run, MLPerf LARS).
+    decay_includes_warmup: bool = True
+    # Weight decay rate (LAMB's lambda; L2 inside the update for LARS and momentum;
+    # AdamWeightDecay's decoupled rate).
+    weight_decay_rate: float = 0.01
+    # Regexes searched in variable paths; null = the recipe's default list, [] = none.
+    exclude_from_weight_decay: Optional[list[str]] = None
+    # LAMB/LARS: variables that keep trust ratio 1; null = same as weight decay.
+    exclude_from_layer_adaptation: Optional[list[str]] = None
+    # Clip the accumulated, all-reduced gradient to this global norm; null = no clipping.
+    global_clipnorm: Optional[float] = 1.0
+    # lamb, adamw
+    beta_1: float = 0.9
+    beta_2: float = 0.999
+    epsilon: float = 1e-6
+    bias_correction: bool = True  # lamb only: false drops 1/(1 - beta^t) (paper appendix)
+    # lars, momentum
+    momentum: float = 0.9
+    nesterov: bool = False
+    eeta: float = 0.001  # lars only: trust coefficient
+    classic_momentum: bool = True  # lars only
+
+
+@dataclasses.dataclass
+class EvalConfig:
+    """Held-out evaluation."""
+    # Examples per evaluation batch, over all replicas.
+    global_batch_size: int = 256
+    # Batches to evaluate; 0 = the whole held-out set once.
+    steps: int = 0
+
+
+@dataclasses.dataclass
+class RuntimeConfig:
+    """How the step is computed (not what it computes)."""
+    # Keras dtype policy: float32 | mixed_bfloat16 (TPU) | mixed_float16 (GPU, loss scaling).
+    precision: str = "float32"
+    # Compile the training step with XLA (true on TPU; slower than TF's kernels on CPU).
+    jit_compile: bool = False
+
+
+@dataclasses.dataclass
+class ExportConfig:
+    """The SavedModel written after training and by --mode=export."""
+    # Export after training (--mode=export always exports).
+    enabled: bool = True
+    # Where; "" = <model_dir>/<the recipe's export directory name>.
+    dir: str = ""
+
+
+def check(config):
+    """Validates the shared sections of `config`; raises one-line `UserError`s."""
+    train, optimizer = config.train, config.optimizer
+    for key in ("global_batch_size", "micro_batch_size", "steps", "checkpoint_every",
+                "steps_per_execution", "log_every"):
+        if getattr(train, key) <= 0:
+            raise UserError(f"train.{key}={getattr(train, key)} must be positive")
+    if train.steps % train.checkpoint_every:
+        lower = train.steps - train.steps % train.checkpoint_every
+        raise UserError(
+            f"train.steps={train.steps} is not a multiple of train.checkpoint_every="
+            f"{train.checkpoint_every}; use train.steps={lower or train.checkpoint_every} "
+            f"or {lower + train.checkpoint_every}, or another checkpoint_every"
+        )
+    if config.eval.global_batch_size <= 0 or config.eval.steps < 0:
+        raise UserError(
+            f"eval.global_batch_size={config.eval.global_batch_size} must be positive and "
+            f"eval.steps={config.eval.steps} at least 0 (0 = the whole held-out set)"
+        )
+    if config.runtime.precision not in PRECISIONS:
+        raise UserError(
+            f"runtime.precision={config.runtime.precision!r} is not one of "
+            f"{', '.join(PRECISIONS)}"
+        )
+    _check_optimizer(optimizer, train.steps)
+
+
+def _check_optimizer(optimizer, steps):
+    if optimizer.name not in OPTIMIZERS:
+        raise UserError(
+            f"optimizer.name={optimizer.name!r} is not one of {', '.join(OPTIMIZERS)}"
+        )
+    if not 0 <= optimizer.warmup_steps < steps:
+        raise UserError(
+            f"optimizer.warmup_steps={optimizer.warmup_steps} must be at least 0 and less "
+            f"than train.steps={steps}"
+        )
+    if optimizer.learning_rate < 0 or optimizer.weight_decay_rate < 0:
+        raise UserError(
+            f"optimizer.learning_rate={optimizer.learning_rate} and optimizer."
+            f"weight_decay_rate={optimizer.weight_decay_rate} must not be negative"
+        )
+    if optimizer.global_clipnorm is not None and optimizer.global_clipnorm <= 0:
+        raise UserError(
+            f"optimizer.global_clipnorm={optimizer.global_clipnorm} must be positive; "
+            "write null for no clipping"
+        )

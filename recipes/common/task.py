@@ -1,0 +1,87 @@
+"""The task interface: what a recipe gives the shared driver (`recipes/common/driver.py`).
+
+A recipe is a `Task` subclass plus its config schema; the driver does everything else, once:
+flags, loading and validating the config, the strategy and batch plan, seeds, the
+per-worker directory, gradient accumulation, the optimizer (`optimizer.name`: lamb, lars,
+adamw, momentum), compiling, restoring, checkpointed training, evaluation, export,
+`results.json` and the one-line user errors. Model Garden's `base_task.Task` plus
+`train_lib.run_experiment` is the same split, smaller.
+
+The driver calls, in order (a method the task does not need keeps the default):
+
+    task = TaskClass(config)            # config: a validated `config_class` instance
+    task.check_config()                 # before anything is printed or written
+    task.prepare(model_dir, mode)       # find / prepare data (no model yet)
+    with strategy.scope():
+        network = task.build_model()    # the tf_keras model to train
+        ... wrap for accumulation, compile with task.compile_arguments()
+    task.train_dataset(strategy, plan, first_step)   # once per checkpoint chunk
+    task.evaluate(model, strategy)      # held-out metrics by name
+    task.export(export_dir)             # the SavedModel of `network`
+
+A new recipe: a module `recipes/<name>/<program>.py` holding the `Task` subclass and
+
+    if __name__ == "__main__":
+        driver.main(MyTask)
+
+and a schema whose shared sections are `recipes.common.schema`'s (see there).
+"""
+
+from recipes.common.errors import UserError  # noqa: F401  (tasks raise it)
+
+
+class Task:
+    """One recipe on the shared driver. Subclass; set the class attributes."""
+
+    # The config schema: a dataclass whose `train`, `optimizer`, `eval`, `runtime` and
+    # `export` fields are the shared sections of recipes.common.schema (or subclasses).
+    config_class = None
+    # The export goes to <model_dir>/<export_subdir> when export.dir is "".
+    export_subdir = "export"
+    # Weight-decay exclusions when optimizer.exclude_from_weight_decay is null.
+    default_exclude_from_weight_decay = ()
+
+    def __init__(self, config):
+        self.config = config
+
+    def check_config(self):
+        """Recipe-level checks across keys that the schema's types cannot express; raise
+        `UserError` (one line). Runs before the config is printed or anything is written."""
+
+    def prepare(self, model_dir, mode):
+        """Finds or prepares the data for `mode` (train | eval | train_and_eval | export);
+        `model_dir` is this process's directory. Raise `UserError` for missing data."""
+
+    def build_model(self):
+        """The tf_keras model to train, built inside the strategy scope. The driver wraps it
+        for gradient accumulation and compiles it; keep what `export` needs on `self`."""
+        raise NotImplementedError
+
+    def compile_arguments(self):
+        """Keyword arguments for `Model.compile` besides the optimizer: `loss` and
+        `metrics` and/or `weighted_metrics`."""
+        raise NotImplementedError
+
+    def train_dataset(self, strategy, plan, first_step):
+        """Endless global batches (a distributed dataset) for the training chunk that
+        starts at optimizer step `first_step`; the same `first_step` must give the same
+        batches (exact resume). `plan` is the `lamb_tf.accumulation.BatchPlan`."""
+        raise NotImplementedError
+
+    def evaluate(self, model, strategy):
+        """Runs the held-out evaluation of the compiled `model`; returns {metric: float}."""
+        raise NotImplementedError
+
+    def describe_evaluation(self, results):
+        """The evaluation results as one line for the console."""
+        return " ".join(f"{name}={value:.4f}" for name, value in sorted(results.items()))
+
+    def export(self, export_dir):
+        """Writes the serving SavedModel to `export_dir` (atomically:
+        `recipes.common.export.export_saved_model`)."""
+        raise NotImplementedError
+
+    def explain_input_error(self, error, split):
+        """A `UserError` naming the bad record or file behind a TF input error raised
+        while reading `split` ("train" or "eval"), or None to let the error through."""
+        return None
