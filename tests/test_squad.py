@@ -89,7 +89,7 @@ def test_long_context_is_split_into_windows_doc_stride_apart(tmp_path):
     # 3 / 4 in window 12..19 (min 3): it is scored in the last window only.
     assert [f.token_is_max_context.get(f.tokens.index("w15"), None) if "w15" in f.tokens
             else None for f in features] == [None, None, False, True]
-    arrays = squad.feature_arrays(features)
+    arrays = squad.feature_arrays(features, is_training=True)
     assert arrays["input_word_ids"].shape == (4, 16)
     assert arrays["input_mask"][3].tolist() == [1] * 14 + [0] * 2
     assert arrays["input_type_ids"][0].tolist() == [0] * 5 + [1] * 11

@@ -16,19 +16,34 @@
         pieces; `.tokenize` and `.bert_pack_inputs` for pairs), and
         encoder(those three) -> pooled_output, sequence_output, encoder_outputs, default.
 
+The pretraining program writes both at export. For a run exported before that (or to
+re-export), the command line rebuilds them from a pretraining `model_dir` (its
+`config.yaml`, `vocab.txt` and the encoder of its SavedModel export):
+
+  python -m recipes.bert.ecosystem_export --model_dir=/tmp/bert_tiny
+
 Loading the pair needs the tensorflow-text ops (`import tensorflow_text`). The encoder's
 `pooled_output` is the pooler pretraining trained (recipes/bert/model.py).
 """
 
+import json
 import os
+import types
 import uuid
 
-import tensorflow as tf
-import yaml
-from official.nlp.configs import encoders
-from official.nlp.tools import export_tfhub_lib
+os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")  # Model Garden models are tf_keras models.
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
 
-from recipes.bert import vocabulary
+import tensorflow as tf  # noqa: E402
+import yaml  # noqa: E402
+from absl import flags  # noqa: E402
+from official.nlp.configs import encoders  # noqa: E402
+from official.nlp.tools import export_tfhub_lib  # noqa: E402
+
+from recipes.bert import model as model_lib  # noqa: E402
+from recipes.bert import vocabulary  # noqa: E402
+from recipes.common import errors  # noqa: E402
+from recipes.common.errors import UserError  # noqa: E402
 
 CHECKPOINT_SUBDIR = "model_garden"
 HUB_SUBDIR = "hub"
@@ -113,3 +128,62 @@ def export_for_ecosystem(output_dir, encoder, model_config, vocab_file, seq_leng
     print(f"exported Model Garden encoder checkpoint to {final[CHECKPOINT_SUBDIR]} and "
           f"TF-Hub-style SavedModels to {final[HUB_SUBDIR]}", flush=True)
     return os.path.join(final[CHECKPOINT_SUBDIR], os.path.basename(prefix))
+
+
+# ---- From a pretraining model_dir ------------------------------------------------------
+
+MODEL_KEYS = ("hidden_size", "num_layers", "num_attention_heads", "intermediate_size",
+              "max_sequence_length", "type_vocab_size", "dropout_rate",
+              "attention_dropout_rate", "initializer_range")
+
+
+def read_pretraining_run(model_dir):
+    """(model config, vocab_file, seq_length, encoder SavedModel) of a pretraining run,
+    from its `config.yaml`, its data preparation and its export."""
+    config_path = os.path.join(model_dir, "config.yaml")
+    if not tf.io.gfile.exists(config_path):
+        raise UserError(f"{config_path} does not exist: give the --model_dir of a pretraining "
+                        "run (python -m recipes.bert.pretrain)")
+    with tf.io.gfile.GFile(config_path) as f:
+        config = yaml.safe_load(f)
+    model_config = types.SimpleNamespace(**{key: config["model"][key] for key in MODEL_KEYS})
+    data = config["data"]
+    vocab_file = data.get("vocab_file") or ""
+    if not vocab_file:  # learned by the preparation, in the data directory
+        metadata = os.path.join(data.get("data_dir") or os.path.join(model_dir, "data"),
+                                "metadata.json")
+        with tf.io.gfile.GFile(metadata) as f:
+            vocab_file = json.load(f)["vocab_file"]
+    export = config.get("export", {})
+    export_dir = export.get("dir") or export.get("export_dir") or os.path.join(model_dir,
+                                                                              "export")
+    return model_config, vocab_file, int(data["seq_length"]), export_dir
+
+
+def export_pretraining_run(model_dir):
+    """Writes `model_garden/` and `hub/` into a pretraining `model_dir` from its export."""
+    model_config, vocab_file, seq_length, export_dir = read_pretraining_run(model_dir)
+    variables = os.path.join(export_dir, "variables", "variables")
+    if not tf.io.gfile.exists(variables + ".index"):
+        raise UserError(f"{export_dir} holds no SavedModel export; run the pretraining with "
+                        "--mode=export first")
+    encoder = model_lib.build_encoder(model_config, len(vocabulary.read_vocabulary(vocab_file)))
+    ones = tf.ones((1, seq_length), tf.int32)
+    encoder(dict(input_word_ids=ones, input_mask=ones, input_type_ids=ones))  # create weights
+    # The export's root module keeps the encoder as its attribute `encoder`
+    # (recipes/bert/export.py), the same path as Checkpoint(encoder=...).
+    tf.train.Checkpoint(encoder=encoder).read(variables).expect_partial() \
+        .assert_existing_objects_matched()
+    return export_for_ecosystem(model_dir, encoder, model_config, vocab_file, seq_length)
+
+
+def _main(argv):
+    if len(argv) > 1:
+        raise UserError(f"unexpected arguments {argv[1:]}; all options are --flags")
+    export_pretraining_run(flags.FLAGS.model_dir)
+
+
+if __name__ == "__main__":
+    flags.DEFINE_string("model_dir", None, "A pretraining run's --model_dir.")
+    flags.mark_flag_as_required("model_dir")
+    errors.run(_main)

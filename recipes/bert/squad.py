@@ -102,7 +102,7 @@ def convert_examples(examples, tokenizer, seq_length, is_training, doc_stride=DO
     return features
 
 
-def feature_arrays(features):
+def feature_arrays(features, is_training):
     """Model inputs (and, for training features, `start_positions`/`end_positions`) as
     NumPy arrays, in feature order."""
     arrays = {
@@ -110,7 +110,7 @@ def feature_arrays(features):
         "input_mask": np.array([f.input_mask for f in features], np.int32),
         "input_type_ids": np.array([f.segment_ids for f in features], np.int32),
     }
-    if features and features[0].start_position is not None:
+    if is_training:
         arrays["start_positions"] = np.array([f.start_position for f in features], np.int32)
         arrays["end_positions"] = np.array([f.end_position for f in features], np.int32)
     return arrays
