@@ -25,6 +25,8 @@ import yaml
 import reliability_cli as cli
 import tiny_bert_data
 
+pytestmark = pytest.mark.slow  # real command-line / multi-process runs
+
 BERT = "recipes.bert.pretrain"
 RESNET = "recipes.resnet.train"
 TRAINED = "trained"  # the row runs in a copy of a model_dir trained for 2 steps
@@ -76,6 +78,37 @@ CASES = {
                              ["--tpu=local", "no usable TPU", "drop --tpu"]),
     "export-before-any-checkpoint": (BERT, FRESH, ["--mode=export"],
                                      ["no checkpoint in", "train first"]),
+    # Config checks of the shared schema (recipes/common/schema.py), in both recipes.
+    "checkpoint-every-zero": (BERT, FRESH, ["--params_override=train.checkpoint_every=0"],
+                              ["train.checkpoint_every=0 must be positive"]),
+    "resnet-checkpoint-every-zero": (RESNET, FRESH,
+                                     ["--params_override=train.checkpoint_every=0"],
+                                     ["train.checkpoint_every=0 must be positive"]),
+    "resnet-batch-does-not-divide": (RESNET, FRESH, ["--params_override=train.micro_batch_size=5"],
+                                     ["train.global_batch_size",
+                                      "global_batch_size=16 is not divisible"]),
+    "resnet-steps-not-a-multiple": (RESNET, FRESH, ["--params_override=train.steps=3"],
+                                    ["train.steps=3 is not a multiple of "
+                                     "train.checkpoint_every=2"]),
+    "old-key-name": (BERT, FRESH, ["--params_override=train.precision=float32"],
+                     ["'train.precision' is now 'runtime.precision'"]),
+    "resnet-old-key-name": (RESNET, FRESH,
+                            ["--params_override=runtime.mixed_precision=mixed_bfloat16"],
+                            ["'runtime.mixed_precision' is now 'runtime.precision'"]),
+    # Found before any work (issue 14): a --model_dir that is a file, eval/export with no
+    # checkpoint before any data preparation, a learning rate that is not a finite number.
+    "model-dir-is-a-file": (BERT, FRESH, ["--model_dir={d}/a_file/run"],
+                            ["{d}/a_file is a file, not a directory"]),
+    "resnet-model-dir-is-a-file": (RESNET, FRESH, ["--model_dir={d}/a_file"],
+                                   ["{d}/a_file is a file, not a directory"]),
+    "eval-before-any-checkpoint-prepares-nothing": (
+        BERT, FRESH, ["--mode=eval", "--params_override=data.train_files=''"],
+        ["no checkpoint in", "train first"]),
+    "resnet-eval-before-any-checkpoint-prepares-nothing": (
+        RESNET, FRESH, ["--mode=eval", "--params_override=data.embedded_digits=true"],
+        ["no checkpoint in", "train first"]),
+    "learning-rate-nan": (BERT, FRESH, ["--params_override=optimizer.learning_rate=.nan"],
+                          ["optimizer.learning_rate=nan must be a finite number >= 0"]),
     "resnet-empty-glob": (RESNET, FRESH, ["--params_override=data.train_file_pattern={d}/none-*"],
                           ["data.train_file_pattern='{d}/none-*' matches no file"]),
     "resnet-corrupt-tfrecord": (RESNET, FRESH,
@@ -84,6 +117,10 @@ CASES = {
     "resnet-export-before-any-checkpoint": (RESNET, FRESH, ["--mode=export"],
                                             ["no checkpoint in", "train first"]),
 }
+CONFIG_ERRORS = {"unknown-key-in-file", "unknown-override", "wrong-type", "batch-does-not-divide",
+                 "checkpoint-every-zero", "resnet-checkpoint-every-zero",
+                 "resnet-batch-does-not-divide", "resnet-steps-not-a-multiple", "old-key-name",
+                 "resnet-old-key-name", "learning-rate-nan"}  # the whole config is checked before it is printed
 TRAINING_STARTS = {"nan-in-training-data"}  # rows that get past the restore (config.yaml
 # and TensorBoard files are then rewritten; checkpoints and export must stay)
 TPU_SECONDS = 60  # the `--tpu` row must fail within this wall time on a machine without TPU
@@ -91,6 +128,7 @@ TPU_SECONDS = 60  # the `--tpu` row must fail within this wall time on a machine
 
 def _write_inputs(d, bert_data):
     (d / "a_directory.yaml").mkdir()
+    (d / "a_file").write_text("not a directory")
     (d / "broken.yaml").write_text("train: [1,\n")
     (d / "unknown_key.yaml").write_text("train:\n  stepz: 3\n")
     (d / "corrupt-00000.tfrecord").write_bytes(b"this is not a TFRecord file" * 4)
@@ -169,7 +207,7 @@ def outcomes(tmp_path_factory):
         "optimizer": {"learning_rate": 0.01, "warmup_steps": 1},
         "train": {"global_batch_size": 16, "micro_batch_size": 16, "steps": 2,
                   "checkpoint_every": 2},
-        "eval": {"batch_size": 8, "steps": 1},
+        "eval": {"global_batch_size": 8, "steps": 1},
     }
     config_file = root / "tiny.yaml"
     config_file.write_text(yaml.safe_dump(config))
@@ -246,3 +284,9 @@ def test_bad_input_gives_one_line_and_writes_nothing(outcomes, case_id):
     tfrecords = [name for _, _, files in os.walk(model_dir) for name in files
                  if ".tfrecord" in name or name.startswith(("train-", "validation-"))]
     assert not tfrecords, tfrecords
+
+
+@pytest.mark.parametrize("case_id", sorted(CONFIG_ERRORS))
+def test_a_bad_config_is_not_printed(outcomes, case_id):
+    model_dir = outcomes[case_id][3]
+    assert "resolved config" not in cli.read(model_dir + ".out")

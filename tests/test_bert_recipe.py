@@ -4,6 +4,7 @@ The data are prepared once per module from a small generated corpus; each traini
 a subprocess of `python -m recipes.bert.pretrain`, as a user runs it.
 """
 
+import json
 import os
 import subprocess
 import sys
@@ -14,6 +15,8 @@ import tensorflow as tf
 import yaml
 
 import tiny_bert_data
+
+pytestmark = pytest.mark.slow  # real command-line / multi-process runs
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -78,6 +81,11 @@ def test_two_steps_from_config_through_the_cli(trained_runs):
     assert saved["train"]["micro_batch_size"] == 16 and saved["train"]["steps"] == 2
     assert tf.saved_model.contains_saved_model(os.path.join(model_dir, "export"))
     assert "excluded from weight decay" in result.stdout
+    # results.json (the shared driver's summary of a run, read by the batch-size study)
+    with open(os.path.join(model_dir, "results.json"), encoding="utf-8") as f:
+        results = json.load(f)
+    assert (results["mode"], results["steps"], results["global_batch_size"]) == ("train", 2, 16)
+    assert results["eval"] == {} and results["train"]["global_gradient_norm"] > 0
     tags = summary_tags(model_dir)
     for tag in ("batch_loss", "batch_masked_lm_accuracy", "batch_next_sentence_accuracy",
                 "learning_rate", "examples_per_second", "global_gradient_norm"):
@@ -149,11 +157,13 @@ def test_bad_config_key_gives_one_line_and_nonzero_exit(config_file, tmp_path):
 
 @pytest.fixture
 def pretrain_main():
-    """`recipes.bert.pretrain.main` with the program's flags parsed from a list, in this
-    process (the exit-status wrapper is exercised by the subprocess test above)."""
+    """The driver's program for `recipes.bert.pretrain.BertPretraining` with the flags parsed
+    from a list, in this process (the exit-status wrapper is exercised by the subprocess test
+    above)."""
     from absl import flags
 
     from recipes.bert import pretrain
+    from recipes.common import driver
     from recipes.common import flags as flags_lib
 
     if "model_dir" not in flags.FLAGS:
@@ -162,7 +172,7 @@ def pretrain_main():
     def call(*args):
         flags.FLAGS(["pretrain", *args])
         try:
-            return pretrain.main(["pretrain"])
+            return driver.run_from_flags(pretrain.BertPretraining, ["pretrain"])
         finally:
             flags.FLAGS.unparse_flags()
 
@@ -177,7 +187,8 @@ def pretrain_main():
          "global_batch_size=16 is not divisible by num_replicas=1 x micro_batch_size=5"),
         (["--config_file=/nonexistent/bert.yaml"],
          "config file '/nonexistent/bert.yaml' does not exist"),
-        (["--params_override=train.precision=float16"], "train.precision='float16' is not one of"),
+        (["--params_override=runtime.precision=float16"],
+         "runtime.precision='float16' is not one of"),
         (["--mode=export"], "no checkpoint in"),
     ],
     ids=["wrong-type", "batch-arithmetic", "missing-config-file", "bad-precision",

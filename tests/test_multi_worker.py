@@ -24,6 +24,8 @@ import multi_worker_harness
 import tiny_bert_data
 from conftest import REPO_ROOT
 
+pytestmark = pytest.mark.slow  # real command-line / multi-process runs
+
 STEPS = 3
 CLUSTER_TIMEOUT_SECONDS = 240
 RECIPE = [sys.executable,

@@ -9,11 +9,14 @@ import os
 import subprocess
 import time
 
+import pytest
 import yaml
 
 import multi_worker_harness
 import reliability_cli as cli
 import tiny_bert_data
+
+pytestmark = pytest.mark.slow  # real command-line / multi-process runs
 
 SURVIVOR_SECONDS = 60  # the surviving worker must have exited this long after the kill
 STEPS = 6

@@ -44,7 +44,7 @@ def test_lamb_32k_is_the_authors_run():
     assert config.optimizer.exclude_from_weight_decay == ["batch_normalization"]
     assert config.optimizer.exclude_from_layer_adaptation == ["batch_normalization"]
     assert config.train.label_smoothing == 0.1 and config.model.depth == 50
-    assert config.runtime.mixed_precision == "mixed_bfloat16"
+    assert config.runtime.precision == "mixed_bfloat16"
 
 
 def test_lars_32k_is_mlperf_large_batch():

@@ -21,6 +21,8 @@ from recipes.resnet import input as input_lib
 from recipes.resnet import model as model_lib
 from recipes.resnet.config import ResNetConfig
 
+pytestmark = pytest.mark.slow  # real command-line / multi-process runs
+
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TINY_CONFIG = os.path.join(REPO_ROOT, "configs", "resnet", "tiny_cpu.yaml")
 ENV = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}

@@ -8,6 +8,8 @@ checkpointed RNG state is exercised.
 
 import glob
 import os
+import signal
+import time
 
 import numpy as np
 import pytest
@@ -16,6 +18,8 @@ import yaml
 
 import reliability_cli as cli
 import tiny_bert_data
+
+pytestmark = pytest.mark.slow  # real command-line / multi-process runs
 
 BERT = "recipes.bert.pretrain"
 RESNET = "recipes.resnet.train"
@@ -128,16 +132,47 @@ def test_bert_kill_during_export_leaves_no_export_directory(bert_runs):
     assert glob.glob(os.path.join(resumed_dir, "export.tmp-*"))
 
 
+def test_bert_sigterm_mid_chunk_saves_that_step_and_resumes_exactly(bert_args, bert_runs,
+                                                                      tmp_path):
+    """Preemption: SIGTERM after step 3 saves ckpt-3 (not a multiple of checkpoint_every)
+    and exits 143; the same command resumes at step 3 and ends bitwise equal to the
+    uninterrupted run."""
+    straight_dir = bert_runs[0]
+    model_dir, log = str(tmp_path / "preempted"), str(tmp_path / "sigterm.log")
+    process = cli.start(BERT, *bert_args, f"--model_dir={model_dir}", log_path=log,
+                        env={cli.STEP_HOOK_ENV: "0.5"})
+    try:
+        deadline = time.monotonic() + 240
+        while not _step_done(log, 3)() and process.poll() is None:
+            assert time.monotonic() < deadline, cli.read(log)[-3000:]
+            time.sleep(0.02)
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=120) == 143, cli.read(log)[-3000:]
+    finally:
+        cli.kill_group(process)
+    stopped_log = cli.read(log)
+    assert "stopped: SIGTERM at step 3" in stopped_log and "step 4 done" not in stopped_log
+    assert cli.latest_checkpoint(model_dir).endswith("ckpt-3"), stopped_log[-3000:]
+    resumed = cli.start(BERT, *bert_args, f"--model_dir={model_dir}",
+                        log_path=str(tmp_path / "resumed.log"))
+    try:
+        assert resumed.wait(timeout=300) == 0, cli.read(str(tmp_path / "resumed.log"))[-3000:]
+    finally:
+        cli.kill_group(resumed)
+    assert "at step 3" in cli.read(str(tmp_path / "resumed.log"))
+    _assert_same_checkpoints(straight_dir, model_dir)
+
+
 # ---- ResNet ------------------------------------------------------------------------------
 
 
 @pytest.fixture(scope="module")
 def resnet_args(tmp_path_factory):
-    from recipes.resnet import digits
+    from recipes.resnet import data as resnet_data
 
     data_dir = str(tmp_path_factory.mktemp("digits"))
-    info = digits.prepare(data_dir, validation_fraction=0.2, num_shards=2, jpeg_quality=95,
-                          seed=0)
+    info = resnet_data.prepare_digits(data_dir, validation_fraction=0.2, num_shards=2,
+                                      jpeg_quality=95, seed=0)
     train_pattern = os.path.join(data_dir, info["splits"]["train"]["file_pattern"])
     override = ",".join([
         "data.embedded_digits=false",

@@ -21,8 +21,6 @@ import tf_keras
 import tiny_bert_data
 from lamb_tf import accumulation
 from recipes.bert import input as bert_input
-from recipes.bert import model as bert_model
-from recipes.bert import vocabulary
 
 _LEGACY_KERAS = os.environ.get("TF_USE_LEGACY_KERAS")
 from recipes.bert import pretrain  # noqa: E402  (sets TF_USE_LEGACY_KERAS for its CLI)
@@ -30,6 +28,7 @@ from recipes.bert import pretrain  # noqa: E402  (sets TF_USE_LEGACY_KERAS for i
 if _LEGACY_KERAS is None:  # keep `tf.keras` of this pytest process as it was
     os.environ.pop("TF_USE_LEGACY_KERAS", None)
 from recipes.bert.config import BertPretrainingConfig
+from recipes.common import driver
 from recipes.resnet import convert
 from recipes.resnet import input as resnet_input
 from recipes.resnet import train as resnet_train
@@ -61,15 +60,17 @@ def bfloat16_policy():
     tf_keras.mixed_precision.set_global_policy("float32")
 
 
-def _bert_config():
+def _bert_config(data):
     config = BertPretrainingConfig()
+    config.data.train_files, config.data.eval_files = data.train_files, data.eval_files
+    config.data.vocab_file = data.vocab_file
     config.data.seq_length = tiny_bert_data.SEQ_LENGTH
     config.data.max_predictions_per_seq = tiny_bert_data.MAX_PREDICTIONS_PER_SEQ
     config.model.hidden_size, config.model.num_layers = 16, 1
     config.model.num_attention_heads, config.model.intermediate_size = 2, 32
     config.model.max_sequence_length = 32
     config.train.global_batch_size, config.train.micro_batch_size = GLOBAL_BATCH, MICRO_BATCH
-    config.train.precision, config.train.jit_compile = "mixed_bfloat16", True
+    config.runtime.precision, config.runtime.jit_compile = "mixed_bfloat16", True
     config.optimizer.warmup_steps = 0  # a non-zero learning rate at the first step
     return config
 
@@ -83,7 +84,7 @@ def _resnet_config(optimizer_name):
     config.optimizer.warmup_steps = 0  # a non-zero learning rate at the first step
     config.train.global_batch_size, config.train.micro_batch_size = GLOBAL_BATCH, MICRO_BATCH
     config.train.steps = 10
-    config.runtime.mixed_precision = "mixed_bfloat16"
+    config.runtime.precision = "mixed_bfloat16"
     return config
 
 
@@ -111,19 +112,14 @@ def _compile_and_run_step(model, distributed_dataset):
 
 
 def test_bert_step_compiles_with_xla_under_bfloat16(bert_data, bfloat16_policy):
-    config = _bert_config()
+    config = _bert_config(bert_data)
     strategy = tf.distribute.get_strategy()
     plan = accumulation.plan_batch(GLOBAL_BATCH, MICRO_BATCH, strategy.num_replicas_in_sync)
-    vocab_size = len(vocabulary.read_vocabulary(bert_data.vocab_file))
-    # the same builder calls as recipes.bert.pretrain.run
-    _, pretrainer = bert_model.build_pretrainer(config.model, vocab_size)
-    inner = bert_model.build_training_model(
-        pretrainer, config.data.seq_length, config.data.max_predictions_per_seq)
-    model = accumulation.GradientAccumulationModel(inner, plan.accumulation_steps)
-    model.compile(optimizer=pretrain.make_optimizer(config.optimizer, config.train.steps),
-                  loss=bert_model.losses(), weighted_metrics=bert_model.weighted_metrics(),
-                  jit_compile=config.train.jit_compile)
-    dataset = pretrain.make_train_dataset(strategy, config, bert_data.train_files, 0)
+    # the program's own builders: the task and the driver's compile_model
+    task = pretrain.BertPretraining(config)
+    task.prepare(None, "train")
+    model, _ = driver.compile_model(task, strategy, plan)
+    dataset = task.train_dataset(strategy, plan, 0)
 
     hlo, moved = _compile_and_run_step(model, dataset)
 
@@ -138,9 +134,11 @@ def test_resnet_lars_step_compiles_with_xla_under_bfloat16(digits_pattern, bfloa
     strategy = tf.distribute.get_strategy()
     plan = accumulation.plan_batch(GLOBAL_BATCH, MICRO_BATCH, strategy.num_replicas_in_sync)
     config.runtime.jit_compile = True
-    _, model, _ = resnet_train.build_compiled_model(config, plan)
-    dataset = resnet_train.make_distributed_train_dataset(
-        strategy, config, digits_pattern, plan, skip_steps=0, dtype="bfloat16")
+    config.data.train_file_pattern = digits_pattern
+    task = resnet_train.ResNetClassification(config)
+    task.prepare(None, "train")
+    model, _ = driver.compile_model(task, strategy, plan)
+    dataset = task.train_dataset(strategy, plan, 0)
 
     hlo, moved = _compile_and_run_step(model, dataset)
 
@@ -185,8 +183,9 @@ def test_resnet_input_shards_per_host_with_static_shapes(digits_pattern):
 
 
 def test_bert_pipeline_feeds_each_replica_its_share(bert_data, two_cpu_strategy):
-    config = _bert_config()
-    dataset = pretrain.make_train_dataset(two_cpu_strategy, config, bert_data.train_files, 0)
+    config = _bert_config(bert_data)
+    dataset = bert_input.make_distributed_dataset(
+        two_cpu_strategy, config, bert_data.train_files, is_training=True)
     features, _, _ = next(iter(dataset))
     shares = two_cpu_strategy.experimental_local_results(features["input_word_ids"])
     assert [tuple(share.shape) for share in shares] == [(GLOBAL_BATCH // 2,

@@ -59,5 +59,5 @@ def config(data, *, micro_batch_size, steps, checkpoint_every, dropout_rate, tra
             "checkpoint_every": checkpoint_every,
             "log_every": 1,
         },
-        "eval": {"batch_size": 8, "steps": 1},
+        "eval": {"global_batch_size": 8, "steps": 1},
     }

@@ -4,10 +4,11 @@
 YAML files and `--params_override`; an unknown key or a wrong type is a one-line error.
 The defaults below are the embedded tiny CPU run's, except dropout (BERT's 0.1 here, 0 in
 configs/bert/tiny_cpu.yaml, which sets every key with its reason); the BERT-Large / Base
-configs override them. docs/bert.md lists every key with the same words.
+configs override them. The README lists every key with the same words.
 """
 import dataclasses
-from typing import Optional
+
+from recipes.common import schema
 
 
 @dataclasses.dataclass
@@ -34,7 +35,8 @@ class DataConfig:
     max_predictions_per_seq: int = 10
     # How many times each document is used with a different masking (BERT's dupe_factor).
     dupe_factor: int = 5
-    # Seed of vocabulary learning, pairing and masking: same seed, same files.
+    # Seed of data preparation (vocabulary learning, pairing, masking): same seed, same
+    # files. The run's seed (initialisation, dropout, shuffling) is train.seed.
     seed: int = 12345
 
 
@@ -61,80 +63,13 @@ class ModelConfig:
 
 
 @dataclasses.dataclass
-class OptimizerConfig:
-    """lamb_tf LAMB with linear warmup then polynomial decay."""
-    # Peak learning rate, reached at the end of warmup.
-    learning_rate: float = 0.02
-    # Steps of linear warmup from 0 to `learning_rate`.
-    warmup_steps: int = 5
-    # Power of the polynomial decay from the peak to `end_learning_rate` at `train.steps`
-    # (BERT and the paper: 1.0, i.e. linear; NVIDIA's LAMB recipe: 0.5).
-    decay_power: float = 1.0
-    end_learning_rate: float = 0.0
-    beta_1: float = 0.9
-    beta_2: float = 0.999
-    epsilon: float = 1e-6
-    # LAMB's lambda: weight decay inside the trust ratio (Algorithm 2).
-    weight_decay_rate: float = 0.01
-    # Regexes searched in variable paths; null = lamb_tf.exclusions.BERT_EXCLUDE_PATTERNS
-    # (layer norm and bias). [] = decay everything.
-    exclude_from_weight_decay: Optional[list[str]] = None
-    # Variables that take a plain Adam step (trust ratio 1); null = same as weight decay.
-    exclude_from_layer_adaptation: Optional[list[str]] = None
-    # Clip the accumulated, all-reduced gradient to this global norm; null = no clipping.
-    global_clipnorm: Optional[float] = 1.0
-
-
-@dataclasses.dataclass
-class TrainConfig:
-    """Batch arithmetic, step counts, checkpoints and the compiled step."""
-    # Sequences per optimizer update, over all replicas and micro-batches.
-    global_batch_size: int = 2048
-    # Sequences per replica per forward/backward pass; the accumulation factor is
-    # global_batch_size / (replicas * micro_batch_size).
-    micro_batch_size: int = 256
-    # Optimizer updates (not micro-batches) in this run.
-    steps: int = 120
-    # Write a checkpoint every this many updates (and at the end).
-    checkpoint_every: int = 20
-    # Micro-batches run inside one tf.function call (Keras' steps_per_execution).
-    steps_per_execution: int = 1
-    # Compile the step with XLA (true on TPU; slower than the plain TF kernels on CPU).
-    jit_compile: bool = False
-    # Keras dtype policy: "float32" or "mixed_bfloat16" (TPU).
-    precision: str = "float32"
-    # Weights-only initialisation (phase 2 of mixed-batch training starts from phase 1's
-    # last checkpoint: a checkpoint path or a model_dir). Used only when model_dir has no
-    # checkpoint of its own; the optimizer state, step and schedule start fresh.
-    init_checkpoint: str = ""
-    # Seed of initialisation, dropout and input shuffling.
-    seed: int = 1
-    # Write the TensorBoard scalars (loss, accuracies, learning rate, examples/s, gradient
-    # norm, per-variable LAMB trust ratios) every this many updates.
-    log_every: int = 5
-
-
-@dataclasses.dataclass
-class EvalConfig:
-    """Held-out masked-LM / next-sentence evaluation."""
-    # Sequences per evaluation batch (over all replicas).
-    batch_size: int = 256
-    # Batches to evaluate; 0 = the whole held-out set once.
-    steps: int = 0
-
-
-@dataclasses.dataclass
-class ExportConfig:
-    """The SavedModel written by --mode=export and at the end of training."""
-    # Where to write it; "" = <model_dir>/export.
-    export_dir: str = ""
-
-
-@dataclasses.dataclass
 class BertPretrainingConfig:
+    """data and model are BERT's; the other sections are the shared ones
+    (recipes/common/schema.py), with the defaults of the tiny CPU run."""
     data: DataConfig = dataclasses.field(default_factory=DataConfig)
     model: ModelConfig = dataclasses.field(default_factory=ModelConfig)
-    optimizer: OptimizerConfig = dataclasses.field(default_factory=OptimizerConfig)
-    train: TrainConfig = dataclasses.field(default_factory=TrainConfig)
-    eval: EvalConfig = dataclasses.field(default_factory=EvalConfig)
-    export: ExportConfig = dataclasses.field(default_factory=ExportConfig)
+    optimizer: schema.OptimizerConfig = dataclasses.field(default_factory=schema.OptimizerConfig)
+    train: schema.TrainConfig = dataclasses.field(default_factory=schema.TrainConfig)
+    eval: schema.EvalConfig = dataclasses.field(default_factory=schema.EvalConfig)
+    runtime: schema.RuntimeConfig = dataclasses.field(default_factory=schema.RuntimeConfig)
+    export: schema.ExportConfig = dataclasses.field(default_factory=schema.ExportConfig)

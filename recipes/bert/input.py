@@ -30,6 +30,7 @@ from typing import Optional
 import tensorflow as tf
 from official.nlp.data import pretrain_dataloader
 
+from recipes.bert import model as model_lib
 from recipes.common.errors import UserError
 
 FEATURE_KEYS = ("input_word_ids", "input_mask", "input_type_ids", "masked_lm_positions")
@@ -70,20 +71,7 @@ def make_pretraining_dataset(
       UserError: `file_pattern` matches no files.
       ValueError: `seed` is None while several input pipelines read training data.
     """
-    files = sorted(
-        {
-            path
-            for pattern in file_pattern.split(",")
-            if pattern.strip()
-            for path in tf.io.gfile.glob(pattern.strip())  # local or gs://
-        }
-    )
-    if not files:
-        raise UserError(
-            f"pretraining data: {file_pattern} matches no TFRecord files: run "
-            "`python -m recipes.bert.prepare_data --output_dir=DIR` and point the "
-            "config at DIR/train-*.tfrecord"
-        )
+    files = list_files(file_pattern)
     if (
         is_training
         and seed is None
@@ -112,5 +100,56 @@ def make_pretraining_dataset(
     )
 
 
+def list_files(file_pattern):
+    """The sorted files of comma-separated globs (local or gs://), or a UserError."""
+    files = sorted(
+        {
+            path
+            for pattern in file_pattern.split(",")
+            if pattern.strip()
+            for path in tf.io.gfile.glob(pattern.strip())
+        }
+    )
+    if not files:
+        raise UserError(
+            f"pretraining data: {file_pattern} matches no TFRecord files: run "
+            "`python -m recipes.bert.prepare_data --output_dir=DIR` and point the "
+            "config at DIR/train-*.tfrecord"
+        )
+    return files
+
+
 def _features_and_labels(batch):
     return ({key: batch[key] for key in FEATURE_KEYS}, {key: batch[key] for key in LABEL_KEYS})
+
+
+def make_distributed_dataset(strategy, config, file_pattern, *, is_training, first_step=0):
+    """Global batches of Keras `(inputs, targets, sample_weights)` for the model of
+    recipes.bert.model, one pipeline per host.
+
+    Training: endless, from optimizer step `first_step` on. The pipeline of a checkpoint
+    chunk shuffles with its own seed (train.seed + the chunk's first step) instead of
+    skipping what earlier chunks read, so resuming late in a long run costs nothing; a run
+    resumed mid-chunk (after SIGTERM) skips the steps of its chunk already trained. Either
+    way the batch of a step does not depend on where the run started. Evaluation: the
+    held-out files once (eval.global_batch_size per step).
+    """
+    chunk_start = first_step - first_step % config.train.checkpoint_every
+
+    def replica_dataset(input_context):
+        dataset = make_pretraining_dataset(
+            file_pattern,
+            seq_length=config.data.seq_length,
+            max_predictions_per_seq=config.data.max_predictions_per_seq,
+            # the reader divides the global batch by the replicas
+            batch_size=(config.train if is_training else config.eval).global_batch_size,
+            is_training=is_training,
+            input_context=input_context,
+            seed=config.train.seed + chunk_start if is_training else None,
+        )
+        if is_training and first_step > chunk_start:
+            replicas = input_context.num_replicas_in_sync // input_context.num_input_pipelines
+            dataset = dataset.skip((first_step - chunk_start) * replicas)
+        return dataset.map(model_lib.keras_targets)
+
+    return strategy.distribute_datasets_from_function(replica_dataset)

@@ -23,19 +23,18 @@ from recipes.common.errors import UserError
 _SCALARS = (int, float, bool, str)
 
 
-def load_config(schema_cls, config_files=(), params_override=""):
-    """Returns a `schema_cls` instance: defaults, then each YAML file, then the override."""
+def load_config(schema_cls, config_files=(), params_override="", renamed_keys=None):
+    """Returns a `schema_cls` instance: defaults, then each YAML file, then the override.
+
+    `renamed_keys` maps old dotted keys to new ones: an old key is an error naming the new.
+    """
     values = dataclasses.asdict(schema_cls())
+    renamed = renamed_keys or {}
     for path in config_files:
-        _merge(values, _read_yaml_file(path), schema_cls, source=path, prefix="")
+        _merge(values, _read_yaml_file(path), schema_cls, path, "", renamed)
     if params_override:
-        _merge(
-            values,
-            parse_params_override(params_override),
-            schema_cls,
-            source="--params_override",
-            prefix="",
-        )
+        updates = parse_params_override(params_override)
+        _merge(values, updates, schema_cls, "--params_override", "", renamed)
     return _build(schema_cls, values)
 
 
@@ -150,11 +149,15 @@ def _fields(schema_cls):
     return {field.name: hints[field.name] for field in dataclasses.fields(schema_cls)}
 
 
-def _merge(values, updates, schema_cls, source, prefix):
+def _merge(values, updates, schema_cls, source, prefix, renamed):
     """Merges `updates` into the `values` dict of `schema_cls`, checking every key and type."""
     fields = _fields(schema_cls)
     for key, value in updates.items():
         dotted = f"{prefix}{key}"
+        if key not in fields and dotted in renamed:
+            raise UserError(
+                f"{source}: config key {dotted!r} is now {renamed[dotted]!r}; rename it"
+            )
         if key not in fields:
             known = ", ".join(sorted(fields))
             raise UserError(
@@ -168,7 +171,7 @@ def _merge(values, updates, schema_cls, source, prefix):
                     f"{source}: config key {dotted!r} must be a mapping of "
                     f"{field_type.__name__} keys, got {value!r}"
                 )
-            _merge(values[key], value, field_type, source, prefix=f"{dotted}.")
+            _merge(values[key], value, field_type, source, f"{dotted}.", renamed)
         else:
             values[key] = _check_type(value, field_type, dotted, source)
 

@@ -14,7 +14,20 @@ class UserError(Exception):
     """Bad input. The message is one line: what is wrong, where, and what to do."""
 
 
+class TrainingDiverged(UserError):
+    """The loss became NaN or Inf; the last good checkpoint is kept."""
+
+
+class WorkerLost(UserError):
+    """Multi-worker: a collective failed because another worker died or became unreachable."""
+
+
+class Preempted(Exception):
+    """The process was told to stop (SIGTERM); a checkpoint of the current step is saved."""
+
+
 EXIT_USER_ERROR = 2
+EXIT_PREEMPTED = 143  # 128 + SIGTERM, what a shell reports for a process stopped by it
 
 
 def run(main):
@@ -26,6 +39,9 @@ def run(main):
         except UserError as error:
             print(f"error: {error}", file=sys.stderr, flush=True)
             sys.exit(EXIT_USER_ERROR)
+        except Preempted as stopped:
+            print(f"stopped: {stopped}", file=sys.stderr, flush=True)
+            sys.exit(EXIT_PREEMPTED)
 
     try:
         app.run(guarded_main)

@@ -5,9 +5,9 @@
 `official/common/flags.py`. The schema is strict: see `recipes/common/config.py`.
 """
 
-from absl import flags
+import dataclasses
 
-from recipes.common import config as config_lib
+from absl import flags
 
 FLAGS = flags.FLAGS
 
@@ -61,6 +61,28 @@ def define_flags():
     flags.mark_flag_as_required("model_dir")
 
 
-def load_config_from_flags(schema_cls):
-    """The recipe's config: schema defaults, then --config_file(s), then --params_override."""
-    return config_lib.load_config(schema_cls, FLAGS.config_file, FLAGS.params_override)
+@dataclasses.dataclass(frozen=True)
+class RunOptions:
+    """The flags' values: read once (`read_options`) and passed down."""
+    config_files: tuple
+    params_override: str
+    model_dir: str
+    mode: str
+    tpu: str
+    strategy: str
+    communication: str
+    deterministic: bool
+
+
+def read_options():
+    """The parsed flags as a `RunOptions` (the only place the recipes read FLAGS)."""
+    return RunOptions(
+        config_files=tuple(FLAGS.config_file),
+        params_override=FLAGS.params_override,
+        model_dir=FLAGS.model_dir,
+        mode=FLAGS.mode,
+        tpu=FLAGS.tpu,
+        strategy=FLAGS.strategy,
+        communication=FLAGS.communication,
+        deterministic=FLAGS.deterministic,
+    )

@@ -7,6 +7,7 @@ before the driver prints or writes anything. docs/ARCHITECTURE.md maps the task 
 """
 
 import dataclasses
+import math
 from typing import Optional
 
 from recipes.common.errors import UserError
@@ -149,11 +150,10 @@ def _check_optimizer(optimizer, steps):
             f"optimizer.warmup_steps={optimizer.warmup_steps} must be at least 0 and less "
             f"than train.steps={steps}"
         )
-    if optimizer.learning_rate < 0 or optimizer.weight_decay_rate < 0:
-        raise UserError(
-            f"optimizer.learning_rate={optimizer.learning_rate} and optimizer."
-            f"weight_decay_rate={optimizer.weight_decay_rate} must not be negative"
-        )
+    for key in ("learning_rate", "end_learning_rate", "weight_decay_rate"):
+        value = getattr(optimizer, key)
+        if not (math.isfinite(value) and value >= 0):
+            raise UserError(f"optimizer.{key}={value} must be a finite number >= 0")
     if optimizer.global_clipnorm is not None and optimizer.global_clipnorm <= 0:
         raise UserError(
             f"optimizer.global_clipnorm={optimizer.global_clipnorm} must be positive; "

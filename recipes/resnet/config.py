@@ -2,10 +2,14 @@
 
 Defaults describe ResNet-50 on ImageNet with LAMB at batch 32k as in the authors' public run
 (fastalgo/imagenet_resnet50_lamb); configs/resnet/*.yaml set every number explicitly with
-its source.
+its source. The train, optimizer, eval, runtime and export sections are the shared ones
+(recipes/common/schema.py) with these defaults; label_smoothing and jpeg_serving are this
+recipe's own.
 """
 
 import dataclasses
+
+from recipes.common import schema
 
 
 @dataclasses.dataclass
@@ -28,7 +32,7 @@ class DataConfig:
     center_crop_fraction: float = 0.875  # eval: central crop of this share of the side
     decode_jpeg_only: bool = True  # fused JPEG decode-and-crop (fast); false: also PNG/BMP/GIF
     shuffle_buffer_size: int = 10000  # examples, per input pipeline
-    seed: int = 0  # file and example shuffling (deterministic order: exact resume)
+    seed: int = 0  # embedded digits: the held-out split and shard order (train.seed shuffles)
 
 
 @dataclasses.dataclass
@@ -40,59 +44,42 @@ class ModelConfig:
     dropout_rate: float = 0.0  # before the classifier
 
 
-@dataclasses.dataclass
-class OptimizerConfig:
-    name: str = "lamb"  # lamb | lars
-    learning_rate: float = 0.04  # peak, reached at the end of the warmup
-    warmup_steps: int = 782
-    decay_power: float = 1.0  # polynomial decay after the warmup (1 = linear)
-    end_learning_rate: float = 0.0
-    weight_decay_rate: float = 1.5
-    exclude_from_weight_decay: list[str] = dataclasses.field(
-        default_factory=lambda: ["batch_normalization"]
+def _optimizer():
+    """LAMB as the authors' ResNet-50 run (configs/resnet/*.yaml cite each number)."""
+    return schema.OptimizerConfig(
+        name="lamb",
+        learning_rate=0.04,  # peak, reached at the end of the warmup
+        warmup_steps=782,
+        decay_power=1.0,  # 1 = linear
+        end_learning_rate=0.0,
+        decay_includes_warmup=False,  # the decay starts at the peak
+        weight_decay_rate=1.5,
+        exclude_from_weight_decay=["batch_normalization"],
+        # Explicit (never the silent fallback): variables that keep trust ratio 1.
+        exclude_from_layer_adaptation=["batch_normalization"],
+        global_clipnorm=1.0,
+        bias_correction=False,
     )
-    # Explicit (never the silent fallback): variables that keep trust ratio 1.
-    exclude_from_layer_adaptation: list[str] = dataclasses.field(
-        default_factory=lambda: ["batch_normalization"]
-    )
-    global_clipnorm: float = 1.0  # 0 = no clipping
-    # LAMB only
-    beta_1: float = 0.9
-    beta_2: float = 0.999
-    epsilon: float = 1e-6
-    bias_correction: bool = False
-    # LARS only
-    momentum: float = 0.9
-    eeta: float = 0.001  # trust coefficient
-    nesterov: bool = False
-    classic_momentum: bool = True
 
 
 @dataclasses.dataclass
-class TrainConfig:
-    global_batch_size: int = 32768  # examples per optimizer step
-    micro_batch_size: int = 128  # examples per replica per forward/backward pass; accumulation
-    # steps k = global_batch_size / (replicas * micro_batch_size)
-    steps: int = 3519  # optimizer steps
-    checkpoint_every: int = 391  # optimizer steps between checkpoints (and train log lines)
-    steps_per_execution: int = 1  # optimizer steps per tf.function call
+class TrainConfig(schema.TrainConfig):
     label_smoothing: float = 0.1
 
 
-@dataclasses.dataclass
-class EvalConfig:
-    global_batch_size: int = 1024  # padded with zero-weight examples: every example counts once
+def _train():
+    return TrainConfig(
+        global_batch_size=32768,
+        micro_batch_size=128,
+        steps=3519,
+        checkpoint_every=391,
+        log_every=391,
+        seed=0,
+    )
 
 
 @dataclasses.dataclass
-class RuntimeConfig:
-    mixed_precision: str = ""  # "" (float32) | "mixed_bfloat16" (TPU) | "mixed_float16"
-    jit_compile: bool = False  # compile the train step with XLA (true on TPU, where it always is)
-
-
-@dataclasses.dataclass
-class ExportConfig:
-    enabled: bool = True  # after training, write <model_dir>/saved_model
+class ExportConfig(schema.ExportConfig):
     jpeg_serving: bool = True  # signature takes encoded JPEG bytes (else also PNG/BMP/GIF)
 
 
@@ -100,8 +87,11 @@ class ExportConfig:
 class ResNetConfig:
     data: DataConfig = dataclasses.field(default_factory=DataConfig)
     model: ModelConfig = dataclasses.field(default_factory=ModelConfig)
-    optimizer: OptimizerConfig = dataclasses.field(default_factory=OptimizerConfig)
-    train: TrainConfig = dataclasses.field(default_factory=TrainConfig)
-    eval: EvalConfig = dataclasses.field(default_factory=EvalConfig)
-    runtime: RuntimeConfig = dataclasses.field(default_factory=RuntimeConfig)
+    optimizer: schema.OptimizerConfig = dataclasses.field(default_factory=_optimizer)
+    train: TrainConfig = dataclasses.field(default_factory=_train)
+    eval: schema.EvalConfig = dataclasses.field(
+        # padded with zero-weight examples: every example counts once
+        default_factory=lambda: schema.EvalConfig(global_batch_size=1024)
+    )
+    runtime: schema.RuntimeConfig = dataclasses.field(default_factory=schema.RuntimeConfig)
     export: ExportConfig = dataclasses.field(default_factory=ExportConfig)

@@ -33,7 +33,6 @@ import collections
 import dataclasses
 import json
 import os
-import re
 import sys
 import uuid
 
@@ -41,7 +40,9 @@ import numpy as np
 import tensorflow as tf
 from official.vision.data import tf_example_builder
 
+from recipes.common import corrupt_data
 from recipes.common.errors import UserError
+from recipes.resnet import digits
 
 LABEL_OFFSET = 1  # labels are class index + 1; 0 = background (ImageNet conversion scripts)
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".gif")
@@ -50,7 +51,7 @@ INFO_FILE = "dataset_info.json"
 LABELS_FILE = "labels.txt"
 JPEG_MAGIC = b"\xff\xd8\xff"  # start of every JPEG file
 
-CorruptRecord = collections.namedtuple("CorruptRecord", ["file", "index", "problem"])
+CorruptRecord = corrupt_data.CorruptRecord
 
 
 @dataclasses.dataclass
@@ -123,7 +124,7 @@ def read_image_file(path, label):
         pixels = tf.io.decode_image(contents, channels=3, expand_animations=False).numpy()
     except tf.errors.InvalidArgumentError as error:
         raise UserError(
-            f"image {path!r} cannot be decoded ({_first_line(error)}); replace or "
+            f"image {path!r} cannot be decoded ({corrupt_data.first_line(error)}); replace or "
             "delete the file"
         ) from None
     is_rgb_jpeg = (
@@ -396,7 +397,7 @@ def find_corrupt_records(file_pattern, jpeg_only=True, limit=10):
                     path,
                     readable,
                     f"the file is truncated or damaged after "
-                    f"{readable} records ({_first_line(error)})",
+                    f"{readable} records ({corrupt_data.first_line(error)})",
                 )
             )
         decoded = (
@@ -422,7 +423,7 @@ def _why_undecodable(serialized, jpeg_only):
     try:
         _decodes(serialized, jpeg_only)
     except (tf.errors.InvalidArgumentError, tf.errors.UnimplementedError) as error:
-        message = _first_line(error)
+        message = corrupt_data.first_line(error)
         example = tf.train.Example.FromString(serialized.numpy())
         encoded = example.features.feature["image/encoded"].bytes_list.value
         if jpeg_only and encoded and not encoded[0].startswith(JPEG_MAGIC):
@@ -436,16 +437,10 @@ def _why_undecodable(serialized, jpeg_only):
 
 def describe_corrupt_record(record):
     """One line naming the record, its file, the problem and what to do."""
-    return (
-        f"corrupt record {record.index} (0-based) in {record.file}: {record.problem}; "
-        "re-create that file with `python -m recipes.resnet.convert` or drop the record"
+    return corrupt_data.describe_corrupt_record(
+        record,
+        "re-create that file with `python -m recipes.resnet.convert` or drop the record",
     )
-
-
-def _first_line(error):
-    message = getattr(error, "message", None) or str(error)
-    message = re.sub(r"\{\{function_node [^}]*\}\}\s*", "", message)  # TF's graph-function prefix
-    return message.strip().splitlines()[0][:200]
 
 
 # ----------------------------------------------------------------------------- CLI
@@ -498,8 +493,6 @@ def main(argv):
                 arrays["images"], arrays["labels"], FLAGS.output_dir, class_names=names, **options
             )
     else:
-        from recipes.resnet import digits  # pylint: disable=g-import-not-at-top
-
         images, labels, names = digits.load_digits()
         info = convert_arrays(images, labels, FLAGS.output_dir, class_names=names, **options)
     for name, split in info["splits"].items():

@@ -14,8 +14,8 @@ Garden's `InputReader`, which needs its `hyperparams` DataConfig; what it would 
   `strategy.distribute_datasets_from_function`): each input pipeline reads its own files,
   or every N-th record when there are fewer files than pipelines;
 * training: files shuffled each epoch, endless, examples shuffled in a buffer, all with
-  `data.seed`, so the order is deterministic and a resumed run skips exactly the records
-  it has consumed (before decoding, so skipping is cheap);
+  the run's seed (train.seed), so the order is deterministic and a resumed run skips
+  exactly the records it has consumed (before decoding, so skipping is cheap);
 * `drop_remainder=True` everywhere, so every batch has a fixed shape (TPUs need it). Eval
   pads the last batches with zero-weight examples instead of dropping any: top-1 counts
   every eval example exactly once.
@@ -97,10 +97,12 @@ def make_train_dataset(
     input_context=None,
     skip_batches=0,
     dtype="float32",
+    seed=0,
 ):
     """Endless, shuffled (image, label) batches of `per_replica_batch_size` for this pipeline.
 
-    `skip_batches` batches *of this pipeline* are skipped (as serialized records) first.
+    `skip_batches` batches *of this pipeline* are skipped (as serialized records) first;
+    `seed` shuffles the files and the examples.
     """
     files = list_files(file_pattern, "data.train_file_pattern")
     num_pipelines, pipeline_id = _pipeline(input_context)
@@ -108,7 +110,7 @@ def make_train_dataset(
     shard_by_file = len(files) >= num_pipelines
     if num_pipelines > 1 and shard_by_file:
         dataset = dataset.shard(num_pipelines, pipeline_id)
-    dataset = dataset.shuffle(len(files), seed=data.seed, reshuffle_each_iteration=True).repeat()
+    dataset = dataset.shuffle(len(files), seed=seed, reshuffle_each_iteration=True).repeat()
     dataset = dataset.interleave(
         lambda path: tf.data.TFRecordDataset(path, buffer_size=_READ_BUFFER_BYTES),
         cycle_length=min(16, len(files)),
@@ -118,7 +120,7 @@ def make_train_dataset(
     if num_pipelines > 1 and not shard_by_file:
         dataset = dataset.shard(num_pipelines, pipeline_id)
     dataset = dataset.shuffle(
-        data.shuffle_buffer_size, seed=data.seed + 1, reshuffle_each_iteration=True
+        data.shuffle_buffer_size, seed=seed + 1, reshuffle_each_iteration=True
     )
     dataset = dataset.skip(skip_batches * per_replica_batch_size)
     dataset = dataset.map(_parse_fn(data, True, dtype), num_parallel_calls=tf.data.AUTOTUNE)

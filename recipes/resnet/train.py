@@ -1,274 +1,111 @@
-"""Train, evaluate and export a ResNet classifier with LAMB or LARS on ImageNet-format TFRecords.
+"""ResNet image classification with LAMB or LARS: the task the shared driver runs.
 
     python -m recipes.resnet.train --config_file=configs/resnet/tiny_cpu.yaml --model_dir=/tmp/rn
     python -m recipes.resnet.train --config_file=configs/resnet/resnet50_lamb_32k.yaml \
         --params_override=data.train_file_pattern=gs://b/train-*,data.eval_file_pattern=gs://b/validation-* \
         --model_dir=gs://b/runs/lamb32k --tpu=local
 
-Flags are the shared ones (recipes/common/flags.py); `--mode` is train | eval |
-train_and_eval | export. The program reads top to bottom: config, strategy, data, model
-and optimizer (with the table of which variables get weight decay and trust ratios),
-train (resumes from the newest checkpoint in --model_dir), evaluate (prints held-out
-top-1/top-5), export (SavedModel at <model_dir>/saved_model).
+Flags and modes are the driver's (recipes/common/driver.py): it prints the batch plan and
+which variables get weight decay and trust ratios (the full table in
+<model_dir>/exclusions.txt), trains (resuming from the newest checkpoint in --model_dir),
+prints held-out top-1/top-5 and exports <model_dir>/saved_model (JPEG bytes in,
+class probabilities out).
 """
 
 import os
 
 os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")  # Model Garden models are tf_keras models
 
-import math  # noqa: E402
-import time  # noqa: E402
-
-import tensorflow as tf  # noqa: E402
-import tf_keras  # noqa: E402
-from absl import flags  # noqa: E402
-
-from lamb_tf import accumulation  # noqa: E402
-from recipes.common import config as config_lib  # noqa: E402
-from recipes.common import errors  # noqa: E402
-from recipes.common import flags as flags_lib  # noqa: E402
-from recipes.common import strategy as strategy_lib  # noqa: E402
-from recipes.common import training  # noqa: E402
-from recipes.common.errors import UserError  # noqa: E402
-from recipes.resnet import convert  # noqa: E402
-from recipes.resnet import digits  # noqa: E402
+from lamb_tf import exclusions  # noqa: E402
+from recipes.common import driver, task  # noqa: E402
+from recipes.resnet import data as data_lib  # noqa: E402
 from recipes.resnet import export as export_lib  # noqa: E402
 from recipes.resnet import input as input_lib  # noqa: E402
 from recipes.resnet import model as model_lib  # noqa: E402
 from recipes.resnet.config import ResNetConfig  # noqa: E402
 
-FLAGS = flags.FLAGS
-DIGITS_SUBDIR = "digits"
-EXPORT_SUBDIR = "saved_model"
-EXCLUSIONS_FILE = "exclusions.txt"
 
+class ResNetClassification(task.Task):
+    """Model Garden's ResNet + classification head on ImageNet-format TFRecords."""
 
-def resolve_data(config, work_dir):
-    """(train pattern, eval pattern, eval examples, labels.txt or None) for this config."""
-    data = config.data
-    if data.embedded_digits:
-        digits_dir = os.path.join(work_dir, DIGITS_SUBDIR)
-        info = digits.prepare(
-            digits_dir,
-            validation_fraction=data.digits_validation_fraction,
-            num_shards=4,
-            jpeg_quality=95,
-            seed=data.seed,
+    config_class = ResNetConfig
+    export_subdir = "saved_model"
+    # optimizer.exclude_from_weight_decay: null = MLPerf's LARS skip list (batch norm and
+    # biases); the LAMB configs list [batch_normalization] explicitly, as the authors' run.
+    default_exclude_from_weight_decay = exclusions.RESNET_EXCLUDE_PATTERNS
+
+    def prepare(self, model_dir, mode):
+        self.data = data_lib.resolve_data(self.config.data, model_dir, mode)
+        bfloat16 = self.config.runtime.precision == "mixed_bfloat16"
+        self.image_dtype = "bfloat16" if bfloat16 else "float32"
+
+    def build_model(self):
+        config = self.config
+        self.classifier = model_lib.build_model(
+            config.model, config.data.num_classes, config.data.image_size
         )
-        if (
-            data.num_classes != len(info["class_names"])
-            or data.label_offset != info["label_offset"]
-        ):
-            raise UserError(
-                f"data.embedded_digits needs data.num_classes={len(info['class_names'])} and "
-                f"data.label_offset={info['label_offset']}, got {data.num_classes} and "
-                f"{data.label_offset}"
-            )
-        splits = info["splits"]
-        return (
-            os.path.join(digits_dir, splits["train"]["file_pattern"]),
-            os.path.join(digits_dir, splits["validation"]["file_pattern"]),
-            splits["validation"]["num_examples"],
-            export_lib.labels_file_for(digits_dir),
-        )
-    labels_dir = os.path.dirname(data.train_file_pattern or data.eval_file_pattern)
-    return (
-        data.train_file_pattern,
-        data.eval_file_pattern,
-        data.eval_num_examples,
-        export_lib.labels_file_for(labels_dir) if labels_dir else None,
-    )
+        return self.classifier
 
+    def compile_arguments(self):
+        num_classes = self.config.data.num_classes
+        loss = model_lib.SmoothedCrossEntropy(num_classes, self.config.train.label_smoothing)
+        # weighted: the eval batches' zero-weight padding must not count as examples
+        return {"loss": loss, "weighted_metrics": model_lib.metrics()}
 
-def explain_input_error(error, patterns, jpeg_only):
-    """A UserError naming the corrupt record and file behind a decode failure, if any."""
-    message = getattr(error, "message", str(error))
-    if input_lib.LABEL_RANGE_ERROR in message:
-        return UserError(
-            f"{input_lib.LABEL_RANGE_ERROR}; check data.label_offset (1 for the ImageNet "
-            "conversion scripts' 1..1000 labels) and data.num_classes"
-        )
-    for pattern in patterns:
-        if not pattern:
-            continue
-        print(
-            f"input error ({message.strip().splitlines()[0][:160]}); scanning {pattern} "
-            "for the corrupt record ...",
-            flush=True,
-        )
-        corrupt = convert.find_corrupt_records(pattern, jpeg_only=jpeg_only, limit=1)
-        if corrupt:
-            return UserError(convert.describe_corrupt_record(corrupt[0]))
-    return None
+    def train_dataset(self, strategy, plan, first_step):
+        config = self.config
 
-
-def build_compiled_model(config, plan):
-    """(classifier, accumulating training model, optimizer), compiled; call in strategy.scope().
-
-    The classifier is what gets exported; the training model wraps it for exact gradient
-    accumulation over `plan.accumulation_steps` micro-batches per optimizer step.
-    """
-    classifier = model_lib.build_model(
-        config.model, config.data.num_classes, config.data.image_size
-    )
-    model = accumulation.GradientAccumulationModel(classifier, plan.accumulation_steps)
-    optimizer = model_lib.build_optimizer(config.optimizer, config.train.steps)
-    if config.runtime.mixed_precision == "mixed_float16":
-        optimizer = tf_keras.mixed_precision.LossScaleOptimizer(optimizer)
-    model.compile(
-        optimizer=optimizer,
-        loss=model_lib.SmoothedCrossEntropy(config.data.num_classes, config.train.label_smoothing),
-        metrics=model_lib.metrics(),
-        steps_per_execution=config.train.steps_per_execution,
-        jit_compile=config.runtime.jit_compile,
-    )
-    return classifier, model, optimizer
-
-
-def make_distributed_train_dataset(strategy, config, pattern, plan, skip_steps, dtype):
-    """Endless training batches from `pattern`, one pipeline per host, after `skip_steps` steps."""
-
-    def dataset_fn(context):
-        # each optimizer step takes one batch per local replica from this pipeline
-        replicas_per_pipeline = context.num_replicas_in_sync // context.num_input_pipelines
-        return input_lib.make_train_dataset(
-            config.data,
-            pattern,
-            plan.per_replica_batch_size,
-            input_context=context,
-            skip_batches=skip_steps * replicas_per_pipeline,
-            dtype=dtype,
-        )
-
-    return strategy.distribute_datasets_from_function(dataset_fn)
-
-
-def main(argv):
-    del argv
-    # ------------------------------------------------------------------ config, strategy
-    config = flags_lib.load_config_from_flags(ResNetConfig)
-    print(config_lib.format_config(config), flush=True)
-    strategy = strategy_lib.make_strategy(FLAGS.strategy, FLAGS.tpu, FLAGS.communication)
-    if config.runtime.mixed_precision:
-        tf_keras.mixed_precision.set_global_policy(config.runtime.mixed_precision)
-    try:
-        plan = accumulation.plan_batch(
-            config.train.global_batch_size,
-            config.train.micro_batch_size,
-            strategy.num_replicas_in_sync,
-        )
-    except (ValueError, TypeError) as error:
-        raise UserError(f"train.global_batch_size / train.micro_batch_size: {error}") from None
-    strategy_lib.log_batch_plan(strategy, plan)
-    if config.eval.global_batch_size % strategy.num_replicas_in_sync:
-        raise UserError(
-            f"eval.global_batch_size={config.eval.global_batch_size} is not a multiple of the "
-            f"{strategy.num_replicas_in_sync} replicas"
-        )
-    with strategy_lib.WorkerDirectory(FLAGS.model_dir, strategy) as work_dir:
-        # config.yaml is written by training.train after the restore succeeded.
-        run(config, strategy, plan, work_dir.path)
-
-
-def run(config, strategy, plan, model_dir):
-    mode = FLAGS.mode
-    # Seeds, checkpointed dropout RNG state (exact resume), op determinism if asked.
-    training.set_up_randomness(config.data.seed, deterministic=FLAGS.deterministic)
-    image_dtype = "bfloat16" if config.runtime.mixed_precision == "mixed_bfloat16" else "float32"
-    # ------------------------------------------------------------------ data
-    train_pattern, eval_pattern, eval_examples, labels_file = resolve_data(config, model_dir)
-    if mode in ("train", "train_and_eval"):
-        input_lib.list_files(train_pattern, "data.train_file_pattern")
-    if mode in ("eval", "train_and_eval"):
-        input_lib.list_files(eval_pattern, "data.eval_file_pattern")
-        eval_examples = eval_examples or input_lib.count_records(eval_pattern)
-
-    # ------------------------------------------------------------------ model, optimizer
-    with strategy.scope():
-        classifier, model, optimizer = build_compiled_model(config, plan)
-        training.build_optimizer_state(model)
-    layerwise = getattr(optimizer, "inner_optimizer", optimizer)
-    summary, table = model_lib.exclusion_summary(layerwise)
-    print(summary, flush=True)  # the full table goes to model_dir once the checkpoint fits
-
-    jpeg_only = config.data.decode_jpeg_only
-
-    def make_train_dataset(skip_steps):
-        return make_distributed_train_dataset(
-            strategy, config, train_pattern, plan, skip_steps, image_dtype
-        )
-
-    # ------------------------------------------------------------------ train
-    if mode in ("train", "train_and_eval"):
-        start = time.perf_counter()
-        try:
-            training.train(
-                model,
-                make_train_dataset,
-                model_dir=model_dir,
-                total_steps=config.train.steps,
-                checkpoint_every=config.train.checkpoint_every,
-                global_batch_size=config.train.global_batch_size,
-                verbose=2,
-                restore_dir=FLAGS.model_dir,  # every worker resumes from the chief's checkpoint
-                config=config,  # saved as config.yaml once the checkpoint fits the model
-            )
-        except (tf.errors.InvalidArgumentError, tf.errors.DataLossError) as error:
-            raise explain_input_error(error, [train_pattern], jpeg_only) or error
-        print(
-            f"trained to step {config.train.steps} in {time.perf_counter() - start:.1f} s",
-            flush=True,
-        )
-    else:
-        manager = training.make_checkpoint_manager(model, model_dir)
-        training.require_checkpoint(model_dir)
-        training.restore(manager)
-    with tf.io.gfile.GFile(os.path.join(model_dir, EXCLUSIONS_FILE), "w") as f:
-        f.write(summary + "\n\n" + table + "\n")  # which variables get weight decay / trust ratio
-
-    # ------------------------------------------------------------------ evaluate
-    if mode in ("eval", "train_and_eval"):
-        steps = input_lib.eval_steps(
-            eval_examples, config.eval.global_batch_size, _num_input_pipelines(strategy)
-        )
-        eval_dataset = strategy.distribute_datasets_from_function(
-            lambda context: input_lib.make_eval_dataset(
+        def dataset_fn(context):
+            # each optimizer step takes one batch per local replica from this pipeline
+            replicas_per_pipeline = context.num_replicas_in_sync // context.num_input_pipelines
+            return input_lib.make_train_dataset(
                 config.data,
-                eval_pattern,
-                config.eval.global_batch_size // strategy.num_replicas_in_sync,
+                self.data.train_pattern,
+                plan.per_replica_batch_size,
+                input_context=context,
+                skip_batches=first_step * replicas_per_pipeline,
+                dtype=self.image_dtype,
+                seed=config.train.seed,
+            )
+
+        return strategy.distribute_datasets_from_function(dataset_fn)
+
+    def evaluate(self, model, strategy):
+        batch = self.config.eval.global_batch_size
+        steps = self.config.eval.steps or input_lib.eval_steps(
+            self.data.eval_examples, batch, _num_input_pipelines(strategy)
+        )
+        dataset = strategy.distribute_datasets_from_function(
+            lambda context: input_lib.make_eval_dataset(
+                self.config.data,
+                self.data.eval_pattern,
+                batch // strategy.num_replicas_in_sync,
                 steps,
                 input_context=context,
-                dtype=image_dtype,
+                dtype=self.image_dtype,
             )
         )
-        try:
-            results = model.evaluate(eval_dataset, steps=steps, return_dict=True, verbose=2)
-        except (tf.errors.InvalidArgumentError, tf.errors.DataLossError) as error:
-            raise explain_input_error(error, [eval_pattern], jpeg_only) or error
-        step = int(model.optimizer.iterations.numpy())
-        writer = tf.summary.create_file_writer(os.path.join(model_dir, "eval"))
-        with writer.as_default(step=step):
-            for name, value in results.items():
-                tf.summary.scalar(name, value)
-        writer.flush()
-        if not math.isfinite(results["loss"]):
-            raise training.TrainingDiverged(f"eval loss is {results['loss']}; the model diverged")
-        print(
-            f"held-out top-1: {results['top_1_accuracy']:.4f}  top-5: "
-            f"{results['top_5_accuracy']:.4f}  loss: {results['loss']:.4f}  "
-            f"({eval_examples} examples, step {step})",
-            flush=True,
+        self.evaluated_step = int(model.optimizer.iterations.numpy())
+        return model.evaluate(dataset, steps=steps, return_dict=True, verbose=0)
+
+    def describe_evaluation(self, results):
+        return (
+            f"top-1: {results['top_1_accuracy']:.4f}  top-5: {results['top_5_accuracy']:.4f}  "
+            f"loss: {results['loss']:.4f}  ({self.data.eval_examples} examples, step {self.evaluated_step})"
         )
 
-    # ------------------------------------------------------------------ export
-    if mode == "export" or (config.export.enabled and mode in ("train", "train_and_eval")):
+    def export(self, export_dir):
         export_lib.export(
-            classifier,
-            config.data,
-            os.path.join(model_dir, EXPORT_SUBDIR),
-            jpeg_only=config.export.jpeg_serving,
-            labels_file=labels_file,
+            self.classifier,
+            self.config.data,
+            export_dir,
+            jpeg_only=self.config.export.jpeg_serving,
+            labels_file=self.data.labels_file,
         )
+
+    def explain_input_error(self, error, split):
+        pattern = self.data.train_pattern if split == "train" else self.data.eval_pattern
+        return data_lib.explain_input_error(error, pattern, self.config.data.decode_jpeg_only)
 
 
 def _num_input_pipelines(strategy):
@@ -285,5 +122,4 @@ def _num_input_pipelines(strategy):
 
 
 if __name__ == "__main__":
-    flags_lib.define_flags()
-    errors.run(main)
+    driver.main(ResNetClassification)

@@ -1,0 +1,58 @@
+"""The pretraining data of a run: the configured files, a finished preparation, or a new
+preparation of the corpus (recipes.bert.prepare_data)."""
+
+import collections
+import json
+import os
+
+from recipes.bert import prepare_data
+from recipes.common.errors import UserError
+
+DataFiles = collections.namedtuple("DataFiles", ["train_files", "eval_files", "vocab_file"])
+
+
+def locate_or_prepare_data(data_config, model_dir):
+    """Prepared TFRecords and vocabulary: the configured files, a finished preparation in
+    the data directory, or a new preparation of the corpus there."""
+    if data_config.train_files:
+        missing = [key for key in ("eval_files", "vocab_file") if not getattr(data_config, key)]
+        if missing:
+            raise UserError(
+                f"data.train_files is set but data.{missing[0]} is empty; give the held-out "
+                "files and the vocabulary the training files were made with"
+            )
+        return DataFiles(data_config.train_files, data_config.eval_files, data_config.vocab_file)
+    data_dir = data_config.data_dir or os.path.join(model_dir, "data")
+    metadata_path = os.path.join(data_dir, "metadata.json")  # written last by a preparation
+    if os.path.exists(metadata_path):
+        with open(metadata_path, encoding="utf-8") as f:
+            metadata = json.load(f)
+        for key in ("seq_length", "max_predictions_per_seq"):
+            if metadata[key] != getattr(data_config, key):
+                raise UserError(
+                    f"{data_dir} holds data prepared with {key}={metadata[key]}, but "
+                    f"data.{key}={getattr(data_config, key)}; use another data.data_dir"
+                )
+        print(f"data: reusing the preparation in {data_dir}", flush=True)
+        return DataFiles(metadata["train_files"], metadata["eval_files"], metadata["vocab_file"])
+    print(f"data: preparing {data_config.corpus} into {data_dir}", flush=True)
+    try:
+        prepared = prepare_data.prepare_pretraining_data(
+            None if data_config.corpus == "stdlib" else data_config.corpus,
+            data_dir,
+            vocab_file=data_config.vocab_file or None,
+            vocab_size=data_config.vocab_size,
+            seq_length=data_config.seq_length,
+            max_predictions_per_seq=data_config.max_predictions_per_seq,
+            dupe_factor=data_config.dupe_factor,
+            seed=data_config.seed,
+        )
+    except prepare_data.ArgumentError as error:
+        raise UserError(f"data: {error}") from None
+    print(
+        f"data: {prepared.num_train_sequences} training and {prepared.num_eval_sequences} "
+        f"held-out sequences from {prepared.num_words} words, vocabulary of "
+        f"{prepared.vocab_size} pieces",
+        flush=True,
+    )
+    return DataFiles(prepared.train_files, prepared.eval_files, prepared.vocab_file)

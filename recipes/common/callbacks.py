@@ -1,0 +1,224 @@
+"""The Keras callbacks of the training loop: checkpoints, float16 skipped steps, and the
+TensorBoard scalars Keras does not write itself."""
+
+import math
+import os
+import time
+
+import tensorflow as tf
+import tf_keras
+
+from recipes.common.errors import TrainingDiverged
+
+
+def first_non_finite(variables):
+    """Name of the first floating-point variable holding a NaN or Inf, or None."""
+    for variable in variables:
+        if variable.dtype.is_floating and not bool(
+            tf.reduce_all(tf.math.is_finite(tf.convert_to_tensor(variable)))
+        ):
+            return variable.name
+    return None
+
+
+class CheckpointEachEpoch(tf_keras.callbacks.Callback):
+    """Saves after every epoch (= `checkpoint_every` steps) if the loss and every variable
+    are finite; otherwise stops with a `TrainingDiverged` naming the step.
+
+    With a dynamic LossScaleOptimizer (float16) a non-finite loss is not fatal: the
+    optimizer skips that step (`SkippedSteps` counts it); the variables are still checked.
+    """
+
+    def __init__(self, manager):
+        super().__init__()
+        self._manager = manager
+
+    def _step(self):
+        return int(self.model.optimizer.iterations.numpy())
+
+    def on_train_batch_end(self, batch, logs=None):
+        loss = (logs or {}).get("loss")
+        if loss is None or math.isfinite(float(loss)) or loss_scaled(self.model.optimizer):
+            return
+        self.model.stop_training = True
+        raise TrainingDiverged(
+            f"loss became {float(loss)} at step {self._step()}; stopped without saving, the "
+            f"last good checkpoint is {self._manager.latest_checkpoint}; lower the learning "
+            "rate or check the input data"
+        )
+
+    def on_epoch_end(self, epoch, logs=None):
+        step = self._step()
+        variables = list(self.model.variables) + list(self.model.optimizer.variables())
+        bad = first_non_finite(variables)
+        if bad is not None:
+            raise TrainingDiverged(
+                f"variable {bad} is not finite after step {step}; stopped without saving, "
+                f"the last good checkpoint is {self._manager.latest_checkpoint}; lower the "
+                "learning rate or check the input data"
+            )
+        if not (self._manager.latest_checkpoint or "").endswith(f"-{step}"):  # SIGTERM saved it
+            self._manager.save(checkpoint_number=step)
+
+
+def loss_scaled(optimizer):
+    return isinstance(optimizer, tf_keras.mixed_precision.LossScaleOptimizer) and bool(
+        optimizer.dynamic
+    )
+
+
+class SkippedSteps(tf_keras.callbacks.Callback):
+    """float16: logs each step the LossScaleOptimizer skipped for non-finite gradients.
+
+    A skipped step halves the dynamic loss scale (down to its floor of 1) and resets the
+    growth counter to 0; an applied step raises the counter or, every `dynamic_growth_steps`,
+    doubles the scale. So: a scale drop by 2^n means n skipped steps, and an unchanged scale
+    with the counter at 0 one skipped step (exact with steps_per_execution=1).
+    """
+
+    def __init__(self, log_dir):
+        super().__init__()
+        self._log_dir = log_dir
+        self._writer = None
+        self._scale = None
+        self.skipped = 0
+
+    def on_train_begin(self, logs=None):
+        if loss_scaled(self.model.optimizer):
+            self._scale = float(self.model.optimizer.loss_scale)
+            if self._writer is None:
+                self._writer = tf.summary.create_file_writer(
+                    os.path.join(self._log_dir, "train_scalars")
+                )
+
+    def on_train_batch_end(self, batch, logs=None):
+        if self._scale is None:
+            return
+        scale = float(self.model.optimizer.loss_scale)
+        if scale < self._scale:
+            newly_skipped = round(math.log2(self._scale / scale))
+        else:
+            counter = int(self.model.optimizer.dynamic_counter)
+            newly_skipped = int(scale == self._scale and counter == 0)
+        if newly_skipped:
+            self.skipped += newly_skipped
+            step = int(self.model.optimizer.iterations.numpy())
+            print(
+                f"float16: non-finite gradients, step {step} skipped by the "
+                f"LossScaleOptimizer (loss scale {self._scale:g} -> {scale:g}); "
+                f"{self.skipped} step(s) skipped in this run",
+                flush=True,
+            )
+            with self._writer.as_default(step=step):
+                tf.summary.scalar("skipped_steps", self.skipped)
+            self._writer.flush()
+        self._scale = scale
+
+
+class StepCounterFromOptimizer(tf_keras.callbacks.Callback):
+    """Starts Keras' per-fit batch counter at the optimizer step, so that TensorBoard's
+    batch-level scalars use the true step across chunks and restarts (`fit` resets the
+    private counter to 0; there is no public way to set it)."""
+
+    def on_train_begin(self, logs=None):
+        counter = self.model._train_counter  # pylint: disable=protected-access
+        counter.assign(tf.cast(self.model.optimizer.iterations, counter.dtype))
+
+
+class TrainingScalars(tf_keras.callbacks.Callback):
+    """TensorBoard scalars Keras does not write: learning rate, examples/s, and the model's
+    own diagnostics (global gradient norm, per-layer trust ratios) when it exposes them."""
+
+    def __init__(self, log_dir, global_batch_size, every_n_steps):
+        super().__init__()
+        self._writer = tf.summary.create_file_writer(os.path.join(log_dir, "train_scalars"))
+        self._global_batch_size = global_batch_size
+        self._every = max(1, every_n_steps)
+        self._last_time = None
+        self._last_step = None
+
+    def on_train_batch_end(self, batch, logs=None):
+        step = int(self.model.optimizer.iterations.numpy())
+        now = time.perf_counter()
+        if self._last_step is None:
+            self._last_time, self._last_step = now, step
+            return
+        if step - self._last_step < self._every:
+            return
+        examples_per_second = (
+            (step - self._last_step) * self._global_batch_size / (now - self._last_time)
+        )
+        with self._writer.as_default(step=step):
+            tf.summary.scalar("learning_rate", current_learning_rate(self.model.optimizer))
+            tf.summary.scalar("examples_per_second", examples_per_second)
+            for name, value in sorted(diagnostics(self.model, logs).items()):
+                tf.summary.scalar(name, value)
+        self._writer.flush()
+        self._last_time, self._last_step = now, step
+
+
+class LastLogs(tf_keras.callbacks.Callback):
+    """Keeps the scalars of the last training step's logs on `history.last_logs` (the
+    driver writes them to results.json)."""
+
+    def __init__(self, history):
+        super().__init__()
+        self._history = history
+
+    def on_train_batch_end(self, batch, logs=None):
+        self._history.last_logs = {
+            name: float(value) for name, value in (logs or {}).items() if _is_scalar(value)
+        }
+
+
+class SaveWhenStopped(tf_keras.callbacks.Callback):
+    """After the step during which `stop.requested` became true (SIGTERM), saves a checkpoint
+    of that step (if every variable is finite) and stops `fit`."""
+
+    def __init__(self, manager, stop):
+        super().__init__()
+        self._manager = manager
+        self._stop = stop
+
+    def on_train_batch_end(self, batch, logs=None):
+        if not self._stop.requested or self.model.stop_training:
+            return
+        step = int(self.model.optimizer.iterations.numpy())
+        variables = list(self.model.variables) + list(self.model.optimizer.variables())
+        latest = self._manager.latest_checkpoint or ""
+        if first_non_finite(variables) is None and not latest.endswith(f"-{step}"):
+            self._manager.save(checkpoint_number=step)
+        self.model.stop_training = True
+
+
+def current_learning_rate(optimizer):
+    """The learning rate the optimizer applies at its current step, as a float."""
+    learning_rate = optimizer.learning_rate
+    if isinstance(learning_rate, tf_keras.optimizers.schedules.LearningRateSchedule):
+        learning_rate = learning_rate(optimizer.iterations)
+    return float(tf.convert_to_tensor(learning_rate).numpy())
+
+
+def diagnostics(model, logs=None):
+    """Scalars about the last step, by TensorBoard tag: every scalar the training step adds
+    to its logs besides the compiled loss and metrics (e.g. `global_gradient_norm` of
+    `GradientAccumulationModel`), and the optimizer's per-variable trust ratios."""
+    compiled = set(model.metrics_names)
+    scalars = {
+        name: float(value)
+        for name, value in (logs or {}).items()
+        if name not in compiled and _is_scalar(value)
+    }
+    trust_ratios = getattr(getattr(model.optimizer, "inner_optimizer", model.optimizer),
+                           "trust_ratios", None)
+    if callable(trust_ratios):
+        for path, ratio in trust_ratios().items():
+            scalars[f"trust_ratio/{path}"] = float(ratio)
+    return scalars
+
+
+def _is_scalar(value):
+    try:
+        return tf.convert_to_tensor(value).shape.rank == 0
+    except (TypeError, ValueError):
+        return False

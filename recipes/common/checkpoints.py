@@ -1,0 +1,130 @@
+"""Checkpoints of a run: what they hold, where they live, restoring them.
+
+A checkpoint holds the model, the optimizer (slots and step counter) and the state of the
+layers' random generators (dropout), so that a resumed run continues exactly. The files
+are complete before `tf.train.CheckpointManager` updates its `checkpoint` index (written
+to a temporary name and renamed), so a process killed while saving leaves the previous
+checkpoint as the latest one. See docs/reliability.md.
+"""
+
+import os
+
+import tensorflow as tf
+
+from recipes.common.errors import UserError
+
+CHECKPOINT_SUBDIR = "checkpoints"
+
+
+def random_generators(model):
+    """The `tf.random.Generator` of every random layer (dropout) of `model`, in layer order.
+
+    tf_keras keeps these out of checkpoints on purpose (`BaseRandomLayer` exposes them to
+    SavedModel only); training checkpoints need them for an exact resume. Creates them now
+    if the layer has not run yet (tf_keras creates them lazily, which would be too late for
+    a restore): call inside the strategy scope, as `build_optimizer_state` does.
+    """
+    generators = []
+    for layer in model.submodules:
+        state = getattr(layer, "_random_generator", None)  # tf_keras.backend.RandomGenerator
+        if state is None or not hasattr(state, "_maybe_init"):
+            continue
+        state._maybe_init()  # pylint: disable=protected-access
+        if getattr(state, "_generator", None) is not None:
+            generators.append(state._generator)  # pylint: disable=protected-access
+    return generators
+
+
+def make_checkpoint_manager(model, directory, max_to_keep=3):
+    """A CheckpointManager over the model, its optimizer (slots and step counter) and the
+    layers' random-generator states."""
+    checkpoint = tf.train.Checkpoint(
+        model=model, optimizer=model.optimizer, random_generators=random_generators(model)
+    )
+    # Create the lazily made save counter now, on every worker alike: made later inside
+    # `fit` (a MultiWorkerMirroredStrategy scope) it would be a broadcast that only the
+    # workers which had not restored would run, and the collectives would mismatch.
+    checkpoint.save_counter  # pylint: disable=pointless-statement
+    return tf.train.CheckpointManager(
+        checkpoint, os.path.join(directory, CHECKPOINT_SUBDIR), max_to_keep=max_to_keep
+    )
+
+
+def latest_checkpoint(model_dir):
+    """Path of the newest checkpoint under `model_dir`, or None."""
+    return tf.train.latest_checkpoint(os.path.join(model_dir, CHECKPOINT_SUBDIR))
+
+
+def restore(manager, restore_dir=None):
+    """Restores the newest checkpoint of `restore_dir` (default: the manager's directory)
+    into the manager's objects; returns the restored optimizer step (0 if none).
+
+    The model and optimizer must already be built, so that a checkpoint of another model
+    shape fails here with one line instead of deep inside training.
+    """
+    path = latest_checkpoint(restore_dir) if restore_dir else manager.latest_checkpoint
+    if path is None:
+        return 0
+    try:
+        manager.checkpoint.restore(path).assert_existing_objects_matched()
+    except (ValueError, AssertionError, tf.errors.InvalidArgumentError) as error:
+        detail = str(error).strip().splitlines()[0][:240]
+        raise UserError(
+            f"checkpoint {path} does not fit this model ({detail}); it was trained with "
+            "other model.* settings or another vocabulary / number of classes: use the "
+            "config and data it was trained with, or a new --model_dir"
+        ) from None
+    step = int(manager.checkpoint.optimizer.iterations.numpy())
+    print(f"restored {path} at step {step}", flush=True)
+    return step
+
+
+def build_optimizer_state(model):
+    """Creates the optimizer's slots and the layers' random generators now (needed before
+    restoring a checkpoint into them); call inside the strategy scope."""
+    model.optimizer.build(model.trainable_variables)
+    random_generators(model)
+
+
+def require_checkpoint(model_dir):
+    """The newest checkpoint path, or a UserError saying that there is none yet."""
+    path = latest_checkpoint(model_dir)
+    if path is None:
+        raise UserError(
+            f"no checkpoint in {os.path.join(model_dir, CHECKPOINT_SUBDIR)}; train "
+            "first (--mode=train) or point --model_dir at a trained run"
+        )
+    return path
+
+
+def restore_weights_only(model, init_checkpoint):
+    """The weights of another run (`train.init_checkpoint`: a model_dir or a checkpoint
+    path) into `model.inner_model`; the optimizer state and step start fresh (phase 2 of
+    mixed-batch training starts from phase 1's weights)."""
+    path = init_checkpoint
+    if tf.io.gfile.isdir(init_checkpoint):
+        path = latest_checkpoint(init_checkpoint) or tf.train.latest_checkpoint(init_checkpoint)
+    if path is None or not tf.io.gfile.glob(path + "*"):
+        raise UserError(
+            f"train.init_checkpoint={init_checkpoint!r} holds no checkpoint; give phase 1's "
+            "model_dir or a checkpoint path such as <model_dir>/checkpoints/ckpt-7038"
+        )
+    # Only the path checkpoint -> model -> inner_model (the weights): a compiled Keras model
+    # also tracks its optimizer, which must not come along.
+    weights_only = tf.train.Checkpoint(model=tf.train.Checkpoint(inner_model=model.inner_model))
+    status = weights_only.restore(path)
+    try:
+        status.expect_partial().assert_existing_objects_matched()
+    except (AssertionError, ValueError) as error:
+        detail = str(error).strip().splitlines()[0][:200]
+        raise UserError(
+            f"train.init_checkpoint {path} does not fit this model ({detail}); both runs "
+            "need the same model.* shape and vocabulary / number of classes"
+        ) from None
+    print(f"initialised weights from {path} (optimizer state starts fresh)", flush=True)
+
+
+def restore_latest(model, model_dir):
+    """The newest checkpoint of this run (model and optimizer), or a one-line error."""
+    require_checkpoint(model_dir)
+    return restore(make_checkpoint_manager(model, model_dir))

@@ -1,0 +1,67 @@
+"""Corrupt input data: finding the damaged file or record, and the one-line message.
+
+Training and evaluation read TFRecords through tf.data; when a read fails deep inside a
+step, the error names no file. These helpers scan the files once to name it.
+"""
+
+import collections
+import re
+
+import tensorflow as tf
+
+CorruptRecord = collections.namedtuple("CorruptRecord", ["file", "index", "problem"])
+
+
+def find_corrupt_tfrecord(file_patterns):
+    """(path, records readable before the damage, TF's message) of the first TFRecord file
+    matched by the comma-separated globs that cannot be read to its end, or None."""
+    for pattern in file_patterns.split(","):
+        for path in sorted(tf.io.gfile.glob(pattern.strip())):
+            readable = 0
+            try:
+                for _ in tf.data.TFRecordDataset(path):
+                    readable += 1
+            except tf.errors.DataLossError as error:
+                return path, readable, first_line(error)
+    return None
+
+
+def describe_corrupt_data(file_patterns, error):
+    """One line naming the damaged TFRecord file behind a DataLossError during training."""
+    found = find_corrupt_tfrecord(file_patterns)
+    if found is None:
+        return (
+            f"corrupt training data in {file_patterns} ({first_line(error)}); check or "
+            "re-create the TFRecord files"
+        )
+    path, readable, message = found
+    return (
+        f"corrupt TFRecord file {path}: unreadable after {readable} record(s) ({message}); "
+        "re-create it (or remove it from the training files)"
+    )
+
+
+def first_line(error):
+    """The first informative line of TF's message (not "Graph execution error:" nor the
+    "Detected at node" traceback), without graph-node prefix and op suffix, bounded."""
+    lines = str(getattr(error, "message", error)).strip().splitlines()
+    informative = [
+        line
+        for line in lines
+        if line.strip()
+        and not line[0].isspace()
+        and not line.startswith(("Graph execution error", "Detected at node", "File "))
+    ]
+    message = (informative or lines or [""])[0]
+    message = re.sub(r"\{\{[^}]*\}\}\s*", "", message)
+    return re.sub(r"\s*\[Op:[^\]]*\].*$", "", message)[:200]
+
+
+
+
+def describe_corrupt_record(record, remedy):
+    """One line naming the record (a `CorruptRecord`), its file, the problem and `remedy`."""
+    return (
+        f"corrupt record {record.index} (0-based) in {record.file}: {record.problem}; "
+        f"{remedy}"
+    )

@@ -1,0 +1,238 @@
+"""The one training program: every recipe is a `Task` (recipes/common/task.py) run by `main`.
+
+    config (validated whole) → strategy, batch plan → print config → seeds, precision →
+    task.prepare → model (accumulation, optimizer, compile) → restore → train →
+    evaluate → export → results.json
+
+Modes (--mode): train (then export), eval (latest checkpoint), train_and_eval (evaluate
+before a fresh run and after training, then export), export (latest checkpoint).
+Re-running the same command resumes from the newest checkpoint in --model_dir. Flags are
+read once (`flags.read_options`) and passed down as values.
+"""
+
+import json
+import math
+import os
+import sys
+import time
+
+import tensorflow as tf
+import tf_keras
+
+from lamb_tf import accumulation
+from recipes.common import checkpoints, errors, exclusion_report
+from recipes.common import config as config_lib
+from recipes.common import flags as flags_lib
+from recipes.common import optimizer as optimizer_lib
+from recipes.common import schema
+from recipes.common import strategy as strategy_lib
+from recipes.common import training
+from recipes.common.errors import TrainingDiverged, UserError
+
+RESULTS_FILE = "results.json"
+TRAIN_MODES = ("train", "train_and_eval")
+EVAL_MODES = ("eval", "train_and_eval")
+_INPUT_ERRORS = (tf.errors.InvalidArgumentError, tf.errors.DataLossError)
+
+
+def main(task_class):
+    """A recipe's `__main__`: defines the shared flags, runs, reports errors in one line."""
+    flags_lib.define_flags()
+
+    def program(argv):
+        run_from_flags(task_class, argv)  # absl would take a returned value for the exit status
+
+    errors.run(program)
+
+
+def run_from_flags(task_class, argv):
+    """`run` with the parsed flags; returns the held-out results (empty if not evaluated)."""
+    if len(argv) > 1:
+        raise UserError(f"unexpected arguments {argv[1:]}; all options are --flags")
+    return run(task_class, flags_lib.read_options())
+
+
+def load_task(task_class, options):
+    """The task over its loaded and wholly validated config; nothing printed or written."""
+    config = config_lib.load_config(
+        task_class.config_class, options.config_files, options.params_override,
+        renamed_keys=schema.RENAMED_KEYS,
+    )
+    schema.check(config)
+    task = task_class(config)
+    task.check_config()
+    return task
+
+
+def check_model_dir(model_dir, mode):
+    """A UserError, before any work, for a --model_dir that cannot be a directory or, for
+    eval / export, holds no checkpoint."""
+    if "://" not in model_dir:
+        path = os.path.abspath(model_dir)
+        while path and not os.path.exists(path):
+            path = os.path.dirname(path)
+        if path and not os.path.isdir(path):
+            raise UserError(
+                f"--model_dir={model_dir}: {path} is a file, not a directory; give a "
+                "directory (it is created if missing)"
+            )
+    if mode in ("eval", "export"):
+        checkpoints.require_checkpoint(model_dir)
+
+
+def plan_batch(config, num_replicas):
+    """The `BatchPlan` of train.global_batch_size / micro_batch_size, or a UserError."""
+    try:
+        plan = accumulation.plan_batch(
+            config.train.global_batch_size, config.train.micro_batch_size, num_replicas
+        )
+    except (ValueError, TypeError) as error:
+        raise UserError(f"train.global_batch_size / train.micro_batch_size: {error}") from None
+    if config.eval.global_batch_size % num_replicas:
+        raise UserError(
+            f"eval.global_batch_size={config.eval.global_batch_size} is not a multiple of the "
+            f"{num_replicas} replicas"
+        )
+    return plan
+
+
+def run(task_class, options):
+    """The whole program for `options` (a `flags.RunOptions`); returns held-out results."""
+    task = load_task(task_class, options)
+    check_model_dir(options.model_dir, options.mode)
+    strategy = strategy_lib.make_strategy(options.strategy, options.tpu, options.communication)
+    plan = plan_batch(task.config, strategy.num_replicas_in_sync)
+    print(f"resolved config:\n{config_lib.format_config(task.config)}", flush=True)
+    strategy_lib.log_batch_plan(strategy, plan)
+    with strategy_lib.WorkerDirectory(options.model_dir, strategy) as work_dir:
+        # config.yaml is written by training.train after the restore succeeded.
+        return _Run(task, options, strategy, plan, work_dir.path).execute()
+
+
+def compile_model(task, strategy, plan):
+    """(compiled GradientAccumulationModel around `task.build_model()`, its optimizer, the
+    inner one under a float16 LossScaleOptimizer), built in `strategy`'s scope with the
+    optimizer state created (ready for a restore)."""
+    config = task.config
+    with strategy.scope():
+        network = task.build_model()
+        model = accumulation.GradientAccumulationModel(network, plan.accumulation_steps)
+        optimizer = optimizer_lib.build_optimizer(
+            config.optimizer, config.train.steps, task.default_exclude_from_weight_decay
+        )
+        compiled_optimizer = optimizer
+        if config.runtime.precision == "mixed_float16":
+            compiled_optimizer = tf_keras.mixed_precision.LossScaleOptimizer(optimizer)
+        model.compile(
+            optimizer=compiled_optimizer,
+            steps_per_execution=config.train.steps_per_execution,
+            jit_compile=config.runtime.jit_compile,
+            **task.compile_arguments(),
+        )
+        checkpoints.build_optimizer_state(model)
+    return model, optimizer
+
+
+class _Run:
+    """One process's run, writing to `model_dir` (the chief's --model_dir, or a worker's
+    private directory); checkpoints are always read from --model_dir."""
+
+    def __init__(self, task, options, strategy, plan, model_dir):
+        self.task, self.config, self.options = task, task.config, options
+        self.strategy, self.plan, self.model_dir = strategy, plan, model_dir
+        self.start = time.perf_counter()
+        self.model = None
+
+    def execute(self):
+        mode = self.options.mode
+        training.set_up_randomness(self.config.train.seed, self.options.deterministic)
+        tf_keras.mixed_precision.set_global_policy(self.config.runtime.precision)
+        self.task.prepare(self.model_dir, mode)
+        rows = self.build()
+        print(exclusion_report.summary(rows), flush=True)
+        resuming = checkpoints.latest_checkpoint(self.options.model_dir) is not None
+        if mode in ("eval", "export"):
+            checkpoints.restore_latest(self.model, self.options.model_dir)
+        elif not resuming and self.config.train.init_checkpoint:
+            checkpoints.restore_weights_only(self.model, self.config.train.init_checkpoint)
+        train_logs, results = {}, {}
+        if mode in TRAIN_MODES:
+            if mode == "train_and_eval" and not resuming:
+                self.evaluate("before training")
+            train_logs = self.train()
+        exclusion_report.write(self.model_dir, rows)  # after the restore: the model fits
+        if mode in EVAL_MODES:
+            results = self.evaluate("after training" if mode in TRAIN_MODES else "latest")
+        if mode == "export" or (self.config.export.enabled and mode in TRAIN_MODES):
+            self.task.export(self.config.export.dir or
+                             os.path.join(self.model_dir, self.task.export_subdir))
+        if mode != "export":
+            self.write_results(train_logs, results)
+        return results
+
+    def build(self):
+        """Builds and compiles the accumulating model; returns the exclusion table rows."""
+        self.model, optimizer = compile_model(self.task, self.strategy, self.plan)
+        config = self.config.optimizer
+        decay_patterns = optimizer_lib.weight_decay_exclusions(
+            config, self.task.default_exclude_from_weight_decay
+        )
+        return exclusion_report.exclusion_rows(
+            optimizer, self.model.trainable_variables, decay_patterns, config.weight_decay_rate
+        )
+
+    def train(self):
+        """Checkpointed training to train.steps; returns the last step's log scalars."""
+        train = self.config.train
+        try:
+            history = training.train(
+                self.model,
+                lambda first_step: self.task.train_dataset(self.strategy, self.plan, first_step),
+                model_dir=self.model_dir,
+                total_steps=train.steps,
+                checkpoint_every=train.checkpoint_every,
+                global_batch_size=train.global_batch_size,
+                log_every=train.log_every,
+                verbose=1 if sys.stdout.isatty() else 2,
+                restore_dir=self.options.model_dir,  # every worker resumes from the chief's
+                config=self.config,  # saved as config.yaml once the checkpoint fits the model
+            )
+        except _INPUT_ERRORS as error:
+            raise self.task.explain_input_error(error, "train") or error
+        return history.last_logs
+
+    def evaluate(self, when):
+        """Held-out metrics: printed on one line, TensorBoard `eval/`, returned as floats."""
+        try:
+            results = self.task.evaluate(self.model, self.strategy)
+        except _INPUT_ERRORS as error:
+            raise self.task.explain_input_error(error, "eval") or error
+        results = {name: float(value) for name, value in results.items()}
+        step = int(self.model.optimizer.iterations.numpy())
+        writer = tf.summary.create_file_writer(os.path.join(self.model_dir, "eval"))
+        with writer.as_default(step=step):
+            for name, value in results.items():
+                tf.summary.scalar(name, value)
+        writer.flush()
+        if not math.isfinite(results.get("loss", 0.0)):
+            raise TrainingDiverged(f"eval loss is {results['loss']}; the model diverged")
+        print(f"held-out {self.task.describe_evaluation(results)}  [{when}]", flush=True)
+        return results
+
+    def write_results(self, train_logs, eval_results):
+        """`results.json` (written atomically): what a study tool reads from a run."""
+        results = {
+            "mode": self.options.mode,
+            "global_batch_size": self.plan.global_batch_size,
+            "micro_batch_size": self.plan.micro_batch_size,
+            "accumulation_steps": self.plan.accumulation_steps,
+            "num_replicas": self.plan.num_replicas,
+            "steps": int(self.model.optimizer.iterations.numpy()),
+            "wall_time_seconds": round(time.perf_counter() - self.start, 3),
+            "eval": eval_results,
+            "train": train_logs,
+        }
+        path = os.path.join(self.model_dir, RESULTS_FILE)
+        with tf.io.gfile.GFile(path + ".tmp", "w") as f:
+            f.write(json.dumps(results, indent=2, sort_keys=True) + "\n")
+        tf.io.gfile.rename(path + ".tmp", path, overwrite=True)

@@ -1,0 +1,125 @@
+"""The ResNet recipe's data: the embedded digits or the configured ImageNet-format
+TFRecords, and the one-line explanation of a record the input pipeline cannot read."""
+
+import collections
+import os
+
+import tensorflow as tf
+
+from recipes.common import corrupt_data
+from recipes.common.errors import UserError
+from recipes.resnet import convert, digits
+from recipes.resnet import export as export_lib
+from recipes.resnet import input as input_lib
+
+DIGITS_SUBDIR = "digits"
+
+Data = collections.namedtuple(
+    "Data", ["train_pattern", "eval_pattern", "eval_examples", "labels_file"]
+)
+
+
+def prepare_digits(output_dir, validation_fraction, num_shards, jpeg_quality, seed):
+    """Converts the digits into `output_dir` once (train + held-out validation); returns the info.
+
+    An existing conversion with the same settings is reused, so a resumed run reads the same
+    records.
+    """
+    settings = {
+        "validation_fraction": validation_fraction,
+        "num_shards": num_shards,
+        "jpeg_quality": jpeg_quality,
+        "seed": seed,
+    }
+    if tf.io.gfile.exists(os.path.join(output_dir, convert.INFO_FILE)):  # local or gs://
+        info = convert.read_info(output_dir)
+        if info.get("digits_settings") == settings:
+            return info
+        raise UserError(
+            f"{output_dir} holds digits converted with other settings "
+            f"({info.get('digits_settings')}); delete it or use a new --model_dir"
+        )
+    images, labels, names = digits.load_digits()
+    info = convert.convert_arrays(
+        images,
+        labels,
+        output_dir,
+        class_names=names,
+        num_shards=num_shards,
+        validation_fraction=validation_fraction,
+        jpeg_quality=jpeg_quality,
+        seed=seed,
+    )
+    info["digits_settings"] = settings
+    convert.write_info(output_dir, info)
+    return info
+
+
+def resolve_data(data, work_dir, mode):
+    """The `Data` of this config: the digits converted into work_dir/digits, or the
+    configured files (checked to exist for what `mode` reads)."""
+    if data.embedded_digits:
+        digits_dir = os.path.join(work_dir, DIGITS_SUBDIR)
+        info = prepare_digits(
+            digits_dir,
+            validation_fraction=data.digits_validation_fraction,
+            num_shards=4,
+            jpeg_quality=95,
+            seed=data.seed,
+        )
+        if (
+            data.num_classes != len(info["class_names"])
+            or data.label_offset != info["label_offset"]
+        ):
+            raise UserError(
+                f"data.embedded_digits needs data.num_classes={len(info['class_names'])} and "
+                f"data.label_offset={info['label_offset']}, got {data.num_classes} and "
+                f"{data.label_offset}"
+            )
+        splits = info["splits"]
+        resolved = Data(
+            os.path.join(digits_dir, splits["train"]["file_pattern"]),
+            os.path.join(digits_dir, splits["validation"]["file_pattern"]),
+            splits["validation"]["num_examples"],
+            export_lib.labels_file_for(digits_dir),
+        )
+    else:
+        labels_dir = os.path.dirname(data.train_file_pattern or data.eval_file_pattern)
+        resolved = Data(
+            data.train_file_pattern,
+            data.eval_file_pattern,
+            data.eval_num_examples,
+            export_lib.labels_file_for(labels_dir) if labels_dir else None,
+        )
+    return _checked(resolved, mode)
+
+
+def _checked(resolved, mode):
+    if mode in ("train", "train_and_eval"):
+        input_lib.list_files(resolved.train_pattern, "data.train_file_pattern")
+    if mode in ("eval", "train_and_eval"):
+        input_lib.list_files(resolved.eval_pattern, "data.eval_file_pattern")
+        count = resolved.eval_examples or input_lib.count_records(resolved.eval_pattern)
+        resolved = resolved._replace(eval_examples=count)
+    return resolved
+
+
+def explain_input_error(error, pattern, jpeg_only):
+    """A UserError naming the corrupt record and file behind a decode failure, if any."""
+    message = getattr(error, "message", str(error))
+    if input_lib.LABEL_RANGE_ERROR in message:
+        return UserError(
+            f"{input_lib.LABEL_RANGE_ERROR}; check data.label_offset (1 for the ImageNet "
+            "conversion scripts' 1..1000 labels) and data.num_classes"
+        )
+    if not pattern:
+        return None
+    print(
+        f"input error ({corrupt_data.first_line(error)}); scanning {pattern} for the "
+        "corrupt record ...",
+        flush=True,
+    )
+    corrupt = convert.find_corrupt_records(pattern, jpeg_only=jpeg_only, limit=1)
+    if corrupt:
+        return UserError(convert.describe_corrupt_record(corrupt[0]))
+    return None
