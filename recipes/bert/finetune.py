@@ -17,6 +17,8 @@ results.json and the export, a SavedModel that answers raw strings
 (recipes/bert/finetune_export.py).
 """
 
+import dataclasses
+import json
 import os
 
 os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")  # Model Garden models are tf_keras models.
@@ -26,6 +28,7 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 import tf_keras  # noqa: E402
 import yaml  # noqa: E402
+from absl import flags  # noqa: E402
 from official.nlp.configs import encoders  # noqa: E402
 
 from lamb_tf import exclusions  # noqa: E402
@@ -36,8 +39,14 @@ from recipes.bert import squad  # noqa: E402
 from recipes.bert import stdlib_classification  # noqa: E402
 from recipes.bert.finetune_config import INITS, TASKS, BertFinetuneConfig  # noqa: E402
 from recipes.common import task as task_lib  # noqa: E402
-from recipes.common import training  # noqa: E402
+from recipes.common import config as config_lib  # noqa: E402
+from recipes.common import driver, errors  # noqa: E402
+from recipes.common import flags as flags_lib  # noqa: E402
+from recipes.common import export as export_lib  # noqa: E402
 from recipes.common.errors import UserError  # noqa: E402
+
+
+PREDICTIONS_FILE = "predictions.json"  # squad: {question id: answer} of the last evaluation
 
 
 class PretrainingRun:
@@ -57,8 +66,12 @@ class PretrainingRun:
             os.path.join(self.directory, ecosystem_export.ENCODER_CONFIG_FILE))
         self.vocab_file = os.path.join(self.directory, "vocab.txt")
         with tf.io.gfile.GFile(os.path.join(model_dir, "config.yaml")) as f:
-            self.seq_length = int(yaml.safe_load(f)["data"]["seq_length"])
-        self.data_dir = os.path.join(model_dir, "data")
+            data = yaml.safe_load(f)["data"]
+        self.seq_length = int(data["seq_length"])
+        # What the embedded task needs: the corpus, where it was prepared, the split's seed.
+        self.corpus = "" if data.get("train_files") else data.get("corpus")
+        self.data_seed = data.get("seed")
+        self.data_dir = data.get("data_dir") or os.path.join(model_dir, "data")
 
 
 class BertFinetuneTask(task_lib.Task):
@@ -89,6 +102,7 @@ class BertFinetuneTask(task_lib.Task):
 
     def prepare(self, model_dir, mode):
         data = self.config.data
+        self.model_dir = model_dir
         self.run = PretrainingRun(self.config.encoder.pretraining_dir)
         self.seq_length = data.seq_length or self.run.seq_length
         if self.seq_length > self.run.seq_length:
@@ -104,8 +118,15 @@ class BertFinetuneTask(task_lib.Task):
     def _prepare_classification(self, data, model_dir):
         train_file, eval_file, labels = data.train_file, data.eval_file, data.labels
         if data.task == "stdlib":
+            if self.run.corpus != "stdlib":
+                raise UserError(
+                    "data.task=stdlib needs a pretraining run on the embedded corpus "
+                    f"(data.corpus: stdlib, no data.train_files); "
+                    f"{self.config.encoder.pretraining_dir} used {self.run.corpus!r}"
+                )
             train_file, eval_file, labels = stdlib_classification.write_task(
-                os.path.join(model_dir, "data"), self.run.data_dir, self.config.train.seed)
+                os.path.join(model_dir, "data"), self.run.data_dir, self.run.data_seed,
+                self.config.train.seed)
         train = classification.read_examples(train_file)
         evaluation = classification.read_examples(eval_file)
         self.labels = list(labels or sorted({e.label for e in train}))
@@ -211,6 +232,10 @@ class BertFinetuneTask(task_lib.Task):
                 self.eval_examples, self.eval_features, outputs["start_logits"],
                 outputs["end_logits"], self.config.data.n_best_size,
                 self.config.data.max_answer_length)
+            # The answers the scores are computed on, as the official script reads them.
+            tf.io.gfile.makedirs(self.model_dir)
+            with tf.io.gfile.GFile(os.path.join(self.model_dir, PREDICTIONS_FILE), "w") as f:
+                f.write(json.dumps(self.predictions, indent=1) + "\n")
             return squad.squad_scores(self.eval_dataset_json, self.predictions)
         labels = self.eval_arrays[1]["logits"]
         return {"accuracy": float(np.mean(np.argmax(outputs["logits"], -1) == labels))}
@@ -233,10 +258,64 @@ class BertFinetuneTask(task_lib.Task):
 
     def export(self, export_dir):
         module = self.serving_module()
-        return training.export_saved_model(export_dir, module, signatures=module.signatures())
+        return export_lib.export_saved_model(export_dir, module, signatures=module.signatures())
+
+
+# ---- Program ---------------------------------------------------------------------------
+
+COMPARED_INITS = (("pretrained", "pretrained"), ("random_init", "none"))
+
+
+def with_init(params_override, init):
+    """`params_override` plus encoder.init=`init` (comma form, or a YAML/JSON mapping)."""
+    text = params_override.strip()
+    if not text or "=" in text:
+        return f"{text},encoder.init={init}" if text else f"encoder.init={init}"
+    updates = config_lib.parse_params_override(text)
+    updates.setdefault("encoder", {})["init"] = init
+    return json.dumps(updates)
+
+
+def compare_inits(options):
+    """Fine-tunes the pretrained encoder and a random one with the same config into
+    <model_dir>/pretrained and <model_dir>/random_init; prints both held-out results."""
+    task = driver.load_task(BertFinetuneTask, options)  # every config error before any work
+    if task.config.encoder.init != "pretrained":
+        raise UserError("--compare_with_random_init runs both inits itself; leave "
+                        "encoder.init at pretrained")
+    results = {}
+    for name, init in COMPARED_INITS:
+        print(f"==== fine-tuning the {name.replace('_', ' ')} encoder ====", flush=True)
+        results[name] = driver.run(BertFinetuneTask, dataclasses.replace(
+            options, model_dir=os.path.join(options.model_dir, name),
+            params_override=with_init(options.params_override, init)))
+    print("held-out results after the same fine-tuning budget:", flush=True)
+    for name, values in results.items():
+        line = " ".join(f"{metric}={value:.4f}" for metric, value in sorted(values.items()))
+        print(f"  {name.replace('_', ' ') + ' encoder:':26s} {line}", flush=True)
+    with tf.io.gfile.GFile(os.path.join(options.model_dir, "comparison.json"), "w") as f:
+        f.write(json.dumps(results, indent=2, sort_keys=True) + "\n")
+    return results
+
+
+def main():
+    flags_lib.define_flags()
+    flags.DEFINE_bool(
+        "compare_with_random_init", False,
+        "Also fine-tune an encoder of the same shape from random weights, with the same "
+        "config, and print both held-out results (runs in <model_dir>/pretrained and "
+        "<model_dir>/random_init).")
+
+    def program(argv):
+        if not flags.FLAGS.compare_with_random_init:
+            driver.run_from_flags(BertFinetuneTask, argv)
+            return
+        if len(argv) > 1:
+            raise UserError(f"unexpected arguments {argv[1:]}; all options are --flags")
+        compare_inits(flags_lib.read_options())
+
+    errors.run(program)
 
 
 if __name__ == "__main__":
-    from recipes.common import driver  # pylint: disable=g-import-not-at-top
-
-    driver.main(BertFinetuneTask)
+    main()

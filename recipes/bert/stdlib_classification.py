@@ -80,13 +80,14 @@ def passages(sentences, sentences_per_example):
             for i in range(0, len(sentences) - sentences_per_example + 1, sentences_per_example)]
 
 
-def write_task(output_dir, pretraining_data_dir, seed, *, sentences_per_example=2,
-               min_examples=20, max_examples=30, test_fraction=1 / 3):
+def write_task(output_dir, pretraining_data_dir, pretraining_seed, seed=1, *,
+               sentences_per_example=2, min_examples=20, max_examples=30, test_fraction=1 / 3):
     """Writes train.jsonl, test.jsonl ({"sentence", "label"} per line) and labels.json into
-    `output_dir`; returns (train_path, test_path, labels)."""
+    `output_dir`; returns (train_path, test_path, labels). `pretraining_seed` is the
+    pretraining run's data.seed (it drew the split), `seed` shuffles the passages."""
     rng = random.Random(seed)
     train, test, labels = [], [], []
-    documents, trained_on = heldout_documents(pretraining_data_dir, seed)
+    documents, trained_on = heldout_documents(pretraining_data_dir, pretraining_seed)
     seen = set()
     for name, sentences in documents:
         # Some help topics repeat text of others: a passage that also occurs in a document
