@@ -123,12 +123,12 @@ def test_pair_classification_with_accumulation_serves_labels(pretraining_dir,
     done = run_finetune(model_dir, ",".join([
         f"encoder.pretraining_dir={pretraining_dir}", "data.task=classification",
         f"data.train_file={data}", f"data.eval_file={data}", "data.seq_length=16",
-        "optimizer.name=adamw", "optimizer.learning_rate=0.001", "optimizer.warmup_steps=5",
-        "train.steps=60", "train.checkpoint_every=30", "train.global_batch_size=16",
+        "optimizer.name=adamw", "optimizer.learning_rate=0.005", "optimizer.warmup_steps=10",
+        "train.steps=120", "train.checkpoint_every=60", "train.global_batch_size=16",
         "train.micro_batch_size=8", "eval.global_batch_size=16"]))
     assert done.returncode == 0, done.stderr[-3000:]
     results = json.loads((model_dir / "results.json").read_text())
-    assert results["accumulation_steps"] == 2 and results["steps"] == 60
+    assert results["accumulation_steps"] == 2 and results["steps"] == 120
     assert results["eval"]["accuracy"] == 1.0
     served = serve_in_fresh_process(str(model_dir / "export"), {
         "sentence1": ["the cat sat", "the dog sat"], "sentence2": ["far away", "far away"]})
@@ -141,8 +141,9 @@ def test_longer_sequences_than_pretraining_are_one_line_and_exit_2(pretraining_d
         f"encoder.pretraining_dir={pretraining_dir}", "data.task=squad",
         f"data.train_file={TINY_SQUAD}", f"data.eval_file={TINY_SQUAD}",
         f"data.seq_length={SEQ_LENGTH + 16}"]))
-    assert done.returncode == 2
-    assert done.stderr.strip().splitlines() == [
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    # (TensorFlow's C++ start-up lines, e.g. about CUDA, may precede it on stderr.)
+    assert [line for line in done.stderr.splitlines() if line.startswith("error:")] == [
         f"error: data.seq_length={SEQ_LENGTH + 16} is longer than the pretraining run's "
         f"{SEQ_LENGTH}; use at most {SEQ_LENGTH} (0 = the run's)"]
     assert not (tmp_path / "x" / "checkpoints").exists()
