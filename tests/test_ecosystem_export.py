@@ -20,6 +20,8 @@ from lamb_tf import tf_keras_optimizers
 from recipes.bert import ecosystem_export
 from recipes.bert import model as model_lib
 
+pytestmark = pytest.mark.slow  # Model Garden task, two Hub SavedModels (minutes)
+
 VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "the", "cat", "sat", "dog", "ran", "."]
 TINY_MODEL = types.SimpleNamespace(
     hidden_size=16, num_layers=1, num_attention_heads=2, intermediate_size=32,

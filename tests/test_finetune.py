@@ -83,6 +83,7 @@ def serve_in_fresh_process(export_dir, inputs):
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
+@pytest.mark.slow  # command-line runs
 def test_squad_trains_scores_and_serves_the_scored_answers_in_a_fresh_process(
         pretraining_dir, tmp_path):
     model_dir = tmp_path / "squad"
@@ -110,6 +111,7 @@ def test_squad_trains_scores_and_serves_the_scored_answers_in_a_fresh_process(
         assert context.encode()[start:].decode().startswith(answer)
 
 
+@pytest.mark.slow  # command-line runs
 def test_pair_classification_with_accumulation_serves_labels(pretraining_dir,
                                                                       tmp_path):
     rows = ["sentence1\tsentence2\tlabel"]
@@ -136,6 +138,7 @@ def test_pair_classification_with_accumulation_serves_labels(pretraining_dir,
     assert all(abs(sum(p) - 1) < 1e-5 for p in served["probabilities"])
 
 
+@pytest.mark.slow  # command-line runs
 def test_longer_sequences_than_pretraining_are_one_line_and_exit_2(pretraining_dir, tmp_path):
     done = run_finetune(tmp_path / "x", ",".join([
         f"encoder.pretraining_dir={pretraining_dir}", "data.task=squad",

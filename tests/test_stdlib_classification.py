@@ -9,6 +9,8 @@ from recipes.bert import corpus
 from recipes.bert import stdlib_classification
 from recipes.bert import text_files
 
+pytestmark = pytest.mark.slow  # writes and parses the whole embedded corpus
+
 SEED = 12345
 
 
