@@ -37,9 +37,8 @@ def exported(tmp_path_factory):
     with open(vocab_file, "w") as f:
         f.write("".join(t + "\n" for t in VOCAB))
     tf_keras.utils.set_random_seed(3)
-    encoder = model_lib.build_encoder(TINY_MODEL, len(VOCAB))
-    ones = tf.ones((1, SEQ_LENGTH), tf.int32)
-    encoder(dict(input_word_ids=ones, input_mask=ones, input_type_ids=ones))  # build
+    encoder = ecosystem_export.create_weights(
+        model_lib.build_encoder(TINY_MODEL, len(VOCAB)), SEQ_LENGTH)
     prefix = ecosystem_export.export_for_ecosystem(str(root / "export"), encoder, TINY_MODEL,
                                                    vocab_file, SEQ_LENGTH)
     return types.SimpleNamespace(root=root, encoder=encoder, prefix=prefix,

@@ -16,7 +16,6 @@ import sys
 import types
 
 import pytest
-import tensorflow as tf
 import tf_keras
 import yaml
 
@@ -48,9 +47,8 @@ def pretraining_dir(tmp_path_factory):
         f.write("".join(t + "\n" for t in ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
                         + sorted(words)))
     tf_keras.utils.set_random_seed(5)
-    encoder = model_lib.build_encoder(TINY_MODEL, len(words) + 5)
-    ones = tf.ones((1, SEQ_LENGTH), tf.int32)
-    encoder(dict(input_word_ids=ones, input_mask=ones, input_type_ids=ones))
+    encoder = ecosystem_export.create_weights(
+        model_lib.build_encoder(TINY_MODEL, len(words) + 5), SEQ_LENGTH)
     ecosystem_export.export_for_ecosystem(str(root), encoder, TINY_MODEL, vocab_file, SEQ_LENGTH)
     with open(root / "config.yaml", "w") as f:
         yaml.safe_dump({"data": {"corpus": "my_texts", "seq_length": SEQ_LENGTH, "seed": 1}}, f)

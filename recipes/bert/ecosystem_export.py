@@ -50,6 +50,14 @@ HUB_SUBDIR = "hub"
 ENCODER_CONFIG_FILE = "encoder.yaml"
 
 
+def create_weights(encoder, seq_length):
+    """Calls `encoder` once on a dummy batch so that its weights exist (a checkpoint of an
+    unbuilt Keras model holds nothing, and a restore into it checks nothing)."""
+    ones = tf.ones((1, seq_length), tf.int32)
+    encoder(dict(input_word_ids=ones, input_mask=ones, input_type_ids=ones))
+    return encoder
+
+
 def encoder_config(model_config, vocab_size):
     """Model Garden's `EncoderConfig` that builds the same `BertEncoderV2` as
     `recipes.bert.model.build_encoder` (hidden activation "gelu" is Model Garden's
@@ -167,9 +175,9 @@ def export_pretraining_run(model_dir):
     if not tf.io.gfile.exists(variables + ".index"):
         raise UserError(f"{export_dir} holds no SavedModel export; run the pretraining with "
                         "--mode=export first")
-    encoder = model_lib.build_encoder(model_config, len(vocabulary.read_vocabulary(vocab_file)))
-    ones = tf.ones((1, seq_length), tf.int32)
-    encoder(dict(input_word_ids=ones, input_mask=ones, input_type_ids=ones))  # create weights
+    encoder = create_weights(
+        model_lib.build_encoder(model_config, len(vocabulary.read_vocabulary(vocab_file))),
+        seq_length)
     # The export's root module keeps the encoder as its attribute `encoder`
     # (recipes/bert/export.py), the same path as Checkpoint(encoder=...).
     tf.train.Checkpoint(encoder=encoder).read(variables).expect_partial() \

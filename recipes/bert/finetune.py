@@ -169,9 +169,7 @@ class BertFinetuneTask(task_lib.Task):
         config = self.run.encoder_config
         config.bert_v2.dropout_rate = self.config.encoder.dropout_rate
         config.bert_v2.attention_dropout_rate = self.config.encoder.attention_dropout_rate
-        encoder = encoders.build_encoder(config)
-        ones = tf.ones((1, self.seq_length), tf.int32)
-        encoder(dict(input_word_ids=ones, input_mask=ones, input_type_ids=ones))
+        encoder = ecosystem_export.create_weights(encoders.build_encoder(config), self.seq_length)
         if self.config.encoder.init == "pretrained":
             status = tf.train.Checkpoint(encoder=encoder).read(self.run.checkpoint)
             status.expect_partial().assert_existing_objects_matched()
