@@ -224,6 +224,8 @@ def outcomes(tmp_path_factory):
         others = [a for a in base + extra if not a.startswith("--params_override=")]
         if overrides:
             others.append("--params_override=" + ",".join(overrides))
+        if case_id in CONFIG_ERRORS:  # --verbose prints a valid config: a bad one never
+            others.append("--verbose")
         return [a.replace("{d}", str(inputs)) for a in others]
 
     # Phase 1: the rows on fresh model_dirs, and the 2-step run the other rows start from.

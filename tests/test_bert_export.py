@@ -7,6 +7,7 @@ import subprocess
 import sys
 
 import numpy as np
+import pytest
 import tensorflow as tf
 
 from recipes.bert import export as export_lib
@@ -58,6 +59,7 @@ np.savez(outputs_path, **{"ids_" + k: v.numpy() for k, v in by_ids.items()},
 """
 
 
+@pytest.mark.slow  # a second Python process imports TensorFlow
 def test_export_reloads_in_a_fresh_process_with_the_keras_outputs(tmp_path):
     vocab_file = tmp_path / "vocab.txt"
     vocab_file.write_text("\n".join(VOCAB) + "\n", encoding="utf-8")

@@ -126,6 +126,19 @@ def test_resume_is_a_no_op_when_the_run_is_complete(trained_runs, config_file):
     assert "restored" in result.stdout and "already trained to step 2" in result.stdout
 
 
+def test_resume_with_a_changed_key_prints_it_and_keeps_the_old_config(trained_runs,
+                                                                      config_file):
+    model_dir, _ = trained_runs[1]
+    result = run_pretrain(f"--config_file={config_file}", f"--model_dir={model_dir}",
+                          "--mode=train", "--params_override=optimizer.learning_rate=0.005")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "config: optimizer.learning_rate 0.01 -> 0.005" in result.stdout
+    kept = yaml.safe_load(open(os.path.join(model_dir, "config.1.yaml"), encoding="utf-8"))
+    saved = yaml.safe_load(open(os.path.join(model_dir, "config.yaml"), encoding="utf-8"))
+    assert (kept["optimizer"]["learning_rate"], saved["optimizer"]["learning_rate"]) == (
+        0.01, 0.005)
+
+
 def test_phase_two_starts_from_phase_one_weights_with_a_fresh_optimizer(
         trained_runs, config_file, tmp_path):
     """train.init_checkpoint loads weights only: the step counter starts again at 0."""

@@ -138,7 +138,7 @@ def test_lars_two_steps_from_config(small_digits, tmp_path):
     assert rows["batch_normalization/gamma"] == (False, False)
     assert rows["dense/bias"] == (False, False)
     assert rows["conv2d/kernel"] == (True, True)
-    assert not os.path.exists(os.path.join(tmp_path, "saved_model"))
+    assert not os.path.exists(os.path.join(tmp_path, "export"))  # one layout: issue 14
 
 
 def test_corrupt_jpeg_record_is_named_by_index_and_file(small_digits, tmp_path):
@@ -197,7 +197,7 @@ def test_export_reloaded_in_a_fresh_process_agrees_with_keras(lamb_run, small_di
             sys.executable,
             "-c",
             script,
-            os.path.join(model_dir, "saved_model"),
+            os.path.join(model_dir, "export"),  # one layout for every recipe (issue 14)
             str(tmp_path / "bytes.npy"),
             str(served_file),
         ],

@@ -111,6 +111,7 @@ def _compile_and_run_step(model, distributed_dataset):
     return hlo, moved
 
 
+@pytest.mark.slow  # compiles a whole model's training step with XLA
 def test_bert_step_compiles_with_xla_under_bfloat16(bert_data, bfloat16_policy):
     config = _bert_config(bert_data)
     strategy = tf.distribute.get_strategy()
@@ -128,6 +129,7 @@ def test_bert_step_compiles_with_xla_under_bfloat16(bert_data, bfloat16_policy):
     assert all(moved)
 
 
+@pytest.mark.slow  # compiles a whole model's training step with XLA
 def test_resnet_lars_step_compiles_with_xla_under_bfloat16(digits_pattern, bfloat16_policy):
     # LARS here, LAMB in the BERT step: each optimizer's update is compiled once
     config = _resnet_config("lars")

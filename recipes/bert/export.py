@@ -18,7 +18,7 @@ import tensorflow_text as tf_text
 
 from recipes.bert import vocabulary
 from recipes.bert.model import ENCODER_INPUTS
-from recipes.common import training
+from recipes.common import export as export_common
 
 TEXT_SIGNATURE = "serve_text"
 
@@ -76,4 +76,4 @@ class BertEncoderExport(tf.Module):
 def export_encoder(export_dir, encoder, vocab_file, seq_length):
     """Writes the SavedModel atomically (complete or absent) to `export_dir`."""
     module = BertEncoderExport(encoder, vocab_file, seq_length)
-    return training.export_saved_model(export_dir, module, signatures=module.signatures())
+    return export_common.export_saved_model(export_dir, module, signatures=module.signatures())

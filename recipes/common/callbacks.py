@@ -157,6 +157,44 @@ class TrainingScalars(tf_keras.callbacks.Callback):
         self._last_time, self._last_step = now, step
 
 
+class ProgressLine(tf_keras.callbacks.Callback):
+    """One console line every `every` optimizer steps (and at the last step): the step,
+    every scalar of the step's logs by name, seconds per step and the time left. Plain
+    lines (no redrawn progress bar), so a log file reads like the terminal."""
+
+    def __init__(self, total_steps, every):
+        super().__init__()
+        self._total, self._every = total_steps, max(1, every)
+        self._start = None
+
+    def on_train_begin(self, logs=None):
+        if self._start is None:  # the first chunk of this process (tracing time included)
+            self._start = (int(self.model.optimizer.iterations.numpy()), time.perf_counter())
+
+    def on_train_batch_end(self, batch, logs=None):
+        step = int(self.model.optimizer.iterations.numpy())
+        now = time.perf_counter()
+        if step % self._every and step != self._total:
+            return
+        first_step, start_time = self._start
+        per_step = (now - start_time) / max(1, step - first_step)
+        scalars = " ".join(
+            f"{name}={float(value):.4g}"
+            for name, value in (logs or {}).items()
+            if _is_scalar(value)
+        )
+        print(
+            f"step {step}/{self._total}  {scalars}  {per_step:.2f} s/step, "
+            f"{_duration(per_step * (self._total - step))} left",
+            flush=True,
+        )
+
+
+def _duration(seconds):
+    minutes, seconds = divmod(int(seconds), 60)
+    return f"{minutes // 60}h{minutes % 60:02d}m" if minutes >= 60 else f"{minutes}m{seconds:02d}s"
+
+
 class LastLogs(tf_keras.callbacks.Callback):
     """Keeps the scalars of the last training step's logs on `history.last_logs` (the
     driver writes them to results.json)."""

@@ -76,16 +76,39 @@ def format_config(config):
 
 
 def save_config(config, model_dir):
-    """Writes `model_dir/config.yaml` atomically; returns its path."""
+    """Writes `model_dir/config.yaml` atomically; returns its path. A config.yaml with other
+    content is kept first as config.<n>.yaml (n = 1, 2, ...): the history of a resumed run."""
     import tensorflow as tf  # Late import: gs:// paths need tf.io.gfile; loading a config does not.
 
     tf.io.gfile.makedirs(model_dir)
     path = os.path.join(model_dir, "config.yaml")
+    text = format_config(config)
+    if tf.io.gfile.exists(path):
+        with tf.io.gfile.GFile(path) as f:
+            previous = f.read()
+        if previous != text:
+            n = 1
+            while tf.io.gfile.exists(os.path.join(model_dir, f"config.{n}.yaml")):
+                n += 1
+            tf.io.gfile.copy(path, os.path.join(model_dir, f"config.{n}.yaml"))
     temporary = path + ".tmp"
     with tf.io.gfile.GFile(temporary, "w") as f:
-        f.write(format_config(config))
+        f.write(text)
     tf.io.gfile.rename(temporary, path, overwrite=True)
     return path
+
+
+def changed_keys(old, new, prefix=""):
+    """[(dotted key, old value, new value)] where two configs (dataclasses or dicts) differ."""
+    old = dataclasses.asdict(old) if dataclasses.is_dataclass(old) else old
+    new = dataclasses.asdict(new) if dataclasses.is_dataclass(new) else new
+    changes = []
+    for key, value in new.items():
+        if isinstance(value, dict) and isinstance(old.get(key), dict):
+            changes += changed_keys(old[key], value, f"{prefix}{key}.")
+        elif old.get(key) != value:
+            changes.append((f"{prefix}{key}", old.get(key), value))
+    return changes
 
 
 def _read_yaml_file(path):

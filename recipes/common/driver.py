@@ -13,11 +13,11 @@ read once (`flags.read_options`) and passed down as values.
 import json
 import math
 import os
-import sys
 import time
 
 import tensorflow as tf
 import tf_keras
+from absl import logging as absl_logging
 
 from lamb_tf import accumulation
 from recipes.common import checkpoints, errors, exclusion_report
@@ -30,6 +30,9 @@ from recipes.common import training
 from recipes.common.errors import TrainingDiverged, UserError
 
 RESULTS_FILE = "results.json"
+# What a run leaves in its model_dir (printed at the end when present).
+OUTPUTS = ("checkpoints", "config.yaml", RESULTS_FILE, exclusion_report.EXCLUSIONS_FILE,
+           "export", "train", "eval", "train_scalars")
 TRAIN_MODES = ("train", "train_and_eval")
 EVAL_MODES = ("eval", "train_and_eval")
 _INPUT_ERRORS = (tf.errors.InvalidArgumentError, tf.errors.DataLossError)
@@ -80,6 +83,29 @@ def check_model_dir(model_dir, mode):
         checkpoints.require_checkpoint(model_dir)
 
 
+def compare_with_saved_config(task, model_dir):
+    """When --model_dir holds a checkpoint and its config.yaml: refuses a change to a key of
+    `task.fixed_on_resume` (one line), and prints every other changed key, old -> new."""
+    saved_path = os.path.join(model_dir, "config.yaml")
+    if checkpoints.latest_checkpoint(model_dir) is None or not tf.io.gfile.exists(saved_path):
+        return
+    try:
+        saved = config_lib.load_config(type(task.config), [saved_path])
+    except UserError:
+        print(f"config: {saved_path} does not load with this version's keys; not compared",
+              flush=True)
+        return
+    for key, old, new in config_lib.changed_keys(saved, task.config):
+        fixed = any(key == f or (f.endswith(".") and key.startswith(f))
+                    for f in task.fixed_on_resume)
+        if fixed:
+            raise UserError(
+                f"{key} was {old!r} in the run in {model_dir}, now {new!r}: its checkpoint "
+                f"does not fit this model; keep {key}={old!r} or use a new --model_dir"
+            )
+        print(f"config: {key} {old!r} -> {new!r} (resuming the run in {model_dir})", flush=True)
+
+
 def plan_batch(config, num_replicas):
     """The `BatchPlan` of train.global_batch_size / micro_batch_size, or a UserError."""
     try:
@@ -100,9 +126,14 @@ def run(task_class, options):
     """The whole program for `options` (a `flags.RunOptions`); returns held-out results."""
     task = load_task(task_class, options)
     check_model_dir(options.model_dir, options.mode)
+    compare_with_saved_config(task, options.model_dir)
     strategy = strategy_lib.make_strategy(options.strategy, options.tpu, options.communication)
     plan = plan_batch(task.config, strategy.num_replicas_in_sync)
-    print(f"resolved config:\n{config_lib.format_config(task.config)}", flush=True)
+    if options.verbose:
+        print(f"resolved config:\n{config_lib.format_config(task.config)}", flush=True)
+    else:  # TensorFlow's INFO chatter (export internals, ...) only with --verbose
+        absl_logging.set_verbosity(absl_logging.WARNING)
+        tf.get_logger().setLevel("WARNING")
     strategy_lib.log_batch_plan(strategy, plan)
     with strategy_lib.WorkerDirectory(options.model_dir, strategy) as work_dir:
         # config.yaml is written by training.train after the restore succeeded.
@@ -168,6 +199,9 @@ class _Run:
                              os.path.join(self.model_dir, self.task.export_subdir))
         if mode != "export":
             self.write_results(train_logs, results)
+        print(f"outputs in {self.model_dir}: " + ", ".join(
+            name for name in OUTPUTS if tf.io.gfile.exists(os.path.join(self.model_dir, name))
+        ), flush=True)
         return results
 
     def build(self):
@@ -193,7 +227,6 @@ class _Run:
                 checkpoint_every=train.checkpoint_every,
                 global_batch_size=train.global_batch_size,
                 log_every=train.log_every,
-                verbose=1 if sys.stdout.isatty() else 2,
                 restore_dir=self.options.model_dir,  # every worker resumes from the chief's
                 config=self.config,  # saved as config.yaml once the checkpoint fits the model
             )

@@ -7,7 +7,7 @@ and exit status 2, with no traceback, before anything is written to `model_dir`.
 
 import sys
 
-from absl import app
+from absl import app, flags
 
 
 class UserError(Exception):
@@ -43,6 +43,12 @@ def run(main):
             print(f"stopped: {stopped}", file=sys.stderr, flush=True)
             sys.exit(EXIT_PREEMPTED)
 
+    app.define_help_flags()
+    try:  # parsed here first so that a bad flag is one line and exit status 2, as any mistake
+        flags.FLAGS(sys.argv)
+    except flags.Error as error:
+        print(f"error: {error}; see --help", file=sys.stderr, flush=True)
+        sys.exit(EXIT_USER_ERROR)
     try:
         app.run(guarded_main)
     except app.UsageError as error:  # absl raises this for bad flags in some paths.

@@ -6,6 +6,7 @@
 """
 
 import dataclasses
+import sys
 
 from absl import flags
 
@@ -23,8 +24,8 @@ def define_flags():
     flags.DEFINE_string(
         "params_override",
         "",
-        "Overrides applied after the config files: `train.steps=100,optimizer.name=lars` "
-        "or a YAML mapping.",
+        "Overrides applied after the config files: `train.steps=100,optimizer.name=adamw` "
+        "(keys in the README's config tables) or a YAML mapping.",
     )
     flags.DEFINE_string(
         "model_dir",
@@ -58,7 +59,17 @@ def define_flags():
         "bitwise-equal weights on the same hardware and software (slower; see "
         "docs/reliability.md).",
     )
+    flags.DEFINE_bool(
+        "verbose",
+        False,
+        "Also print the resolved config and TensorFlow's INFO logs (by default the console "
+        "shows progress and results; the config is in <model_dir>/config.yaml).",
+    )
     flags.mark_flag_as_required("model_dir")
+    # `--help` lists the key flags of the program (absl names it by sys.argv[0]): these.
+    for name in ("config_file", "params_override", "model_dir", "mode", "tpu", "strategy",
+                 "communication", "deterministic", "verbose"):
+        FLAGS.register_key_flag_for_module(sys.argv[0], FLAGS[name])
 
 
 @dataclasses.dataclass(frozen=True)
@@ -72,6 +83,7 @@ class RunOptions:
     strategy: str
     communication: str
     deterministic: bool
+    verbose: bool = False
 
 
 def read_options():
@@ -85,4 +97,5 @@ def read_options():
         strategy=FLAGS.strategy,
         communication=FLAGS.communication,
         deterministic=FLAGS.deterministic,
+        verbose=FLAGS.verbose,
     )

@@ -40,6 +40,9 @@ class Task:
     export_subdir = "export"
     # Weight-decay exclusions when optimizer.exclude_from_weight_decay is null.
     default_exclude_from_weight_decay = ()
+    # Config keys (or prefixes ending in ".") a resumed run may not change: the checkpoint
+    # would not mean the same model or data any more. Other changes are printed.
+    fixed_on_resume = ("model.",)
 
     def __init__(self, config):
         self.config = config

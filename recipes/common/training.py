@@ -89,6 +89,7 @@ def train(
       total_steps: optimizer steps to reach; must be a multiple of `checkpoint_every`.
       checkpoint_every: optimizer steps between checkpoints.
       global_batch_size: examples per optimizer step (for examples/s).
+      verbose: print a progress line every `log_every` steps (0: silent).
       log_every: optimizer steps between TensorBoard scalars (default: checkpoint_every).
       restore_dir: where to find the checkpoint to resume from (default `model_dir`;
         multi-worker: the chief's model_dir, for every worker).
@@ -107,14 +108,14 @@ def train(
         print(f"already trained to step {first_step} >= train.steps={total_steps}", flush=True)
         return history
     every = log_every or checkpoint_every
+    if verbose:  # one plain line per `every` steps instead of Keras' progress bar
+        callbacks = [*callbacks, callbacks_lib.ProgressLine(total_steps, every)]
     loop = _Loop(model, manager, history, model_dir, global_batch_size, every, callbacks)
     with _StopOnSigterm() as stop:
         loop.stop = stop
         for chunk_start, chunk_end in _chunks(first_step, total_steps, checkpoint_every):
-            if verbose:
-                print(f"training steps {chunk_start + 1}-{chunk_end} of {total_steps}", flush=True)
             try:
-                loop.fit_chunk(make_train_dataset(chunk_start), chunk_start, chunk_end, verbose)
+                loop.fit_chunk(make_train_dataset(chunk_start), chunk_start, chunk_end)
             except tf.errors.DataLossError as error:
                 if data_files is None:
                     raise
@@ -181,7 +182,7 @@ class _Loop:
             self.callbacks.append(hook)
         self.epochs = []
 
-    def fit_chunk(self, dataset, chunk_start, chunk_end, verbose):
+    def fit_chunk(self, dataset, chunk_start, chunk_end):
         epoch = len(self.epochs)
         self.model.fit(
             dataset,
@@ -189,7 +190,7 @@ class _Loop:
             epochs=epoch + 1,
             steps_per_epoch=chunk_end - chunk_start,
             callbacks=self.callbacks + [callbacks_lib.SaveWhenStopped(self.manager, self.stop)],
-            verbose=verbose,
+            verbose=0,
         )
         self.epochs.append(epoch)
         self.history.epoch = self.epochs

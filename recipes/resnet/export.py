@@ -7,7 +7,7 @@ Each image goes through the recipe's eval preprocessing (Model Garden's classifi
 Parser: central crop, resize, per-channel normalisation), so a served image gets exactly
 the numbers the held-out evaluation saw. Class i is line i of the converter's labels.txt
 (copied into the export's assets/ when known). The export is atomic
-(`recipes.common.training.export_saved_model`).
+(`recipes.common.export.export_saved_model`).
 
 Use it:
     served = tf.saved_model.load(export_dir).signatures["serving_default"]
@@ -19,7 +19,7 @@ import os
 
 import tensorflow as tf
 
-from recipes.common import training
+from recipes.common import export as export_common
 from recipes.resnet import input as input_lib
 
 SIGNATURE_INPUT = "image_bytes"
@@ -65,7 +65,7 @@ def export(model, data_config, export_dir, jpeg_only=True, labels_file=None):
     if labels_file and not tf.io.gfile.exists(labels_file):
         labels_file = None
     module = ServingModule(model, data_config, jpeg_only, labels_file)
-    return training.export_saved_model(
+    return export_common.export_saved_model(
         export_dir, module, signatures={"serving_default": module.serve}
     )
 

@@ -8,7 +8,7 @@
 Flags and modes are the driver's (recipes/common/driver.py): it prints the batch plan and
 which variables get weight decay and trust ratios (the full table in
 <model_dir>/exclusions.txt), trains (resuming from the newest checkpoint in --model_dir),
-prints held-out top-1/top-5 and exports <model_dir>/saved_model (JPEG bytes in,
+prints held-out top-1/top-5 and exports <model_dir>/export (JPEG bytes in,
 class probabilities out).
 """
 
@@ -29,10 +29,10 @@ class ResNetClassification(task.Task):
     """Model Garden's ResNet + classification head on ImageNet-format TFRecords."""
 
     config_class = ResNetConfig
-    export_subdir = "saved_model"
     # optimizer.exclude_from_weight_decay: null = MLPerf's LARS skip list (batch norm and
     # biases); the LAMB configs list [batch_normalization] explicitly, as the authors' run.
     default_exclude_from_weight_decay = exclusions.RESNET_EXCLUDE_PATTERNS
+    fixed_on_resume = ("model.", "data.num_classes")
 
     def prepare(self, model_dir, mode):
         self.data = data_lib.resolve_data(self.config.data, model_dir, mode)
