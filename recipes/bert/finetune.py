@@ -78,6 +78,8 @@ class BertFinetuneTask(task_lib.Task):
     config_class = BertFinetuneConfig
     export_subdir = "export"
     default_exclude_from_weight_decay = tuple(exclusions.BERT_EXCLUDE_PATTERNS)
+    # A resumed run keeps its encoder and its task: the checkpoint holds their weights.
+    fixed_on_resume = ("encoder.pretraining_dir", "encoder.init", "data.")
 
     def check_config(self):
         data, encoder = self.config.data, self.config.encoder
