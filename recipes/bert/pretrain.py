@@ -22,6 +22,7 @@ import tensorflow as tf  # noqa: E402
 
 from lamb_tf import exclusions  # noqa: E402
 from recipes.bert import data as data_lib  # noqa: E402
+from recipes.bert import ecosystem_export  # noqa: E402
 from recipes.bert import export as export_lib  # noqa: E402
 from recipes.bert import input as input_lib  # noqa: E402
 from recipes.bert import model as model_lib  # noqa: E402
@@ -47,6 +48,7 @@ class BertPretraining(task.Task):
             )
 
     def prepare(self, model_dir, mode):
+        self.model_dir = model_dir
         self.data = data_lib.locate_or_prepare_data(self.config.data, model_dir)
         self.vocab_size = len(vocabulary.read_vocabulary(self.data.vocab_file))
 
@@ -83,6 +85,9 @@ class BertPretraining(task.Task):
         export_lib.export_encoder(
             export_dir, self.encoder, self.data.vocab_file, self.config.data.seq_length
         )
+        ecosystem_export.export_for_ecosystem(  # model_garden/ and hub/ (docs/finetune.md)
+            self.model_dir, self.encoder, self.config.model, self.data.vocab_file,
+            self.config.data.seq_length)
 
     def explain_input_error(self, error, split):
         if not isinstance(error, tf.errors.DataLossError):

@@ -1,0 +1,197 @@
+"""The pretrained encoder in the formats the rest of the ecosystem reads.
+
+`export_for_ecosystem(output_dir, encoder, model_config, vocab_file, seq_length)` writes
+
+  <output_dir>/model_garden/encoder-1.{index,data-*}, checkpoint
+        `tf.train.Checkpoint(encoder=...)`: what Model Garden's BERT fine-tuning tasks
+        (sentence_prediction, question_answering, tagging, ...) restore through
+        `task.init_checkpoint` (a directory or the `encoder-1` prefix);
+  <output_dir>/model_garden/encoder.yaml
+        the matching `task.model.encoder` block (`type: bert_v2`, Model Garden's
+        `BertEncoderV2`, which is the class pretraining trains), and `vocab.txt`;
+  <output_dir>/hub/preprocess, <output_dir>/hub/encoder
+        a SavedModel pair with the conventions of the BERT models published on TF Hub,
+        written by Model Garden's own exporter (`official.nlp.tools.export_tfhub_lib`):
+        preprocess(strings) -> input_word_ids, input_mask, input_type_ids (seq_length
+        pieces; `.tokenize` and `.bert_pack_inputs` for pairs), and
+        encoder(those three) -> pooled_output, sequence_output, encoder_outputs, default.
+
+The pretraining program writes both at export. For a run exported before that (or to
+re-export), the command line rebuilds them from a pretraining `model_dir` (its
+`config.yaml`, `vocab.txt` and the encoder of its SavedModel export):
+
+  python -m recipes.bert.ecosystem_export --model_dir=/tmp/bert_tiny
+
+Loading the pair needs the tensorflow-text ops (`import tensorflow_text`). The encoder's
+`pooled_output` is the pooler pretraining trained (recipes/bert/model.py).
+"""
+
+import json
+import os
+import types
+import uuid
+
+os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")  # Model Garden models are tf_keras models.
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
+
+import tensorflow as tf  # noqa: E402
+import yaml  # noqa: E402
+from absl import flags  # noqa: E402
+from official.nlp.configs import encoders  # noqa: E402
+from official.nlp.tools import export_tfhub_lib  # noqa: E402
+
+from recipes.bert import model as model_lib  # noqa: E402
+from recipes.bert import vocabulary  # noqa: E402
+from recipes.common import errors  # noqa: E402
+from recipes.common.errors import UserError  # noqa: E402
+
+CHECKPOINT_SUBDIR = "model_garden"
+HUB_SUBDIR = "hub"
+ENCODER_CONFIG_FILE = "encoder.yaml"
+
+
+def create_weights(encoder, seq_length):
+    """Calls `encoder` once on a dummy batch so that its weights exist (a checkpoint of an
+    unbuilt Keras model holds nothing, and a restore into it checks nothing)."""
+    ones = tf.ones((1, seq_length), tf.int32)
+    encoder(dict(input_word_ids=ones, input_mask=ones, input_type_ids=ones))
+    return encoder
+
+
+def encoder_config(model_config, vocab_size):
+    """Model Garden's `EncoderConfig` that builds the same `BertEncoderV2` as
+    `recipes.bert.model.build_encoder` (hidden activation "gelu" is Model Garden's
+    tanh-approximated GELU, BertEncoderV2's default, so the two agree)."""
+    return encoders.EncoderConfig(
+        type="bert_v2",
+        bert_v2=encoders.BertEncoderConfig(
+            vocab_size=vocab_size,
+            hidden_size=model_config.hidden_size,
+            num_layers=model_config.num_layers,
+            num_attention_heads=model_config.num_attention_heads,
+            hidden_activation="gelu",
+            intermediate_size=model_config.intermediate_size,
+            dropout_rate=model_config.dropout_rate,
+            attention_dropout_rate=model_config.attention_dropout_rate,
+            max_position_embeddings=model_config.max_sequence_length,
+            type_vocab_size=model_config.type_vocab_size,
+            initializer_range=model_config.initializer_range,
+        ),
+    )
+
+
+def write_encoder_checkpoint(directory, encoder, config, vocab_file):
+    """`Checkpoint(encoder=encoder)` + `encoder.yaml` + `vocab.txt` into `directory`;
+    returns the checkpoint prefix."""
+    tf.io.gfile.makedirs(directory)
+    manager = tf.train.CheckpointManager(
+        tf.train.Checkpoint(encoder=encoder), directory, max_to_keep=1, checkpoint_name="encoder"
+    )
+    prefix = manager.save(checkpoint_number=1)
+    with tf.io.gfile.GFile(os.path.join(directory, ENCODER_CONFIG_FILE), "w") as f:
+        yaml.safe_dump(config.as_dict(), f, sort_keys=False)
+    tf.io.gfile.copy(vocab_file, os.path.join(directory, "vocab.txt"), overwrite=True)
+    return prefix
+
+
+def write_hub_models(directory, checkpoint_prefix, config, vocab_file, seq_length):
+    """The TF-Hub-style `preprocess` and `encoder` SavedModels, by Model Garden's exporter."""
+    export_tfhub_lib.export_model(
+        os.path.join(directory, "encoder"),
+        encoder_config=config,
+        model_checkpoint_path=checkpoint_prefix,
+        with_mlm=False,
+        vocab_file=vocab_file,
+        do_lower_case=True,  # the pretraining vocabulary is uncased
+    )
+    export_tfhub_lib.export_preprocessing(
+        os.path.join(directory, "preprocess"),
+        vocab_file=vocab_file,
+        do_lower_case=True,
+        tokenize_with_offsets=False,
+        default_seq_length=seq_length,
+    )
+
+
+def export_for_ecosystem(output_dir, encoder, model_config, vocab_file, seq_length):
+    """Writes `model_garden/` and `hub/` under `output_dir`, each complete or absent (written
+    under a temporary name, then renamed into place). Returns the checkpoint prefix."""
+    config = encoder_config(model_config, len(vocabulary.read_vocabulary(vocab_file)))
+    final = {name: os.path.join(output_dir, name) for name in (CHECKPOINT_SUBDIR, HUB_SUBDIR)}
+    temporary = {name: f"{path}.tmp-{uuid.uuid4().hex[:8]}" for name, path in final.items()}
+    # CheckpointManager's `checkpoint` state file names the prefix relative to its
+    # directory, so the rename keeps it valid.
+    try:
+        prefix = write_encoder_checkpoint(temporary[CHECKPOINT_SUBDIR], encoder, config,
+                                          vocab_file)
+        write_hub_models(temporary[HUB_SUBDIR], prefix, config, vocab_file, seq_length)
+        for name, path in final.items():
+            if tf.io.gfile.exists(path):
+                tf.io.gfile.rmtree(path)
+            tf.io.gfile.rename(temporary[name], path)
+    finally:
+        for path in temporary.values():
+            if tf.io.gfile.exists(path):
+                tf.io.gfile.rmtree(path)
+    print(f"exported Model Garden encoder checkpoint to {final[CHECKPOINT_SUBDIR]} and "
+          f"TF-Hub-style SavedModels to {final[HUB_SUBDIR]}", flush=True)
+    return os.path.join(final[CHECKPOINT_SUBDIR], os.path.basename(prefix))
+
+
+# ---- From a pretraining model_dir ------------------------------------------------------
+
+MODEL_KEYS = ("hidden_size", "num_layers", "num_attention_heads", "intermediate_size",
+              "max_sequence_length", "type_vocab_size", "dropout_rate",
+              "attention_dropout_rate", "initializer_range")
+
+
+def read_pretraining_run(model_dir):
+    """(model config, vocab_file, seq_length, encoder SavedModel) of a pretraining run,
+    from its `config.yaml`, its data preparation and its export."""
+    config_path = os.path.join(model_dir, "config.yaml")
+    if not tf.io.gfile.exists(config_path):
+        raise UserError(f"{config_path} does not exist: give the --model_dir of a pretraining "
+                        "run (python -m recipes.bert.pretrain)")
+    with tf.io.gfile.GFile(config_path) as f:
+        config = yaml.safe_load(f)
+    model_config = types.SimpleNamespace(**{key: config["model"][key] for key in MODEL_KEYS})
+    data = config["data"]
+    vocab_file = data.get("vocab_file") or ""
+    if not vocab_file:  # learned by the preparation, in the data directory
+        metadata = os.path.join(data.get("data_dir") or os.path.join(model_dir, "data"),
+                                "metadata.json")
+        with tf.io.gfile.GFile(metadata) as f:
+            vocab_file = json.load(f)["vocab_file"]
+    export = config.get("export", {})
+    export_dir = export.get("dir") or export.get("export_dir") or os.path.join(model_dir,
+                                                                              "export")
+    return model_config, vocab_file, int(data["seq_length"]), export_dir
+
+
+def export_pretraining_run(model_dir):
+    """Writes `model_garden/` and `hub/` into a pretraining `model_dir` from its export."""
+    model_config, vocab_file, seq_length, export_dir = read_pretraining_run(model_dir)
+    variables = os.path.join(export_dir, "variables", "variables")
+    if not tf.io.gfile.exists(variables + ".index"):
+        raise UserError(f"{export_dir} holds no SavedModel export; run the pretraining with "
+                        "--mode=export first")
+    encoder = create_weights(
+        model_lib.build_encoder(model_config, len(vocabulary.read_vocabulary(vocab_file))),
+        seq_length)
+    # The export's root module keeps the encoder as its attribute `encoder`
+    # (recipes/bert/export.py), the same path as Checkpoint(encoder=...).
+    tf.train.Checkpoint(encoder=encoder).read(variables).expect_partial() \
+        .assert_existing_objects_matched()
+    return export_for_ecosystem(model_dir, encoder, model_config, vocab_file, seq_length)
+
+
+def _main(argv):
+    if len(argv) > 1:
+        raise UserError(f"unexpected arguments {argv[1:]}; all options are --flags")
+    export_pretraining_run(flags.FLAGS.model_dir)
+
+
+if __name__ == "__main__":
+    flags.DEFINE_string("model_dir", None, "A pretraining run's --model_dir.")
+    flags.mark_flag_as_required("model_dir")
+    errors.run(_main)

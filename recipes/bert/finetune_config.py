@@ -1,0 +1,79 @@
+"""The BERT fine-tuning config: schema dataclasses, one commented field per key.
+
+Shared sections (train, optimizer, eval, runtime, export) are `recipes.common.schema`'s;
+the defaults below are the embedded task's (configs/bert/finetune_stdlib.yaml sets every
+key with its reason; configs/bert/finetune_squad_v1.yaml carries BERT's SQuAD recipe).
+"""
+import dataclasses
+from typing import Optional
+
+from recipes.common import schema
+
+TASKS = ("stdlib", "classification", "squad")
+INITS = ("pretrained", "none")
+
+
+@dataclasses.dataclass
+class EncoderConfig:
+    """Where the encoder comes from."""
+    # A pretraining run's model_dir. Its `model_garden/` export gives the encoder's shape
+    # (encoder.yaml), the vocabulary (vocab.txt) and the weights; its config.yaml the
+    # sequence length pretraining used.
+    pretraining_dir: str = ""
+    # pretrained: start from the run's encoder weights; none: an encoder of the same shape
+    # and vocabulary with random weights (the comparison without pretraining).
+    init: str = "pretrained"
+    # Dropout inside the encoder while fine-tuning (BERT: 0.1).
+    dropout_rate: float = 0.1
+    attention_dropout_rate: float = 0.1
+
+
+@dataclasses.dataclass
+class DataConfig:
+    """The task and its files."""
+    # stdlib: which standard-library module a passage of the pretraining run's held-out
+    # documents comes from (built from pretraining_dir, nothing to give);
+    # classification: `train_file` / `eval_file` in .tsv or .jsonl (sentence or
+    # sentence1 + sentence2, label); squad: SQuAD v1.1 JSON files.
+    task: str = "stdlib"
+    train_file: str = ""
+    eval_file: str = ""
+    # classification: the label order (the model's class ids); null = the sorted labels of
+    # the training file.
+    labels: Optional[list[str]] = None
+    # Pieces per input, [CLS] and [SEP]s included; 0 = the pretraining run's. At most the
+    # pretraining run's (longer inputs would reach position embeddings it never trained).
+    seq_length: int = 0
+    # squad: windows over a long context start this many pieces apart (BERT: 128).
+    doc_stride: int = 128
+    # squad: questions are cut to this many pieces (BERT: 64).
+    max_query_length: int = 64
+    # squad: start and end candidates per window when decoding (BERT: 20).
+    n_best_size: int = 20
+    # squad: the longest answer, in pieces (BERT: 30).
+    max_answer_length: int = 30
+
+
+def _train():
+    return schema.TrainConfig(global_batch_size=32, micro_batch_size=32, steps=300,
+                              checkpoint_every=100, log_every=20)
+
+
+def _optimizer():
+    return schema.OptimizerConfig(name="adamw", learning_rate=1e-4, warmup_steps=30,
+                                  weight_decay_rate=0.01)
+
+
+def _eval():
+    return schema.EvalConfig(global_batch_size=64)
+
+
+@dataclasses.dataclass
+class BertFinetuneConfig:
+    encoder: EncoderConfig = dataclasses.field(default_factory=EncoderConfig)
+    data: DataConfig = dataclasses.field(default_factory=DataConfig)
+    train: schema.TrainConfig = dataclasses.field(default_factory=_train)
+    optimizer: schema.OptimizerConfig = dataclasses.field(default_factory=_optimizer)
+    eval: schema.EvalConfig = dataclasses.field(default_factory=_eval)
+    runtime: schema.RuntimeConfig = dataclasses.field(default_factory=schema.RuntimeConfig)
+    export: schema.ExportConfig = dataclasses.field(default_factory=schema.ExportConfig)

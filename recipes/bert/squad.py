@@ -1,0 +1,163 @@
+"""Extractive question answering in SQuAD v1.1 format, with Model Garden's pieces.
+
+Everything that defines the benchmark is Model Garden's, called rather than re-written:
+- reading `train-v1.1.json` / `dev-v1.1.json`: `official.nlp.data.squad_lib.read_squad_examples`;
+- features: `squad_lib.convert_examples_to_features` ([CLS] question [SEP] context-window
+  [SEP], windows `doc_stride` word pieces apart, the "max context" bookkeeping);
+- the model head: `official.nlp.modeling.models.BertSpanLabeler` (start and end logits);
+- decoding: `squad_lib.postprocess_output` (n-best start x end pairs, the longest-answer
+  cap, projection back to the original text);
+- the metric: `official.nlp.tools.squad_evaluate_v1_1.evaluate`, the official v1.1 script
+  (answer normalisation, exact match and token F1, max over the reference answers).
+  Model Garden's copy returns fractions; `squad_scores` reports them x100 as the official
+  script and the paper do (F1 90.395 for the paper's baseline).
+
+Tokenization is Google BERT's Python `FullTokenizer` over the pretraining run's
+`vocab.txt` (lower-cased), which is what `squad_lib` is written against; it splits text into
+the same word pieces as the `tensorflow_text.BertTokenizer` used in pretraining.
+"""
+
+import collections
+import json
+
+import numpy as np
+import tensorflow as tf
+import tf_keras
+from official.nlp.data import squad_lib
+from official.nlp.modeling import models
+from official.nlp.tools import squad_evaluate_v1_1
+from official.nlp.tools import tokenization
+
+from recipes.common.errors import UserError
+
+# Model Garden's squad experiment / Google BERT's run_squad.py defaults.
+DOC_STRIDE = 128
+MAX_QUERY_LENGTH = 64
+N_BEST_SIZE = 20
+MAX_ANSWER_LENGTH = 30
+
+# What `squad_lib.postprocess_output` reads from a model output.
+RawResult = collections.namedtuple("RawResult", ["unique_id", "start_logits", "end_logits"])
+
+FEATURE_NAMES = ("input_word_ids", "input_mask", "input_type_ids")
+
+
+def make_tokenizer(vocab_file):
+    """Google BERT's `FullTokenizer` (lower-cased, as the pretraining vocabulary is)."""
+    return tokenization.FullTokenizer(vocab_file, do_lower_case=True)
+
+
+def read_dataset(path):
+    """The `data` list of a SQuAD-format JSON file (what the official metric reads)."""
+    try:
+        with tf.io.gfile.GFile(path, "r") as f:
+            data = json.load(f)["data"]
+    except tf.errors.NotFoundError:
+        raise UserError(f"SQuAD file {path} does not exist: give a SQuAD v1.1 JSON file") from None
+    except (ValueError, KeyError, TypeError) as error:
+        raise UserError(
+            f"SQuAD file {path} is not SQuAD v1.1 JSON ({error.__class__.__name__}: "
+            f"{str(error)[:100]}): it needs {{\"data\": [{{\"paragraphs\": [...]}}]}}"
+        ) from None
+    return data
+
+
+def read_examples(path, is_training):
+    """`squad_lib.SquadExample`s of a SQuAD v1.1 file; a malformed file is one line."""
+    read_dataset(path)  # The one-line errors for a missing or non-JSON file.
+    try:
+        examples = squad_lib.read_squad_examples(
+            path, is_training=is_training, version_2_with_negative=False
+        )
+    except (KeyError, IndexError, TypeError, ValueError) as error:
+        raise UserError(
+            f"SQuAD file {path} is not SQuAD v1.1 ({error.__class__.__name__}: "
+            f"{str(error)[:100]}): every question needs id, question and answers "
+            "[{text, answer_start}] (exactly one answer in training files)"
+        ) from None
+    if not examples:
+        raise UserError(f"SQuAD file {path} holds no usable question")
+    return examples
+
+
+def convert_examples(examples, tokenizer, seq_length, is_training, doc_stride=DOC_STRIDE,
+                     max_query_length=MAX_QUERY_LENGTH):
+    """`squad_lib.InputFeatures`, one per context window (`doc_stride` apart)."""
+    features = []
+
+    def collect(feature, is_padding=False):
+        if not is_padding:
+            features.append(feature)
+
+    squad_lib.convert_examples_to_features(
+        examples,
+        tokenizer=tokenizer,
+        max_seq_length=seq_length,
+        doc_stride=doc_stride,
+        max_query_length=max_query_length,
+        is_training=is_training,
+        output_fn=collect,
+        batch_size=1,  # no padding features: evaluation batches may be partial
+    )
+    return features
+
+
+def feature_arrays(features, is_training):
+    """Model inputs (and, for training features, `start_positions`/`end_positions`) as
+    NumPy arrays, in feature order."""
+    arrays = {
+        "input_word_ids": np.array([f.input_ids for f in features], np.int32),
+        "input_mask": np.array([f.input_mask for f in features], np.int32),
+        "input_type_ids": np.array([f.segment_ids for f in features], np.int32),
+    }
+    if is_training:
+        arrays["start_positions"] = np.array([f.start_position for f in features], np.int32)
+        arrays["end_positions"] = np.array([f.end_position for f in features], np.int32)
+    return arrays
+
+
+def build_model(encoder, seq_length, initializer_range):
+    """Model Garden's `BertSpanLabeler` over `encoder`, as a functional model with named
+    float32 outputs `start_logits`, `end_logits` ([batch, seq_length] each)."""
+    span_labeler = models.BertSpanLabeler(
+        network=encoder,
+        initializer=tf_keras.initializers.TruncatedNormal(stddev=initializer_range),
+    )
+    inputs = {name: tf_keras.Input((seq_length,), dtype=tf.int32, name=name)
+              for name in FEATURE_NAMES}
+    start_logits, end_logits = span_labeler(inputs)
+    named = lambda name, x: tf_keras.layers.Activation("linear", dtype="float32", name=name)(x)
+    return tf_keras.Model(
+        inputs,
+        {"start_logits": named("start_logits", start_logits),
+         "end_logits": named("end_logits", end_logits)},
+        name="bert_squad",
+    )
+
+
+def decode(examples, features, start_logits, end_logits, n_best_size=N_BEST_SIZE,
+           max_answer_length=MAX_ANSWER_LENGTH):
+    """{question id: answer text} by `squad_lib.postprocess_output` (v1.1: always an
+    answer) from per-feature logits [num_features, length]."""
+    results = [
+        RawResult(unique_id=f.unique_id, start_logits=list(map(float, s)),
+                  end_logits=list(map(float, e)))
+        for f, s, e in zip(features, start_logits, end_logits)
+    ]
+    predictions, _, _ = squad_lib.postprocess_output(
+        examples,
+        features,
+        results,
+        n_best_size=n_best_size,
+        max_answer_length=max_answer_length,
+        do_lower_case=True,
+        version_2_with_negative=False,
+    )
+    return dict(predictions)
+
+
+def squad_scores(dataset, predictions):
+    """The official SQuAD v1.1 exact match and F1, in percent, over every question of
+    `dataset` (the JSON `data` list); a question without a prediction scores 0."""
+    scores = squad_evaluate_v1_1.evaluate(dataset, predictions)
+    return {"exact_match": 100.0 * scores["exact_match"], "f1": 100.0 * scores["final_f1"]}

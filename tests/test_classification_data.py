@@ -1,0 +1,67 @@
+"""Sentence (pair) classification data (recipes/bert/classification.py): TSV and JSONL
+files, one-line errors, and the in-graph packing that training and serving share."""
+import json
+
+import pytest
+
+from recipes.bert import classification
+from recipes.common.errors import UserError
+
+VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "the", "cat", "sat", "dog", "ran",
+         "far", "##s", "."]
+
+
+@pytest.fixture
+def vocab_file(tmp_path):
+    path = tmp_path / "vocab.txt"
+    path.write_text("".join(t + "\n" for t in VOCAB))
+    return str(path)
+
+
+def test_tsv_and_jsonl_give_the_same_examples(tmp_path):
+    (tmp_path / "a.tsv").write_text("sentence1\tsentence2\tlabel\nthe cat\tthe dog\tyes\n"
+                                    "a b\tc\tno\n")
+    (tmp_path / "a.jsonl").write_text(
+        json.dumps({"sentence1": "the cat", "sentence2": "the dog", "label": "yes"}) + "\n\n"
+        + json.dumps({"sentence1": "a b", "sentence2": "c", "label": "no"}) + "\n")
+    expected = [classification.Example("the cat", "the dog", "yes"),
+                classification.Example("a b", "c", "no")]
+    assert classification.read_examples(str(tmp_path / "a.tsv")) == expected
+    assert classification.read_examples(str(tmp_path / "a.jsonl")) == expected
+    assert classification.label_ids(expected, ["no", "yes"], "a.tsv") == [1, 0]
+
+
+def test_bad_files_are_one_line_errors_naming_the_line(tmp_path):
+    with pytest.raises(UserError, match="does not exist"):
+        classification.read_examples(str(tmp_path / "none.tsv"))
+    (tmp_path / "x.csv").write_text("sentence,label\n")
+    with pytest.raises(UserError, match=".tsv or .jsonl"):
+        classification.read_examples(str(tmp_path / "x.csv"))
+    (tmp_path / "b.jsonl").write_text('{"sentence": "a", "label": "x"}\n[1, 2]\n')
+    with pytest.raises(UserError, match="line 2 is not a JSON object"):
+        classification.read_examples(str(tmp_path / "b.jsonl"))
+    (tmp_path / "c.tsv").write_text("text\tlabel\nhello\tx\n")
+    with pytest.raises(UserError, match="line 2 lacks 'sentence'"):
+        classification.read_examples(str(tmp_path / "c.tsv"))
+    examples = [classification.Example("a", None, "maybe")]
+    with pytest.raises(UserError, match=r"label\(s\) \['maybe'\]"):
+        classification.label_ids(examples, ["no", "yes"], "d.tsv")
+
+
+def test_packing_single_sentences_and_trimmed_pairs(vocab_file):
+    packer = classification.TextPacker(vocab_file, seq_length=8)
+    single = packer(["The cats sat."])
+    # [CLS]=2 the=5 cat=6 ##s=11 sat=7 .=12 [SEP]=3, then [PAD]=0.
+    assert single["input_word_ids"].numpy().tolist() == [[2, 5, 6, 11, 7, 12, 3, 0]]
+    assert single["input_mask"].numpy().tolist() == [[1, 1, 1, 1, 1, 1, 1, 0]]
+    assert single["input_type_ids"].numpy().tolist() == [[0] * 8]
+    pair = packer(["the cat sat"], ["the dog ran far"])
+    # 8 - [CLS] - 2 [SEP] = 5 pieces, given one at a time to A, B, A, B, A:
+    # A keeps "the cat sat" (3), B keeps "the dog" (2).
+    assert pair["input_word_ids"].numpy().tolist() == [[2, 5, 6, 7, 3, 5, 8, 3]]
+    assert pair["input_type_ids"].numpy().tolist() == [[0, 0, 0, 0, 0, 1, 1, 1]]
+    examples = [classification.Example("the cat", None, "x"),
+                classification.Example("dog", None, "y")]
+    packed = classification.pack_examples(packer, examples, batch_size=1)
+    assert packed["input_word_ids"].numpy().tolist() == [[2, 5, 6, 3, 0, 0, 0, 0],
+                                                         [2, 8, 3, 0, 0, 0, 0, 0]]

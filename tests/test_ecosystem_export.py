@@ -1,0 +1,113 @@
+"""The pretrained encoder for the ecosystem (recipes/bert/ecosystem_export.py): Model
+Garden's own `bert/sentence_prediction` experiment fine-tunes from the checkpoint (with
+lamb_tf's LAMB through `lamb_tf.model_garden.register()`), and the TF-Hub-style
+preprocess + encoder pair reproduces the encoder's outputs."""
+import os
+import types
+
+import numpy as np
+import pytest
+import tensorflow as tf
+import tensorflow_text  # noqa: F401  (ops of the preprocessing SavedModel)
+import tf_keras
+from official.core import exp_factory
+from official.core import task_factory
+from official.nlp.configs import encoders
+from official.nlp.configs import finetuning_experiments  # noqa: F401  (bert/sentence_prediction)
+
+from lamb_tf import model_garden
+from lamb_tf import tf_keras_optimizers
+from recipes.bert import ecosystem_export
+from recipes.bert import model as model_lib
+
+pytestmark = pytest.mark.slow  # Model Garden task, two Hub SavedModels (minutes)
+
+VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "the", "cat", "sat", "dog", "ran", "."]
+TINY_MODEL = types.SimpleNamespace(
+    hidden_size=16, num_layers=1, num_attention_heads=2, intermediate_size=32,
+    max_sequence_length=32, type_vocab_size=2, dropout_rate=0.0, attention_dropout_rate=0.0,
+    initializer_range=0.02)
+SEQ_LENGTH = 8
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory):
+    root = tmp_path_factory.mktemp("ecosystem")
+    vocab_file = str(root / "vocab.txt")
+    with open(vocab_file, "w") as f:
+        f.write("".join(t + "\n" for t in VOCAB))
+    tf_keras.utils.set_random_seed(3)
+    encoder = ecosystem_export.create_weights(
+        model_lib.build_encoder(TINY_MODEL, len(VOCAB)), SEQ_LENGTH)
+    prefix = ecosystem_export.export_for_ecosystem(str(root / "export"), encoder, TINY_MODEL,
+                                                   vocab_file, SEQ_LENGTH)
+    return types.SimpleNamespace(root=root, encoder=encoder, prefix=prefix,
+                                 directory=os.path.dirname(prefix))
+
+
+def test_layout_is_model_garden_checkpoint_config_vocab_and_hub_pair(exported):
+    assert sorted(os.listdir(exported.directory)) == [
+        "checkpoint", "encoder-1.data-00000-of-00001", "encoder-1.index", "encoder.yaml",
+        "vocab.txt"]
+    assert sorted(os.listdir(exported.root / "export")) == ["hub", "model_garden"]
+    assert sorted(os.listdir(exported.root / "export" / "hub")) == ["encoder", "preprocess"]
+    config = encoders.EncoderConfig.from_yaml(os.path.join(exported.directory, "encoder.yaml"))
+    assert config.type == "bert_v2"
+    assert config.bert_v2.vocab_size == len(VOCAB) and config.bert_v2.hidden_size == 16
+
+
+def test_model_garden_sentence_prediction_task_fine_tunes_from_the_checkpoint(exported):
+    experiment = exp_factory.get_exp_config("bert/sentence_prediction")
+    experiment.task.init_checkpoint = exported.directory  # a directory, as users pass it
+    experiment.task.model.encoder = encoders.EncoderConfig.from_yaml(
+        os.path.join(exported.directory, "encoder.yaml"))
+    experiment.task.model.num_classes = 3
+    experiment.trainer.optimizer_config.optimizer.type = "lamb"
+    experiment.trainer.optimizer_config.learning_rate.type = "constant"
+    experiment.trainer.optimizer_config.learning_rate.constant.learning_rate = 0.01
+    experiment.trainer.optimizer_config.warmup.type = None
+    task = task_factory.get_task(experiment.task)
+    model = task.build_model()
+    before = [w.numpy() for w in model.checkpoint_items["encoder"].weights]
+    task.initialize(model)
+    restored = model.checkpoint_items["encoder"].weights
+    assert len(restored) == len(exported.encoder.weights)
+    for ours, theirs, fresh in zip(exported.encoder.weights, restored, before):
+        np.testing.assert_array_equal(ours.numpy(), theirs.numpy())
+    assert any(not np.array_equal(fresh, w.numpy()) for fresh, w in zip(before, restored))
+
+    model_garden.register()
+    try:
+        optimizer = task.create_optimizer(experiment.trainer.optimizer_config)
+    finally:
+        model_garden.unregister()
+    assert isinstance(optimizer, tf_keras_optimizers.LAMB)
+    rng = np.random.default_rng(0)
+    inputs = {
+        "input_word_ids": tf.constant(rng.integers(5, len(VOCAB), (4, SEQ_LENGTH)), tf.int32),
+        "input_mask": tf.ones((4, SEQ_LENGTH), tf.int32),
+        "input_type_ids": tf.zeros((4, SEQ_LENGTH), tf.int32),
+        "label_ids": tf.constant([0, 1, 2, 1], tf.int32),
+    }
+    start = [w.numpy() for w in restored]
+    logs = task.train_step(inputs, model, optimizer, metrics=task.build_metrics())
+    assert np.isfinite(float(logs["loss"]))
+    assert any(not np.array_equal(a, w.numpy()) for a, w in zip(start, restored))
+
+
+def test_hub_pair_serves_the_encoder_outputs_from_raw_text(exported):
+    preprocess = tf.saved_model.load(str(exported.root / "export" / "hub" / "preprocess"))
+    encoder = tf.saved_model.load(str(exported.root / "export" / "hub" / "encoder"))
+    inputs = preprocess(tf.constant(["The cat sat.", "dog"]))
+    # [CLS]=2 the=5 cat=6 sat=7 .=10 [SEP]=3, padded with [PAD]=0 to SEQ_LENGTH 8.
+    assert inputs["input_word_ids"].numpy().tolist() == [[2, 5, 6, 7, 10, 3, 0, 0],
+                                                         [2, 8, 3, 0, 0, 0, 0, 0]]
+    assert inputs["input_mask"].numpy().tolist()[1] == [1, 1, 1, 0, 0, 0, 0, 0]
+    outputs = encoder(inputs)
+    assert {"pooled_output", "sequence_output", "encoder_outputs", "default"} <= set(outputs)
+    expected = exported.encoder(inputs, training=False)
+    np.testing.assert_allclose(outputs["pooled_output"].numpy(),
+                               expected["pooled_output"].numpy(), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(outputs["sequence_output"].numpy(),
+                               expected["sequence_output"].numpy(), rtol=1e-5, atol=1e-6)
+    assert len(outputs["encoder_outputs"]) == TINY_MODEL.num_layers

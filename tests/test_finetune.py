@@ -1,0 +1,184 @@
+"""The fine-tuning program (`python -m recipes.bert.finetune`, a task on the shared driver):
+SQuAD on the tiny SQuAD-format file trains, decodes and scores with the official metric, and
+its raw-string SavedModel, reloaded in a fresh process, gives the answers evaluation scored;
+sentence-pair classification with gradient accumulation serves labels (LAMB fine-tunes
+in tests/test_ecosystem_export.py and in the embedded default); user
+mistakes are one line and exit status 2.
+
+The "pretraining run" is a tiny random encoder written in the layout the pretraining program
+exports (`ecosystem_export.export_for_ecosystem` + config.yaml), so no pretraining runs here.
+"""
+import json
+import os
+import re
+import subprocess
+import sys
+import types
+
+import pytest
+import tf_keras
+import yaml
+
+from conftest import REPO_ROOT
+from recipes.bert import ecosystem_export
+from recipes.bert import finetune
+from recipes.bert import model as model_lib
+
+TINY_SQUAD = os.path.join(REPO_ROOT, "tests", "data", "tiny_squad.json")
+SEQ_LENGTH = 48
+TINY_MODEL = types.SimpleNamespace(
+    hidden_size=32, num_layers=1, num_attention_heads=2, intermediate_size=64,
+    max_sequence_length=64, type_vocab_size=2, dropout_rate=0.0, attention_dropout_rate=0.0,
+    initializer_range=0.02)
+CLASSIFICATION_WORDS = ["cat", "dog", "sat", "ran", "on", "mat", "far", "away", "home"]
+
+
+@pytest.fixture(scope="module")
+def pretraining_dir(tmp_path_factory):
+    root = tmp_path_factory.mktemp("pretraining_run")
+    words = set(CLASSIFICATION_WORDS)
+    with open(TINY_SQUAD) as f:
+        for article in json.load(f)["data"]:
+            for paragraph in article["paragraphs"]:
+                for text in [paragraph["context"]] + [q["question"] for q in paragraph["qas"]]:
+                    words |= set(re.findall(r"\w+|[^\w\s]", text.lower()))
+    vocab_file = str(root / "vocab.txt")
+    with open(vocab_file, "w") as f:
+        f.write("".join(t + "\n" for t in ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+                        + sorted(words)))
+    tf_keras.utils.set_random_seed(5)
+    encoder = ecosystem_export.create_weights(
+        model_lib.build_encoder(TINY_MODEL, len(words) + 5), SEQ_LENGTH)
+    ecosystem_export.export_for_ecosystem(str(root), encoder, TINY_MODEL, vocab_file, SEQ_LENGTH)
+    with open(root / "config.yaml", "w") as f:
+        yaml.safe_dump({"data": {"corpus": "my_texts", "seq_length": SEQ_LENGTH, "seed": 1}}, f)
+    return str(root)
+
+
+def run_finetune(model_dir, override, *extra):
+    return subprocess.run(
+        [sys.executable, "-m", "recipes.bert.finetune", f"--model_dir={model_dir}",
+         f"--params_override={override}", *extra],
+        cwd=REPO_ROOT, capture_output=True, text=True, timeout=900,
+        env={**os.environ, "PYTHONPATH": REPO_ROOT},
+    )
+
+
+def serve_in_fresh_process(export_dir, inputs):
+    """Calls serving_default in a new Python process (only TF and tensorflow-text loaded)."""
+    script = (
+        "import json, sys\n"
+        "import tensorflow as tf, tensorflow_text\n"
+        "serve = tf.saved_model.load(sys.argv[1]).signatures['serving_default']\n"
+        "inputs = {k: tf.constant(v) for k, v in json.loads(sys.argv[2]).items()}\n"
+        "out = serve(**inputs)\n"
+        "print(json.dumps({k: [x.decode() if isinstance(x, bytes) else x for x in "
+        "v.numpy().tolist()] for k, v in out.items()}))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script, export_dir, json.dumps(inputs)],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.slow  # command-line runs
+def test_squad_trains_scores_and_serves_the_scored_answers_in_a_fresh_process(
+        pretraining_dir, tmp_path):
+    model_dir = tmp_path / "squad"
+    done = run_finetune(model_dir, ",".join([
+        f"encoder.pretraining_dir={pretraining_dir}", "encoder.dropout_rate=0.0",
+        "encoder.attention_dropout_rate=0.0", "data.task=squad",
+        f"data.train_file={TINY_SQUAD}", f"data.eval_file={TINY_SQUAD}",
+        "optimizer.name=adamw", "optimizer.learning_rate=0.001", "optimizer.warmup_steps=10",
+        "train.steps=150", "train.checkpoint_every=150", "train.global_batch_size=8",
+        "train.micro_batch_size=4", "eval.global_batch_size=8"]))
+    assert done.returncode == 0, done.stderr[-3000:]
+    results = json.loads((model_dir / "results.json").read_text())
+    assert results["accumulation_steps"] == 2
+    # Evaluated on the 8 training questions: the span head has memorised them.
+    assert results["eval"]["f1"] >= 90.0 and results["eval"]["exact_match"] >= 87.5
+    assert re.search(r"held-out exact_match=[\d.]+ f1=[\d.]+", done.stdout)
+    predictions = json.loads((model_dir / finetune.PREDICTIONS_FILE).read_text())
+    with open(TINY_SQUAD) as f:
+        questions = [(q["id"], q["question"], p["context"]) for a in json.load(f)["data"]
+                     for p in a["paragraphs"] for q in p["qas"]]
+    served = serve_in_fresh_process(str(model_dir / "export"), {
+        "question": [q for _, q, _ in questions], "context": [c for _, _, c in questions]})
+    assert served["answer"] == [predictions[qid] for qid, _, _ in questions]
+    for (_, _, context), answer, start in zip(questions, served["answer"], served["start"]):
+        assert context.encode()[start:].decode().startswith(answer)
+
+
+@pytest.mark.slow  # command-line runs
+def test_pair_classification_with_accumulation_serves_labels(pretraining_dir,
+                                                                      tmp_path):
+    rows = ["sentence1\tsentence2\tlabel"]
+    for first in ("the cat sat", "a cat ran far", "cat on the mat", "the cat ran home"):
+        for second in ("on the mat", "far away"):
+            rows.append(f"{first}\t{second}\tfeline")
+            rows.append(f"{first.replace('cat', 'dog')}\t{second}\tcanine")
+    data = tmp_path / "pairs.tsv"
+    data.write_text("\n".join(rows) + "\n")
+    model_dir = tmp_path / "pairs"
+    done = run_finetune(model_dir, ",".join([
+        f"encoder.pretraining_dir={pretraining_dir}", "data.task=classification",
+        f"data.train_file={data}", f"data.eval_file={data}", "data.seq_length=16",
+        "optimizer.name=adamw", "optimizer.learning_rate=0.005", "optimizer.warmup_steps=10",
+        "train.steps=120", "train.checkpoint_every=60", "train.global_batch_size=16",
+        "train.micro_batch_size=8", "eval.global_batch_size=16"]))
+    assert done.returncode == 0, done.stderr[-3000:]
+    results = json.loads((model_dir / "results.json").read_text())
+    assert results["accumulation_steps"] == 2 and results["steps"] == 120
+    assert results["eval"]["accuracy"] == 1.0
+    served = serve_in_fresh_process(str(model_dir / "export"), {
+        "sentence1": ["the cat sat", "the dog sat"], "sentence2": ["far away", "far away"]})
+    assert served["label"] == ["feline", "canine"]
+    assert all(abs(sum(p) - 1) < 1e-5 for p in served["probabilities"])
+
+
+@pytest.mark.slow  # command-line runs
+def test_longer_sequences_than_pretraining_are_one_line_and_exit_2(pretraining_dir, tmp_path):
+    done = run_finetune(tmp_path / "x", ",".join([
+        f"encoder.pretraining_dir={pretraining_dir}", "data.task=squad",
+        f"data.train_file={TINY_SQUAD}", f"data.eval_file={TINY_SQUAD}",
+        f"data.seq_length={SEQ_LENGTH + 16}"]))
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    # (TensorFlow's C++ start-up lines, e.g. about CUDA, may precede it on stderr.)
+    assert [line for line in done.stderr.splitlines() if line.startswith("error:")] == [
+        f"error: data.seq_length={SEQ_LENGTH + 16} is longer than the pretraining run's "
+        f"{SEQ_LENGTH}; use at most {SEQ_LENGTH} (0 = the run's)"]
+    assert not (tmp_path / "x" / "checkpoints").exists()
+
+
+@pytest.mark.parametrize("override, message", [
+    ("data.task=ner", "data.task='ner' is not one of stdlib, classification, squad"),
+    ("encoder.init=random", "encoder.init='random' is not one of pretrained, none"),
+    ("data.task=squad", "data.task=squad needs data.train_file and data.eval_file"),
+])
+def test_config_mistakes_are_one_line(pretraining_dir, override, message):
+    from recipes.common import config as config_lib
+    config = config_lib.load_config(finetune.BertFinetuneConfig, (),
+                                    f"encoder.pretraining_dir={pretraining_dir},{override}")
+    with pytest.raises(finetune.UserError, match=re.escape(message)):
+        finetune.BertFinetuneTask(config).check_config()
+
+
+def test_pretraining_dir_without_encoder_export_names_the_fix(tmp_path):
+    with pytest.raises(finetune.UserError,
+                       match="python -m recipes.bert.ecosystem_export --model_dir="):
+        finetune.PretrainingRun(str(tmp_path))
+
+
+def test_stdlib_task_needs_a_run_on_the_embedded_corpus(pretraining_dir, tmp_path):
+    from recipes.common import config as config_lib
+    config = config_lib.load_config(finetune.BertFinetuneConfig, (),
+                                    f"encoder.pretraining_dir={pretraining_dir}")
+    with pytest.raises(finetune.UserError, match="data.task=stdlib needs a pretraining run"):
+        finetune.BertFinetuneTask(config).prepare(str(tmp_path), "train")
+
+
+def test_comparison_adds_the_init_to_either_override_form():
+    assert finetune.with_init("", "none") == "encoder.init=none"
+    assert finetune.with_init("train.steps=5", "none") == "train.steps=5,encoder.init=none"
+    assert json.loads(finetune.with_init("{train: {steps: 5}}", "none")) == {
+        "train": {"steps": 5}, "encoder": {"init": "none"}}

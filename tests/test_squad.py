@@ -1,0 +1,138 @@
+"""SQuAD v1.1 pieces (recipes/bert/squad.py): the official metric on hand-scored cases,
+Model Garden's windowing with doc stride, and n-best decoding back to the original text.
+
+Every expected number below is worked out by hand in the comments, from the rules of the
+official v1.1 script: lower-case, drop punctuation, drop the articles a/an/the, split on
+whitespace; EM = normalised strings equal; F1 = 2PR/(P+R) over the bag of tokens; the
+max over the reference answers; a question without a prediction scores 0.
+"""
+import json
+import os
+
+import numpy as np
+import pytest
+
+from recipes.bert import squad
+from recipes.common.errors import UserError
+
+TINY_SQUAD = os.path.join(os.path.dirname(__file__), "data", "tiny_squad.json")
+
+
+def write_vocab(path, words):
+    tokens = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + sorted(set(words))
+    with open(path, "w", encoding="utf-8") as f:
+        f.write("".join(t + "\n" for t in tokens))
+    return str(path)
+
+
+def question(qid, answers):
+    return {"id": qid, "question": "q", "answers": [{"text": a, "answer_start": 0} for a in answers]}
+
+
+def test_official_metric_on_hand_scored_answers():
+    dataset = [{"paragraphs": [{"context": "c", "qas": [
+        question("a", ["the Eiffel Tower", "Eiffel Tower"]),
+        question("b", ["New York City"]),
+        question("c", ["42", "forty two"]),
+        question("d", ["apple"]),
+        question("e", ["unanswered"]),
+    ]}]}]
+    predictions = {
+        # "eiffel tower" == "eiffel tower" (case, "!" dropped): EM 1, F1 1.
+        "a": "Eiffel tower!",
+        # [york, city, in] vs [new, york, city]: 2 common, P = R = 2/3, F1 = 2/3; EM 0.
+        "b": "York City in",
+        # the hyphen is deleted, not spaced: [fortytwo] shares nothing with [forty, two]
+        # or [42]: EM 0, F1 0.
+        "c": "forty-two",
+        # "an" is an article: "apple" == "apple": EM 1, F1 1.
+        "d": "an apple",
+        # "e" has no prediction: 0 and 0.
+    }
+    scores = squad.squad_scores(dataset, predictions)
+    # EM = (1 + 0 + 0 + 1 + 0) / 5 = 40 %; F1 = (1 + 2/3 + 0 + 1 + 0) / 5 = 8/15 = 53.33 %.
+    assert scores["exact_match"] == pytest.approx(40.0)
+    assert scores["f1"] == pytest.approx(100 * 8 / 15)
+
+
+def test_partial_overlap_takes_the_best_reference():
+    dataset = [{"paragraphs": [{"context": "c", "qas": [
+        question("a", ["the big red house", "red house"])]}]}]
+    # [red, house, door] vs [big, red, house]: 2 common, P = 2/3, R = 2/3 -> 2/3.
+    # vs [red, house]: 2 common, P = 2/3, R = 1 -> 2 * (2/3) / (5/3) = 4/5 (the max).
+    scores = squad.squad_scores(dataset, {"a": "red house door"})
+    assert scores["exact_match"] == 0.0
+    assert scores["f1"] == pytest.approx(80.0)
+
+
+def test_long_context_is_split_into_windows_doc_stride_apart(tmp_path):
+    words = [f"w{i}" for i in range(20)]
+    context = " ".join(words)
+    vocab = write_vocab(tmp_path / "vocab.txt", words + ["where", "is", "it", "?"])
+    data = {"data": [{"paragraphs": [{"context": context, "qas": [{
+        "id": "x", "question": "where is it",
+        "answers": [{"text": "w15", "answer_start": context.index("w15")}]}]}]}]}
+    path = tmp_path / "long.json"
+    path.write_text(json.dumps(data))
+    examples = squad.read_examples(str(path), is_training=True)
+    features = squad.convert_examples(examples, squad.make_tokenizer(vocab), seq_length=16,
+                                      is_training=True, doc_stride=4)
+    # Room for the context: 16 - 3 question tokens - [CLS] [SEP] [SEP] = 10 pieces.
+    # Windows start at 0, 4, 8 (each 10 long) and 12 (8 long: 12 + 8 = 20 ends the loop).
+    assert [f.tokens[5] for f in features] == ["w0", "w4", "w8", "w12"]
+    assert [len(f.tokens) for f in features] == [16, 16, 16, 14]
+    # w15 is in the windows starting at 8 and 12: position 5 (after [CLS] where is it
+    # [SEP]) + 15 - 8 = 12, and 5 + 15 - 12 = 8; elsewhere the target is [CLS] (0).
+    assert [f.start_position for f in features] == [0, 0, 12, 8]
+    assert [f.end_position for f in features] == [0, 0, 12, 8]
+    # Max context: w15 is 7 from the start / 2 from the end of window 8..17 (min 2) and
+    # 3 / 4 in window 12..19 (min 3): it is scored in the last window only.
+    assert [f.token_is_max_context.get(f.tokens.index("w15"), None) if "w15" in f.tokens
+            else None for f in features] == [None, None, False, True]
+    arrays = squad.feature_arrays(features, is_training=True)
+    assert arrays["input_word_ids"].shape == (4, 16)
+    assert arrays["input_mask"][3].tolist() == [1] * 14 + [0] * 2
+    assert arrays["input_type_ids"][0].tolist() == [0] * 5 + [1] * 11
+
+
+def test_decoding_picks_the_best_valid_span_and_returns_original_text(tmp_path):
+    vocab = write_vocab(tmp_path / "vocab.txt", [
+        "where", "does", "the", "eiffel", "tower", "stand", "?", "stands", "in", "paris",
+        ",", "france", ".", "it", "was", "finished", "1889", "for", "a", "world", "fair"])
+    examples = squad.read_examples(TINY_SQUAD, is_training=False)[:1]  # q1
+    features = squad.convert_examples(examples, squad.make_tokenizer(vocab), seq_length=48,
+                                      is_training=False)
+    tokens = features[0].tokens
+    # [CLS] where does the eiffel tower stand ? [SEP] the eiffel tower stands in paris , ...
+    paris, france = tokens.index("paris"), tokens.index("france")
+    start = np.zeros((1, 48))
+    end = np.zeros((1, 48))
+    start[0, 1] = end[0, 1] = 10.0  # "where" is in the question: never an answer
+    start[0, paris], end[0, paris] = 5.0, 3.0
+    end[0, france] = 2.9
+    # Valid spans (start <= end, both in the context): "Paris" 5 + 3 = 8, "Paris, France"
+    # 5 + 2.9 = 7.9, spans over zero logits 0 or less. "Paris," in the whitespace-split
+    # context is projected back to "Paris".
+    assert squad.decode(examples, features, start, end) == {"q1": "Paris"}
+    # "Paris, France" 5 + 4 = 9 now beats "Paris" 8 (and "France" alone 0 + 4 = 4).
+    end[0, france] = 4.0
+    assert squad.decode(examples, features, start, end) == {"q1": "Paris, France"}
+    # Longest answer 1 piece: "Paris , France" (3 pieces) is out; "Paris" 8 > "France" 4.
+    assert squad.decode(examples, features, start, end, max_answer_length=1) == {"q1": "Paris"}
+    # A start after the end is invalid: start "France" 6 with end "Paris" 3 would be 9.
+    start[0, france] = 6.0
+    end[0, france] = -1.0
+    # Valid: "Paris" 8, "France" 6 - 1 = 5, "Paris, France" 5 - 1 = 4.
+    assert squad.decode(examples, features, start, end) == {"q1": "Paris"}
+
+
+def test_bad_squad_files_are_one_line_errors(tmp_path):
+    with pytest.raises(UserError, match="does not exist"):
+        squad.read_examples(str(tmp_path / "missing.json"), is_training=True)
+    (tmp_path / "bad.json").write_text("{not json")
+    with pytest.raises(UserError, match="not SQuAD v1.1 JSON"):
+        squad.read_examples(str(tmp_path / "bad.json"), is_training=True)
+    (tmp_path / "no_answer.json").write_text(json.dumps({"data": [{"paragraphs": [
+        {"context": "a b", "qas": [{"id": "x", "question": "q"}]}]}]}))
+    with pytest.raises(UserError, match="answers"):
+        squad.read_examples(str(tmp_path / "no_answer.json"), is_training=True)
