@@ -17,12 +17,11 @@ results.json and the export, a SavedModel that answers raw strings
 (recipes/bert/finetune_export.py).
 """
 
-import dataclasses
-import json
-import os
+from recipes.common import startup  # noqa: F401  (before TensorFlow: legacy Keras, quiet C++)
 
-os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")  # Model Garden models are tf_keras models.
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
+import dataclasses  # noqa: E402
+import json  # noqa: E402
+import os  # noqa: E402
 
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
