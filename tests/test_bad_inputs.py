@@ -61,7 +61,10 @@ CASES = {
     "corpus-without-sentence-pairs": (BERT, FRESH,
                                       ["--params_override=data.corpus={d}/one_sentence_documents,"
                                        "data.train_files=''"],
-                                      ["one_sentence_documents", "no training sentence pairs"]),
+                                      # two one-sentence documents still make a random-next
+                                      # training pair (as Google's create_pretraining_data),
+                                      # but leave nothing for the held-out split
+                                      ["one_sentence_documents", "no held-out sentence pairs"]),
     "vocabulary-does-not-match-checkpoint": (
         BERT, TRAINED, ["--params_override=data.vocab_file={d}/bigger_vocab.txt"],
         ["does not fit this model", "vocabulary"]),
