@@ -112,6 +112,8 @@ def test_accumulation_k4_equals_k1_through_the_cli(trained_runs):
     weights = [key for key in k1_values if key.startswith("model/")]
     assert len(weights) > 20
     for key, value in k1_values.items():
+        if "/gradient_noise_scale/" in key:
+            continue  # the noise-scale estimate needs 2+ micro-batches: k=1 has none to average
         np.testing.assert_allclose(k4_values[key], value, rtol=2e-5, atol=2e-6, err_msg=key)
     # The runs did train: the step counter moved and LAMB wrote its moments.
     slots = [key for key in k1_values if key.startswith("optimizer/_variables/")]
