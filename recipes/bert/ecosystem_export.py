@@ -26,7 +26,9 @@ Loading the pair needs the tensorflow-text ops (`import tensorflow_text`). The e
 `pooled_output` is the pooler pretraining trained (recipes/bert/model.py).
 """
 
+import contextlib
 import json
+import logging
 import os
 import types
 import uuid
@@ -113,6 +115,21 @@ def write_hub_models(directory, checkpoint_prefix, config, vocab_file, seq_lengt
     )
 
 
+@contextlib.contextmanager
+def _reload_warnings_off():
+    """Model Garden's exporter reloads the model it saves, and tf_keras then warns that the
+    reloaded model's metrics are not built (they are not used here). Off the console at the
+    recipes' default WARNING level; with --verbose the warning stays."""
+    logger = tf.get_logger()
+    level = logger.level
+    if level >= logging.WARNING:
+        logger.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
+
+
 def export_for_ecosystem(output_dir, encoder, model_config, vocab_file, seq_length):
     """Writes `model_garden/` and `hub/` under `output_dir`, each complete or absent (written
     under a temporary name, then renamed into place). Returns the checkpoint prefix."""
@@ -124,7 +141,8 @@ def export_for_ecosystem(output_dir, encoder, model_config, vocab_file, seq_leng
     try:
         prefix = write_encoder_checkpoint(temporary[CHECKPOINT_SUBDIR], encoder, config,
                                           vocab_file)
-        write_hub_models(temporary[HUB_SUBDIR], prefix, config, vocab_file, seq_length)
+        with _reload_warnings_off():
+            write_hub_models(temporary[HUB_SUBDIR], prefix, config, vocab_file, seq_length)
         for name, path in final.items():
             if tf.io.gfile.exists(path):
                 tf.io.gfile.rmtree(path)
