@@ -8,6 +8,7 @@ A block that reads what a documented run wrote says so in its first line, naming
 
     # After the main job (runs/bert_tiny): ...
     # After the ResNet default (runs/resnet_tiny): ...
+    # After the fine-tuning default (runs/bert_finetune): ...
 
 Those blocks run after a short version of that run (same command, fewer steps) in the same
 working directory, so the paths they read are the ones the docs name.
@@ -26,18 +27,29 @@ DOC_FILES = ["README.md"] + sorted(
     if name.endswith(".md"))
 BLOCK = re.compile(r"^```python\n(.*?)^```", re.S | re.M)
 
-# The first line of a block that reads a run's outputs -> the short run that writes them.
-AFTER_RUN = {
-    "# After the main job (runs/bert_tiny)": [
+# The documented runs, shortened (same command, fewer steps), in the order they depend on.
+RUNS = {
+    "main job": [
         "-m", "recipes.bert.pretrain", "--config_file={repo}/configs/bert/tiny_cpu.yaml",
         "--model_dir=runs/bert_tiny",
         "--params_override=train.steps=2,train.checkpoint_every=2,train.log_every=1,"
         "optimizer.warmup_steps=1"],
-    "# After the ResNet default (runs/resnet_tiny)": [
+    "fine-tuning default": [
+        "-m", "recipes.bert.finetune", "--config_file={repo}/configs/bert/finetune_stdlib.yaml",
+        "--model_dir=runs/bert_finetune", "--compare_with_random_init",
+        "--params_override=encoder.pretraining_dir=runs/bert_tiny,train.steps=2,"
+        "train.checkpoint_every=2,train.log_every=1,optimizer.warmup_steps=1"],
+    "ResNet default": [
         "-m", "recipes.resnet.train", "--config_file={repo}/configs/resnet/tiny_cpu.yaml",
         "--model_dir=runs/resnet_tiny",
         "--params_override=train.steps=2,train.checkpoint_every=2,train.log_every=1,"
         "optimizer.warmup_steps=1"],
+}
+# The first line of a block that reads a run's outputs -> the runs that write them.
+AFTER_RUN = {
+    "# After the main job (runs/bert_tiny)": ["main job"],
+    "# After the fine-tuning default (runs/bert_finetune)": ["main job", "fine-tuning default"],
+    "# After the ResNet default (runs/resnet_tiny)": ["ResNet default"],
 }
 
 
@@ -69,12 +81,13 @@ _runs_done = set()
 
 
 def ensure_run(marker, workdir):
-    if marker in _runs_done:
-        return
-    args = [arg.format(repo=REPO_ROOT) for arg in AFTER_RUN[marker]]
-    result = run_python(args, cwd=workdir, timeout=900)
-    assert result.returncode == 0, f"{' '.join(args)} failed:\n{result.stderr[-3000:]}"
-    _runs_done.add(marker)
+    for name in AFTER_RUN[marker]:
+        if name in _runs_done:
+            continue
+        args = [arg.format(repo=REPO_ROOT) for arg in RUNS[name]]
+        result = run_python(args, cwd=workdir, timeout=900)
+        assert result.returncode == 0, f"{' '.join(args)} failed:\n{result.stderr[-3000:]}"
+        _runs_done.add(name)
 
 
 def test_every_doc_has_only_known_run_markers():
