@@ -7,9 +7,10 @@ Sources (see docs/large_batch.md):
 * linear scaling: Goyal et al. 2017 ("Accurate, Large Minibatch SGD"), the usual rule for
   momentum SGD (e.g. Model Garden's ResNet-50: 0.1 per 256 examples).
 * The untuned-LAMB numbers come from the paper's appendix table ("square root LR scaling
-  and linear-epoch warmup"). That table is UNCONFIRMED (recalled, not re-read in the
-  paper) but internally consistent: the rate grows by sqrt(2) per doubling and the warmup
-  is 3,125 iterations at every batch size.
+  and linear-epoch warmup"). Its values were not checked against the paper's text here
+  (only Table 1's batch sizes and step counts were, in tests/test_scaling.py); they are
+  internally consistent: the rate grows by sqrt(2) per doubling and the warmup is 3,125
+  iterations at every batch size.
 """
 import dataclasses
 import math
