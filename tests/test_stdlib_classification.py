@@ -1,11 +1,10 @@
 """The embedded fine-tuning task (recipes/bert/stdlib_classification.py) is built only from
 documents the pretraining preparation held out."""
 import json
-import random
 
 import pytest
 
-from recipes.bert import corpus
+from recipes.bert import chunks, corpus
 from recipes.bert import stdlib_classification
 from recipes.bert import text_files
 
@@ -30,13 +29,15 @@ def test_passages_come_only_from_held_out_documents(data_dir, tmp_path):
     train_path, test_path, labels = stdlib_classification.write_task(
         str(tmp_path), str(data_dir), SEED, max_examples=30)
     train, test = read_jsonl(train_path), read_jsonl(test_path)
-    # The split as prepare_data documents it: one random.Random(seed) coin per document,
-    # in corpus order, held out when below the 5% held-out fraction.
-    coin = random.Random(SEED)
-    files = [str(data_dir / "corpus" / name) for name in corpus.EMBEDDED_CORPUS_FILES]
+    # The split as prepare_data makes it (recipes/bert/chunks.py): one seeded coin per
+    # document id (index of its file in the sorted list, index in the file), held out when
+    # below the 5% held-out fraction.
+    files = sorted(str(data_dir / "corpus" / name) for name in corpus.EMBEDDED_CORPUS_FILES)
     held_out, pretrained_on = [], []
-    for document in text_files.read_documents(files):
-        (held_out if coin.random() < 0.05 else pretrained_on).append(" ".join(document))
+    for file_index, path in enumerate(files):
+        for index, document in enumerate(text_files.read_documents([path])):
+            coin = chunks.is_heldout(SEED, file_index, index, 0.05)
+            (held_out if coin else pretrained_on).append(" ".join(document))
     held_out, pretrained_on = "\n".join(held_out), "\n".join(pretrained_on)
     for row in train + test:  # a passage is consecutive sentences of one document
         assert row["sentence"] in held_out, row

@@ -19,6 +19,7 @@ import json
 import os
 import random
 
+from recipes.bert import chunks
 from recipes.bert import corpus
 from recipes.bert import prepare_data
 from recipes.bert import text_files
@@ -64,8 +65,14 @@ def heldout_documents(pretraining_data_dir, seed, heldout_fraction=prepare_data.
             f"the corpus in {pretraining_data_dir} has {len(documents)} documents but this "
             f"Python's standard library gives {len(names)}: pretrain with this Python"
         )
-    split = prepare_data._split_documents(  # pylint: disable=protected-access
-        files, heldout_fraction, seed, False, "replaying the held-out split")
+    # The preparation's own coin (recipes/bert/chunks.py): a document's id is its file's
+    # index in the sorted list the preparation read, and its index in that file.
+    prepared_files = text_files.resolve_text_files(os.path.dirname(files[0]))
+    split = [
+        (chunks.is_heldout(seed, prepared_files.index(path), index, heldout_fraction), document)
+        for path in files
+        for index, document in enumerate(text_files.read_documents([path]))
+    ]
     heldout, trained_on = [], []
     for name, (is_heldout, document) in zip(names, split):
         if is_heldout:
