@@ -95,7 +95,7 @@ def test_two_workers_on_loopback_equal_one_process(tmp_path):
     assert expected.keys() == actual.keys() and len(expected) > 50
     for name, value in expected.items():
         if "/gradient_noise_scale/" in name:
-            continue  # its small batch is the per-replica micro-batch, which 2 workers halve
+            continue  # an estimate from micro-batch gradients: 2 workers split the batch otherwise
         np.testing.assert_allclose(actual[name], value, rtol=1e-5, atol=1e-7, err_msg=name)
 
     # only the chief wrote into model_dir ...
