@@ -194,14 +194,6 @@ MUTATIONS = [
         "        if False:",
         ["tests/test_optimizer_serialization.py::test_checkpoint_restore_continues_identically"],
         [r"test_checkpoint_restore_continues_identically\[.*tf_keras\]"]),
-    Mutation(
-        "keras3_build_not_idempotent", "Keras 3: build() runs again on a built optimizer, "
-        "e.g. after a .keras load",
-        "lamb_tf/keras3_optimizers.py",
-        "        if self.built:",
-        "        if False:",
-        ["tests/test_optimizer_serialization.py"],
-        [r"test_keras_file_save_load_continues_identically\[.*keras3\]"]),
     # ---- exclusions -------------------------------------------------------------------------
     Mutation(
         "exclusion_matches_leaf_name_only", "weight-decay exclusions matched on the variable's "
@@ -234,8 +226,8 @@ MUTATIONS = [
         "        grads = super()._clip_gradients([g for g, _ in grads_and_vars])",
         "        grads = [g for g, _ in grads_and_vars]",
         ["tests/test_distribution_and_xla.py"],
-        [r"test_global_clipnorm_clips_the_summed_gradient\[keras3\]",
-         r"test_two_replicas_equal_one_device\[lamb_global_clipnorm-keras3\]"]),
+        # (2 replicas == 1 device cannot see it: neither run clips)
+        [r"test_global_clipnorm_clips_the_summed_gradient\[keras3\]"]),
 ]
 
 
