@@ -26,15 +26,14 @@ Loading the pair needs the tensorflow-text ops (`import tensorflow_text`). The e
 `pooled_output` is the pooler pretraining trained (recipes/bert/model.py).
 """
 
-import contextlib
-import json
-import logging
-import os
-import types
-import uuid
+from recipes.common import startup  # noqa: F401  (before TensorFlow: legacy Keras, quiet C++)
 
-os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")  # Model Garden models are tf_keras models.
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
+import contextlib  # noqa: E402
+import json  # noqa: E402
+import logging  # noqa: E402
+import os  # noqa: E402
+import types  # noqa: E402
+import uuid  # noqa: E402
 
 import tensorflow as tf  # noqa: E402
 import yaml  # noqa: E402
