@@ -245,3 +245,20 @@ def test_export_reloaded_in_a_fresh_process_agrees_with_keras(lamb_run, small_di
     assert served.shape == (count, 10)
     np.testing.assert_allclose(served, expected, atol=1e-5)
     assert isinstance(classifier, tf_keras.Model)
+
+
+@pytest.mark.slow
+def test_training_scalars_are_written_every_log_every_steps(small_digits, tmp_path):
+    """learning_rate and examples_per_second reach <model_dir>/train_scalars when log_every
+    is not 1: Keras' TensorBoard callback keeps a record_if on other steps during fit."""
+    data_dir, _ = small_digits
+    result = run_cli(tmp_path, overrides(data_dir, **{
+        "train.steps": "4", "train.checkpoint_every": "4", "train.log_every": "2",
+        "export.enabled": "false"}))
+    assert result.returncode == 0, result.stderr[-3000:]
+    steps = {}
+    for path in tf.io.gfile.glob(os.path.join(tmp_path, "train_scalars", "events.*")):
+        for event in tf.compat.v1.train.summary_iterator(path):
+            for value in event.summary.value:
+                steps.setdefault(value.tag, set()).add(event.step)
+    assert steps.get("learning_rate") and steps.get("examples_per_second"), sorted(steps)

@@ -148,7 +148,9 @@ class TrainingScalars(tf_keras.callbacks.Callback):
         examples_per_second = (
             (step - self._last_step) * self._global_batch_size / (now - self._last_time)
         )
-        with self._writer.as_default(step=step):
+        # Keras' TensorBoard callback keeps a `record_if(step % update_freq == 0)` in force
+        # during fit, and these writes fall on other steps: record them regardless.
+        with self._writer.as_default(step=step), tf.summary.record_if(True):
             tf.summary.scalar("learning_rate", current_learning_rate(self.model.optimizer))
             tf.summary.scalar("examples_per_second", examples_per_second)
             for name, value in sorted(diagnostics(self.model, logs).items()):
