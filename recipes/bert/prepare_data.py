@@ -137,34 +137,17 @@ def prepare_pretraining_data(
         where, what to do).
     """
     _check_arguments(
-        seq_length=seq_length,
-        max_predictions_per_seq=max_predictions_per_seq,
-        masked_lm_prob=masked_lm_prob,
-        short_seq_prob=short_seq_prob,
-        dupe_factor=dupe_factor,
-        num_shards=num_shards,
-        heldout_fraction=heldout_fraction,
-        vocab_size=vocab_size,
+        seq_length=seq_length, max_predictions_per_seq=max_predictions_per_seq,
+        masked_lm_prob=masked_lm_prob, short_seq_prob=short_seq_prob, dupe_factor=dupe_factor,
+        num_shards=num_shards, heldout_fraction=heldout_fraction, vocab_size=vocab_size,
         chunk_sentences=chunk_sentences,
     )
     beam = _Beam(beam_options, output_dir) if beam_options is not None else None
     tokens = vocabulary.read_vocabulary(vocab_file) if vocab_file is not None else None
     started = time.time()
-    os.makedirs(output_dir, exist_ok=True)
-    # metadata.json marks a finished preparation: remove it first, so that a run that fails
-    # half-way (after replacing vocab.txt) never looks finished.
-    metadata_path = os.path.join(output_dir, "metadata.json")
-    if os.path.exists(metadata_path):
-        os.remove(metadata_path)
-    if input_path is None:
-        files = corpus.write_embedded_corpus(os.path.join(output_dir, "corpus"))
-        source = "the embedded corpus (stdlib docstrings + pydoc_data.topics)"
-    else:
-        files = text_files.resolve_text_files(input_path)
-        source = input_path
-    logging.info("Corpus: %d file(s) from %s.", len(files), source)
-
-    # --- Pass 1: split, count, refuse bad files; then the vocabulary --------------------
+    metadata_path = _remove_finished_mark(output_dir)
+    files, source = _corpus_files(input_path, output_dir)
+    # Pass 1: split, count, refuse bad files; then the vocabulary.
     if beam is not None:
         summaries, counts = beam.summarize(
             files, seed, heldout_fraction, lower_case, count_words=tokens is None
@@ -173,43 +156,91 @@ def prepare_pretraining_data(
         summaries, counts = _summarize(
             files, seed, heldout_fraction, lower_case, tokens is None, progress
         )
-    num_documents = [sum(s.documents[split] for s in summaries) for split in (0, 1)]
-    num_words = sum(s.words for s in summaries)
+    corpus_counts = _CorpusCounts(source, summaries)
     vocab_path = os.path.join(output_dir, "vocab.txt")
+    tokens = _write_vocabulary(tokens, vocab_file, vocab_path, counts, vocab_size, corpus_counts)
+    # Pass 2: chunks -> pairs, masks -> shards.
+    settings = chunk_records.RecordSettings(
+        vocab_tokens=tuple(tokens), lower_case=lower_case, seq_length=seq_length,
+        max_predictions_per_seq=max_predictions_per_seq, masked_lm_prob=masked_lm_prob,
+        short_seq_prob=short_seq_prob, dupe_factor=dupe_factor, num_shards=num_shards, seed=seed,
+    )
+    plan = chunks.ChunkPlan.from_summaries(summaries, chunk_sentences)
+    num_sequences = _write_shards(
+        beam, files, plan, settings, output_dir, heldout_fraction, progress, corpus_counts
+    )
+    prepared = _prepared_data(output_dir, settings, vocab_path, num_sequences, corpus_counts)
+    _write_metadata(prepared, metadata_path)
+    _log_finished(prepared, output_dir, time.time() - started, beam)
+    return prepared
+
+
+# --- The steps of prepare_pretraining_data, in order --------------------------------------
+
+
+def _remove_finished_mark(output_dir):
+    """Creates `output_dir`; returns the path of its metadata.json, removed if present.
+
+    metadata.json marks a finished preparation: it goes first, so that a run that fails
+    half-way (after replacing vocab.txt) never looks finished."""
+    os.makedirs(output_dir, exist_ok=True)
+    metadata_path = os.path.join(output_dir, "metadata.json")
+    if os.path.exists(metadata_path):
+        os.remove(metadata_path)
+    return metadata_path
+
+
+def _corpus_files(input_path, output_dir):
+    """(the text files, a description of where they came from for messages)."""
+    if input_path is None:
+        files = corpus.write_embedded_corpus(os.path.join(output_dir, "corpus"))
+        source = "the embedded corpus (stdlib docstrings + pydoc_data.topics)"
+    else:
+        files = text_files.resolve_text_files(input_path)
+        source = input_path
+    logging.info("Corpus: %d file(s) from %s.", len(files), source)
+    return files, source
+
+
+class _CorpusCounts:
+    """Pass 1's totals over the file summaries, and the corpus' name for messages."""
+
+    def __init__(self, source, summaries):
+        self.source = source
+        self.num_documents = [sum(s.documents[split] for s in summaries) for split in (0, 1)]
+        self.num_words = sum(s.words for s in summaries)
+
+
+def _write_vocabulary(tokens, vocab_file, vocab_path, counts, vocab_size, corpus_counts):
+    """Copies a given vocabulary (`tokens` read from `vocab_file`) to `vocab_path`, or learns
+    one from the word `counts` and writes it there; returns its tokens."""
     if tokens is not None:
         if os.path.abspath(vocab_file) != os.path.abspath(vocab_path):
             shutil.copyfile(vocab_file, vocab_path)
     else:
         if not counts:
             raise errors.UserError(
-                f"text corpus {source} has no training words to learn a vocabulary from "
-                f"({num_documents[0]} training document(s)): give more text, or a vocab_file"
+                f"text corpus {corpus_counts.source} has no training words to learn a "
+                f"vocabulary from ({corpus_counts.num_documents[0]} training document(s)): "
+                "give more text, or a vocab_file"
             )
         tokens = vocabulary.learn_from_counts(counts, vocab_size)
         vocabulary.write_vocabulary(tokens, vocab_path)
     logging.info("Vocabulary: %d pieces in %s.", len(tokens), vocab_path)
+    return tokens
 
-    # --- Pass 2: chunks -> pairs, masks -> shards --------------------------------------
-    plan = chunks.ChunkPlan.from_summaries(summaries, chunk_sentences)
-    settings = chunk_records.RecordSettings(
-        vocab_tokens=tuple(tokens),
-        lower_case=lower_case,
-        seq_length=seq_length,
-        max_predictions_per_seq=max_predictions_per_seq,
-        masked_lm_prob=masked_lm_prob,
-        short_seq_prob=short_seq_prob,
-        dupe_factor=dupe_factor,
-        num_shards=num_shards,
-        seed=seed,
-    )
+
+def _write_shards(beam, files, plan, settings, output_dir, heldout_fraction, progress,
+                  corpus_counts):
+    """Pass 2 (in this process or on Beam); returns the sequences written per split. The
+    shards are renamed into place only if the whole pass succeeds."""
     shard_paths = {
         (split, shard): path
         for split in chunks.SPLITS
         for shard, path in enumerate(
-            tfrecords.shard_paths(output_dir, _SPLIT_PREFIX[split], num_shards)
+            tfrecords.shard_paths(output_dir, _SPLIT_PREFIX[split], settings.num_shards)
         )
     }
-    # Shards are renamed into place only if the whole block succeeds.
     try:
         if beam is not None:
             num_sequences = beam.write_records(files, plan, settings, shard_paths, heldout_fraction)
@@ -217,18 +248,7 @@ def prepare_pretraining_data(
             num_sequences = _write_records(
                 files, plan, settings, shard_paths, heldout_fraction, progress
             )
-        if num_sequences[chunks.TRAIN] == 0:
-            raise errors.UserError(
-                f"text corpus {source} yields no training sentence pairs "
-                f"({num_documents[0]} training document(s)): give several documents of "
-                "several sentences each, one sentence per line, blank lines between documents"
-            )
-        if heldout_fraction > 0 and num_sequences[chunks.HELDOUT] == 0:
-            raise errors.UserError(
-                f"text corpus {source} yields no held-out sentence pairs with heldout_fraction="
-                f"{heldout_fraction} ({num_documents[1]} held-out document(s)): give more "
-                "documents or raise the fraction"
-            )
+        _check_sequences(num_sequences, heldout_fraction, corpus_counts)
     except BaseException:
         for path in shard_paths.values():
             if os.path.exists(path + ".tmp"):
@@ -236,24 +256,54 @@ def prepare_pretraining_data(
         raise
     for path in shard_paths.values():
         os.replace(path + ".tmp", path)
+    return num_sequences
 
-    prepared = PreparedData(
-        train_files=tfrecords.shard_pattern(output_dir, tfrecords.TRAIN_PREFIX, num_shards),
-        eval_files=tfrecords.shard_pattern(output_dir, tfrecords.HELDOUT_PREFIX, num_shards),
+
+def _check_sequences(num_sequences, heldout_fraction, corpus_counts):
+    """A UserError when a split that should have sentence pairs has none."""
+    source, num_documents = corpus_counts.source, corpus_counts.num_documents
+    if num_sequences[chunks.TRAIN] == 0:
+        raise errors.UserError(
+            f"text corpus {source} yields no training sentence pairs "
+            f"({num_documents[0]} training document(s)): give several documents of "
+            "several sentences each, one sentence per line, blank lines between documents"
+        )
+    if heldout_fraction > 0 and num_sequences[chunks.HELDOUT] == 0:
+        raise errors.UserError(
+            f"text corpus {source} yields no held-out sentence pairs with heldout_fraction="
+            f"{heldout_fraction} ({num_documents[1]} held-out document(s)): give more "
+            "documents or raise the fraction"
+        )
+
+
+def _prepared_data(output_dir, settings, vocab_path, num_sequences, corpus_counts):
+    return PreparedData(
+        train_files=tfrecords.shard_pattern(
+            output_dir, tfrecords.TRAIN_PREFIX, settings.num_shards
+        ),
+        eval_files=tfrecords.shard_pattern(
+            output_dir, tfrecords.HELDOUT_PREFIX, settings.num_shards
+        ),
         vocab_file=vocab_path,
-        vocab_size=len(tokens),
-        seq_length=seq_length,
-        max_predictions_per_seq=max_predictions_per_seq,
+        vocab_size=len(settings.vocab_tokens),
+        seq_length=settings.seq_length,
+        max_predictions_per_seq=settings.max_predictions_per_seq,
         num_train_sequences=num_sequences[chunks.TRAIN],
         num_eval_sequences=num_sequences[chunks.HELDOUT],
-        num_train_documents=num_documents[0],
-        num_eval_documents=num_documents[1],
-        num_words=num_words,
+        num_train_documents=corpus_counts.num_documents[0],
+        num_eval_documents=corpus_counts.num_documents[1],
+        num_words=corpus_counts.num_words,
     )
+
+
+def _write_metadata(prepared, metadata_path):
+    """metadata.json, written last and atomically: the mark of a finished preparation."""
     with open(metadata_path + ".tmp", "w", encoding="utf-8") as out:
         json.dump(dataclasses.asdict(prepared), out, indent=2)
     os.replace(metadata_path + ".tmp", metadata_path)
-    seconds = time.time() - started
+
+
+def _log_finished(prepared, output_dir, seconds, beam):
     logging.info(
         "Wrote %d training sequences (%d documents) and %d held-out sequences (%d "
         "documents) from %d words to %s in %.1f s (%.0f words/s, %s).",
@@ -261,13 +311,12 @@ def prepare_pretraining_data(
         prepared.num_train_documents,
         prepared.num_eval_sequences,
         prepared.num_eval_documents,
-        num_words,
+        prepared.num_words,
         output_dir,
         seconds,
-        num_words / max(seconds, 1e-9),
+        prepared.num_words / max(seconds, 1e-9),
         "single process" if beam is None else f"Beam, {beam.runner}",
     )
-    return prepared
 
 
 class ArgumentError(ValueError):
