@@ -211,26 +211,6 @@ class LastLogs(tf_keras.callbacks.Callback):
         }
 
 
-class SaveWhenStopped(tf_keras.callbacks.Callback):
-    """After the step during which `stop.requested` became true (SIGTERM), saves a checkpoint
-    of that step (if every variable is finite) and stops `fit`."""
-
-    def __init__(self, manager, stop):
-        super().__init__()
-        self._manager = manager
-        self._stop = stop
-
-    def on_train_batch_end(self, batch, logs=None):
-        if not self._stop.requested or self.model.stop_training:
-            return
-        step = int(self.model.optimizer.iterations.numpy())
-        variables = list(self.model.variables) + list(self.model.optimizer.variables())
-        latest = self._manager.latest_checkpoint or ""
-        if first_non_finite(variables) is None and not latest.endswith(f"-{step}"):
-            self._manager.save(checkpoint_number=step)
-        self.model.stop_training = True
-
-
 def current_learning_rate(optimizer):
     """The learning rate the optimizer applies at its current step, as a float."""
     learning_rate = optimizer.learning_rate

@@ -11,17 +11,16 @@ Non-finite values never reach a checkpoint: a non-finite loss stops training at 
 (unless a LossScaleOptimizer skips such steps: float16), and before each save every
 variable is checked to be finite. SIGTERM (a preemptible TPU VM or cloud instance being
 reclaimed) saves a checkpoint of the current step and stops with `Preempted`; the rerun
-resumes from that step. See docs/reliability.md for the guarantees.
+resumes from that step (recipes/common/preemption.py). See docs/reliability.md for the
+guarantees.
 """
-
-import signal
 
 import tensorflow as tf
 import tf_keras
 
 from recipes.common import callbacks as callbacks_lib
 from recipes.common import config as config_lib
-from recipes.common import corrupt_data, fault_injection
+from recipes.common import corrupt_data, fault_injection, preemption
 from recipes.common.checkpoints import (  # noqa: F401  (also this module's API, for callers)
     CHECKPOINT_SUBDIR,
     build_optimizer_state,
@@ -111,8 +110,8 @@ def train(
     if verbose:  # one plain line per `every` steps instead of Keras' progress bar
         callbacks = [*callbacks, callbacks_lib.ProgressLine(total_steps, every)]
     loop = _Loop(model, manager, history, model_dir, global_batch_size, every, callbacks)
-    with _StopOnSigterm() as stop:
-        loop.stop = stop
+    with preemption.StopOnSigterm() as stop:
+        loop.preemption = preemption.make_preemption(model, manager, stop, model_dir)
         for chunk_start, chunk_end in _chunks(first_step, total_steps, checkpoint_every):
             try:
                 loop.fit_chunk(make_train_dataset(chunk_start), chunk_start, chunk_end)
@@ -122,7 +121,7 @@ def train(
                 raise UserError(corrupt_data.describe_corrupt_data(data_files, error)) from None
             except _COLLECTIVE_FAILURES as error:
                 raise _worker_lost(model, error, chunk_start, chunk_end, restore_dir or model_dir)
-            loop.raise_if_stopped()
+            loop.preemption.raise_if_stopped()
     loop.report_skipped()
     return history
 
@@ -165,7 +164,7 @@ class _Loop:
     """The callbacks of one `train` call and one `fit` per chunk."""
 
     def __init__(self, model, manager, history, model_dir, global_batch_size, every, extra):
-        self.model, self.manager, self.history, self.stop = model, manager, history, None
+        self.model, self.manager, self.history, self.preemption = model, manager, history, None
         self.skipped_steps = callbacks_lib.SkippedSteps(model_dir)
         self.callbacks = [
             callbacks_lib.StepCounterFromOptimizer(),
@@ -189,19 +188,11 @@ class _Loop:
             initial_epoch=epoch,
             epochs=epoch + 1,
             steps_per_epoch=chunk_end - chunk_start,
-            callbacks=self.callbacks + [callbacks_lib.SaveWhenStopped(self.manager, self.stop)],
+            callbacks=self.callbacks + [self.preemption],
             verbose=0,
         )
         self.epochs.append(epoch)
         self.history.epoch = self.epochs
-
-    def raise_if_stopped(self):
-        if self.stop.requested:
-            step = int(self.model.optimizer.iterations.numpy())
-            raise Preempted(
-                f"SIGTERM at step {step}; saved {self.manager.latest_checkpoint}; run the same "
-                "command again to resume from it"
-            )
 
     def report_skipped(self):
         if self.skipped_steps.skipped:
@@ -221,28 +212,3 @@ def _worker_lost(model, error, chunk_start, chunk_end, checkpoint_dir):
         f"{latest_checkpoint(checkpoint_dir)}; restart every worker with the same command to "
         "resume from it"
     )
-
-
-class _StopOnSigterm:
-    """While active, SIGTERM only sets `requested`; `SaveWhenStopped` acts on it after the
-    current step. Outside the main thread (no signal handlers there) it does nothing."""
-
-    def __init__(self):
-        self.requested = False
-        self._previous = None
-
-    def __enter__(self):
-        try:
-            self._previous = signal.signal(signal.SIGTERM, self._handle)
-        except ValueError:  # not the main thread
-            self._previous = None
-        return self
-
-    def _handle(self, signum, frame):
-        del signum, frame
-        self.requested = True
-
-    def __exit__(self, *exc_info):
-        if self._previous is not None:
-            signal.signal(signal.SIGTERM, self._previous)
-        return False
