@@ -27,7 +27,6 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 import tf_keras  # noqa: E402
 import yaml  # noqa: E402
-from absl import flags  # noqa: E402
 from official.nlp.configs import encoders  # noqa: E402
 
 from lamb_tf import exclusions  # noqa: E402
@@ -39,7 +38,7 @@ from recipes.bert import stdlib_classification  # noqa: E402
 from recipes.bert.finetune_config import INITS, TASKS, BertFinetuneConfig  # noqa: E402
 from recipes.common import task as task_lib  # noqa: E402
 from recipes.common import config as config_lib  # noqa: E402
-from recipes.common import driver, errors  # noqa: E402
+from recipes.common import driver  # noqa: E402
 from recipes.common import flags as flags_lib  # noqa: E402
 from recipes.common import export as export_lib  # noqa: E402
 from recipes.common.errors import UserError  # noqa: E402
@@ -297,24 +296,19 @@ def compare_inits(options):
     return results
 
 
-def main():
-    flags_lib.define_flags()
-    flags.DEFINE_bool(
-        "compare_with_random_init", False,
-        "Also fine-tune an encoder of the same shape from random weights, with the same "
-        "config, and print both held-out results (runs in <model_dir>/pretrained and "
-        "<model_dir>/random_init).")
+COMPARE_FLAG = flags_lib.ExtraFlag(
+    "compare_with_random_init",
+    "Also fine-tune an encoder of the same shape from random weights, with the same "
+    "config, and print both held-out results (runs in <model_dir>/pretrained and "
+    "<model_dir>/random_init).")
 
-    def program(argv):
-        if not flags.FLAGS.compare_with_random_init:
-            driver.run_from_flags(BertFinetuneTask, argv)
-            return
-        if len(argv) > 1:
-            raise UserError(f"unexpected arguments {argv[1:]}; all options are --flags")
-        compare_inits(flags_lib.read_options())
 
-    errors.run(program)
+def run(task_class, options):
+    """The driver's `run`, or both inits with --compare_with_random_init."""
+    if options.extra[COMPARE_FLAG.name]:
+        return compare_inits(options)
+    return driver.run(task_class, options)
 
 
 if __name__ == "__main__":
-    main()
+    driver.main(BertFinetuneTask, extra_flags=(COMPARE_FLAG,), run_options=run)

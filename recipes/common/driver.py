@@ -39,25 +39,29 @@ EVAL_MODES = ("eval", "train_and_eval")
 _INPUT_ERRORS = (tf.errors.InvalidArgumentError, tf.errors.DataLossError)
 
 
-def main(task_class):
-    """A recipe's `__main__`: defines the shared flags, runs, reports errors in one line."""
-    flags_lib.define_flags()
+def main(task_class, extra_flags=(), run_options=None):
+    """A recipe's `__main__`: defines the shared flags and the program's `extra_flags`
+    (`flags.ExtraFlag`), runs `run_options(task_class, options)` (default: `run`), reports
+    errors in one line."""
+    flags_lib.define_flags(extra_flags)
 
     def program(argv):
-        run_from_flags(task_class, argv)  # absl would take a returned value for the exit status
+        # absl would take a returned value for the exit status
+        run_from_flags(task_class, argv, extra_flags, run_options)
 
     errors.run(program)
 
 
-def run_from_flags(task_class, argv):
-    """`run` with the parsed flags; returns the held-out results (empty if not evaluated)."""
+def run_from_flags(task_class, argv, extra_flags=(), run_options=None):
+    """`run_options` (default: `run`) with the parsed flags; returns the held-out results
+    (empty if not evaluated)."""
     if len(argv) > 1:
         raise UserError(f"unexpected arguments {argv[1:]}; all options are --flags")
-    options = flags_lib.read_options()
+    options = flags_lib.read_options(extra_flags)
     if options.help_config:
         print(config_help.format_config_help(task_class.config_class, program_name(argv[0])))
         return {}
-    return run(task_class, options)
+    return (run_options or run)(task_class, options)
 
 
 def program_name(path):

@@ -18,8 +18,17 @@ MODES = ("train", "eval", "train_and_eval", "export")
 STRATEGIES = ("", "default", "mirrored", "multi_worker_mirrored", "tpu")
 
 
-def define_flags():
-    """Defines the shared flags (call once, at import of a recipe's main module)."""
+@dataclasses.dataclass(frozen=True)
+class ExtraFlag:
+    """A boolean flag one program has besides the shared ones (fine-tuning's
+    `--compare_with_random_init`): defined by `define_flags`, read by `read_options`."""
+    name: str
+    help: str
+    default: bool = False
+
+
+def define_flags(extra_flags=()):
+    """Defines the shared flags and the program's `extra_flags` (call once, in `__main__`)."""
     flags.DEFINE_multi_string(
         "config_file", [], "YAML config file; repeat to layer files (later ones win)."
     )
@@ -72,9 +81,12 @@ def define_flags():
         False,
         "List every config key of this recipe (type, default, meaning) and exit.",
     )
+    for extra in extra_flags:
+        flags.DEFINE_bool(extra.name, extra.default, extra.help)
     # `--help` lists the key flags of the program (absl names it by sys.argv[0]): these.
     for name in ("config_file", "params_override", "model_dir", "mode", "tpu", "strategy",
-                 "communication", "deterministic", "verbose", "help_config"):
+                 "communication", "deterministic", "verbose", "help_config",
+                 *(extra.name for extra in extra_flags)):
         FLAGS.register_key_flag_for_module(sys.argv[0], FLAGS[name])
 
 
@@ -91,10 +103,12 @@ class RunOptions:
     deterministic: bool
     verbose: bool = False
     help_config: bool = False
+    extra: dict = dataclasses.field(default_factory=dict)  # ExtraFlag name -> value
 
 
-def read_options():
-    """The parsed flags as a `RunOptions` (the only place the recipes read FLAGS)."""
+def read_options(extra_flags=()):
+    """The parsed flags (the shared ones and `extra_flags`) as a `RunOptions`: the only
+    place the training programs read FLAGS."""
     if FLAGS.model_dir is None and not FLAGS.help_config:
         raise UserError("--model_dir is required: the directory for this run's checkpoints, "
                         "config.yaml and export (see --help)")
@@ -109,4 +123,5 @@ def read_options():
         deterministic=FLAGS.deterministic,
         verbose=FLAGS.verbose,
         help_config=FLAGS.help_config,
+        extra={extra.name: FLAGS[extra.name].value for extra in extra_flags},
     )
