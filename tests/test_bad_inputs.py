@@ -13,6 +13,7 @@ from its `__main__` block to its exit status.
 import glob
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -362,3 +363,81 @@ def test_tensorflow_log_lines_go_to_the_model_dir_not_the_console(outcomes):
     _, _, stderr, model_dir, _, _ = outcomes["resnet-record-not-a-jpeg"]
     assert "Not a JPEG file" not in stderr
     assert "Not a JPEG file: starts with 0x74 0x68" in cli.read(os.path.join(model_dir, LOG_FILE))
+
+
+# The README's bad-input table: each row's first cell -> the rows of CASES it shows.
+README_ROWS = {
+    "missing config file": ["missing-config-file"],
+    "unreadable config file": ["unreadable-config-file"],
+    "config file that is not YAML": ["config-file-bad-yaml"],
+    "unknown key in a config file": ["unknown-key-in-file"],
+    "unknown override": ["unknown-override"],
+    "wrong type": ["wrong-type"],
+    "batch arithmetic that does not divide": ["batch-does-not-divide"],
+    "missing data files / empty glob": ["missing-data-files", "resnet-empty-glob"],
+    "corrupt TFRecord": ["corrupt-tfrecord"],
+    "a truncated TFRecord, found while training a trained `model_dir` further (its "
+    "`config.yaml` stays as it was)": ["truncated-tfrecord-after-the-data-stage"],
+    "a ResNet record whose image is not a JPEG (libjpeg's own lines go to "
+    "`<model_dir>/tensorflow.log`)": ["resnet-record-not-a-jpeg"],
+    "empty text corpus": ["empty-corpus"],
+    "corpus too small for a held-out split (two one-sentence documents)":
+        ["corpus-without-sentence-pairs"],
+    "vocabulary that does not match the checkpoint": ["vocabulary-does-not-match-checkpoint"],
+    "`model_dir` holds another model shape": ["model-dir-holds-another-model-shape"],
+    "NaN in the training data": ["nan-in-training-data"],
+    "`--tpu` without a TPU (bounded: measured 4 s)": ["tpu-flag-without-tpu"],
+    "export before any checkpoint": ["export-before-any-checkpoint"],
+    "eval before any checkpoint (nothing is prepared first)":
+        ["eval-before-any-checkpoint-prepares-nothing"],  # "the same line": no message
+    "`--model_dir` is a file, or under one": ["model-dir-is-a-file"],
+    "a bad flag value": ["mode-bogus"],
+    "no `--model_dir`": ["missing-model-dir"],
+    "a checkpoint interval of 0, steps not a multiple of it":
+        ["checkpoint-every-zero", "resnet-steps-not-a-multiple"],
+    "an old key name": ["old-key-name"],
+    "a learning rate that is negative or not a finite number":
+        ["learning-rate-negative", "learning-rate-nan"],
+}
+
+
+def _readme_table():
+    """[(first cell, [code spans of the message cell])] of the README's bad-input table."""
+    with open(os.path.join(cli.REPO_ROOT, "README.md"), encoding="utf-8") as f:
+        text = f.read()
+    table = text[text.index("Bad input gives one line on stderr"):]
+    table = table[table.index("| case |"):]
+    table = table[:table.index("\n\n")]
+    rows = []
+    for line in table.splitlines()[2:]:
+        cells = [cell.strip().replace("\\|", "|") for cell in re.split(r"(?<!\\)\|", line)[1:-1]]
+        spans = [(double or single).strip()
+                 for double, single in re.findall(r"``(.+?)``|`([^`]+)`", cells[2])]
+        rows.append((cells[0], spans))
+    return rows
+
+
+def test_readme_table_shows_the_lines_printed(outcomes):
+    """Every message of the README's table is the line its case prints (the parts between
+    `...` in that order; <d> and <model_dir> stand for the test's directories)."""
+    rows = _readme_table()
+    assert [case for case, _ in rows] == list(README_ROWS)
+    for case, spans in rows:
+        printed = []
+        for case_id in README_ROWS[case]:
+            _, _, stderr, model_dir, _, inputs = outcomes[case_id]
+            printed.append((stderr.strip().splitlines()[-1].removeprefix("error: "),
+                            inputs, model_dir))
+        for span in spans:
+            assert any(_shows(span, *line) for line in printed), (case, span, printed)
+
+
+def _shows(span, line, inputs, model_dir):
+    span = span.replace("<d>", inputs).replace("<model_dir>", model_dir)
+    position = 0
+    for part in span.split("..."):
+        found = line.find(part.strip(), position)
+        if found < 0:
+            return False
+        position = found + len(part.strip())
+    return True
