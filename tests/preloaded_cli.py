@@ -21,7 +21,8 @@ import time
 import warnings
 
 os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+# TF_CPP_MIN_LOG_LEVEL: as the caller's environment has it, else the recipes' default
+# (recipes/common/startup.py, the first import of every recipe module preloaded below).
 MODULES = ("recipes.bert.pretrain", "recipes.resnet.train", "recipes.bert.prepare_data")
 PARALLEL = 2
 

@@ -13,6 +13,7 @@ from its `__main__` block to its exit status.
 import glob
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -29,8 +30,10 @@ pytestmark = pytest.mark.slow  # real command-line / multi-process runs
 
 BERT = "recipes.bert.pretrain"
 RESNET = "recipes.resnet.train"
+LOG_FILE = "tensorflow.log"  # where TensorFlow's C++ log lines go (recipes/common/native_log.py)
 TRAINED = "trained"  # the row runs in a copy of a model_dir trained for 2 steps
 FRESH = "fresh"
+WITHOUT_MODEL_DIR = "<no --model_dir>"  # in a row's arguments: the command line has none
 
 # id: (program, where, arguments ({d}: the inputs directory), key words of the message)
 CASES = {
@@ -112,6 +115,25 @@ CASES = {
         ["no checkpoint in", "train first"]),
     "learning-rate-nan": (BERT, FRESH, ["--params_override=optimizer.learning_rate=.nan"],
                           ["optimizer.learning_rate=nan must be a finite number >= 0"]),
+    "learning-rate-negative": (BERT, FRESH, ["--params_override=optimizer.learning_rate=-0.01"],
+                               ["optimizer.learning_rate=-0.01 must be a finite number >= 0"]),
+    # Usage errors: absl's flag parsing, and the one flag without a default.
+    "mode-bogus": (BERT, FRESH, ["--mode=bogus"],
+                   ["flag --mode=bogus: value should be one of", "see --help"]),
+    "missing-model-dir": (BERT, FRESH, [WITHOUT_MODEL_DIR],
+                          ["--model_dir is required", "(see --help)"]),
+    # Found while training a trained model_dir further (after the data stage and the
+    # restore): the trained run's config.yaml and checkpoints stay as they were.
+    "truncated-tfrecord-after-the-data-stage": (
+        BERT, TRAINED, ["--params_override=data.train_files={d}/truncated/train-*,train.steps=4"],
+        ["corrupt TFRecord file {d}/truncated/train-00001-of-00002.tfrecord",
+         "(truncated record at ", "re-create it"]),
+    # libjpeg prints `Not a JPEG file: starts with 0x74 0x68` per record it fails on: those
+    # lines go to <model_dir>/tensorflow.log, the console keeps the one error line.
+    "resnet-record-not-a-jpeg": (RESNET, FRESH,
+                                 ["--params_override=data.train_file_pattern={d}/not_a_jpeg-*"],
+                                 ["corrupt record 0 (0-based) in {d}/not_a_jpeg-00000",
+                                  "the image is not a JPEG"]),
     "resnet-empty-glob": (RESNET, FRESH, ["--params_override=data.train_file_pattern={d}/none-*"],
                           ["data.train_file_pattern='{d}/none-*' matches no file"]),
     "resnet-corrupt-tfrecord": (RESNET, FRESH,
@@ -123,9 +145,14 @@ CASES = {
 CONFIG_ERRORS = {"unknown-key-in-file", "unknown-override", "wrong-type", "batch-does-not-divide",
                  "checkpoint-every-zero", "resnet-checkpoint-every-zero",
                  "resnet-batch-does-not-divide", "resnet-steps-not-a-multiple", "old-key-name",
-                 "resnet-old-key-name", "learning-rate-nan"}  # the whole config is checked before it is printed
-TRAINING_STARTS = {"nan-in-training-data"}  # rows that get past the restore (config.yaml
-# and TensorBoard files are then rewritten; checkpoints and export must stay)
+                 "resnet-old-key-name", "learning-rate-nan",
+                 "learning-rate-negative"}  # the whole config is checked before it is printed
+TRAINING_STARTS = {"nan-in-training-data", "truncated-tfrecord-after-the-data-stage"}  # rows
+# that get past the restore: TensorBoard event files are then written; checkpoints, export
+# and config.yaml (and the config history config.<n>.yaml) must stay byte for byte.
+TENSORBOARD = ("train", "train_scalars", "eval")
+# TF_CPP_MIN_LOG_LEVEL as a user has it: unset, so the recipes' start-up default applies.
+USER_ENV = {name: value for name, value in cli.ENV.items() if name != "TF_CPP_MIN_LOG_LEVEL"}
 TPU_SECONDS = 60  # the `--tpu` row must fail within this wall time on a machine without TPU
 
 
@@ -135,6 +162,13 @@ def _write_inputs(d, bert_data):
     (d / "broken.yaml").write_text("train: [1,\n")
     (d / "unknown_key.yaml").write_text("train:\n  stepz: 3\n")
     (d / "corrupt-00000.tfrecord").write_bytes(b"this is not a TFRecord file" * 4)
+    _write_not_a_jpeg_records(str(d / "not_a_jpeg-00000"))
+    (d / "truncated").mkdir()
+    train_files = sorted(glob.glob(bert_data.train_files))
+    for path in train_files:  # the last file loses the end of its last record
+        data = open(path, "rb").read()
+        (d / "truncated" / os.path.basename(path)).write_bytes(
+            data[:-7] if path == train_files[-1] else data)
     (d / "empty_corpus").mkdir()
     (d / "empty_corpus" / "a.txt").write_text("")
     (d / "one_sentence_documents").mkdir()
@@ -143,6 +177,20 @@ def _write_inputs(d, bert_data):
     _poison_masked_lm_weights(bert_data.train_files, str(d / "nan"))
     vocab = open(bert_data.vocab_file, encoding="utf-8").read().splitlines()
     (d / "bigger_vocab.txt").write_text("\n".join(vocab + [f"extra{i}" for i in range(8)]) + "\n")
+
+
+def _write_not_a_jpeg_records(path):
+    """16 ImageNet-format records whose `image/encoded` is text, not a JPEG."""
+    def feature(value):
+        return tf.train.Feature(bytes_list=tf.train.BytesList(value=[value]))
+
+    with tf.io.TFRecordWriter(path) as writer:
+        for _ in range(16):
+            writer.write(tf.train.Example(features=tf.train.Features(feature={
+                "image/encoded": feature(b"this is not a JPEG image"),
+                "image/format": feature(b"JPEG"),
+                "image/class/label": tf.train.Feature(int64_list=tf.train.Int64List(value=[1])),
+            })).SerializeToString())
 
 
 def _poison_masked_lm_weights(pattern, output_dir):
@@ -173,20 +221,20 @@ def _run_jobs(jobs, workdir):
     with open(jobs_path, "w") as f:
         json.dump(jobs, f)
     subprocess.run([sys.executable, os.path.join(cli.REPO_ROOT, "tests", "preloaded_cli.py"),
-                    jobs_path, results_path], cwd=cli.REPO_ROOT, env=cli.ENV, check=True,
+                    jobs_path, results_path], cwd=cli.REPO_ROOT, env=USER_ENV, check=True,
                    timeout=sum(job["timeout"] for job in jobs), start_new_session=True)
     with open(results_path) as f:
         return json.load(f)
 
 
-def _snapshot(directory, only=None):
-    """{relative path: (size, mtime)} of every file under `directory` (or of the files
-    under its entries `only`)."""
+def _snapshot(directory, exclude=()):
+    """{relative path: (size, mtime)} of every file under `directory` but those under its
+    entries `exclude`."""
     found = {}
     for root, _, files in os.walk(directory):
         for name in files:
             path = os.path.join(root, name)
-            if only and os.path.relpath(path, directory).split(os.sep)[0] not in only:
+            if os.path.relpath(path, directory).split(os.sep)[0] in exclude:
                 continue
             found[os.path.relpath(path, directory)] = (os.path.getsize(path),
                                                         os.stat(path).st_mtime_ns)
@@ -229,11 +277,16 @@ def outcomes(tmp_path_factory):
             others.append("--params_override=" + ",".join(overrides))
         if case_id in CONFIG_ERRORS:  # --verbose prints a valid config: a bad one never
             others.append("--verbose")
+        if WITHOUT_MODEL_DIR in others:
+            others = [a for a in others
+                      if a != WITHOUT_MODEL_DIR and not a.startswith("--model_dir=")]
         return [a.replace("{d}", str(inputs)) for a in others]
 
     # Phase 1: the rows on fresh model_dirs, and the 2-step run the other rows start from.
     trained_dir = str(root / "trained")
-    jobs, ids = [job("train", BERT, _base_args(BERT, config_file, trained_dir), trained_dir)], []
+    # (it also writes the three exports: minutes on a loaded 2-core machine)
+    jobs, ids = [job("train", BERT, _base_args(BERT, config_file, trained_dir), trained_dir,
+                     timeout=600)], []
     for case_id, (program, where, _, _) in CASES.items():
         if where == FRESH:
             model_dir = str(root / case_id)
@@ -241,6 +294,8 @@ def outcomes(tmp_path_factory):
             ids.append(case_id)
     results = _run_jobs(jobs, str(root))
     assert results[0]["returncode"] == 0, cli.read(jobs[0]["stderr"])[-3000:]
+    trained_run = (0, results[0]["seconds"], cli.read(jobs[0]["stderr"]), trained_dir, None,
+                   str(inputs))
     # Phase 2: the rows on a copy of the trained model_dir.
     jobs2, ids2, before = [], [], {}
     for case_id, (program, where, _, _) in CASES.items():
@@ -255,6 +310,7 @@ def outcomes(tmp_path_factory):
     for case_id, result, job_ in zip(ids + ids2, results[1:] + results2, jobs[1:] + jobs2):
         found[case_id] = (result["returncode"], result["seconds"], cli.read(job_["stderr"]),
                           str(root / case_id), before.get(case_id), str(inputs))
+    found[TRAINED] = trained_run
     return found
 
 
@@ -266,6 +322,8 @@ def test_bad_input_gives_one_line_and_writes_nothing(outcomes, case_id):
     assert returncode == 2, stderr[-3000:]
     assert "Traceback" not in stderr, stderr[-3000:]
     assert lines and lines[-1].startswith("error: "), stderr[-3000:]
+    if case_id not in CONFIG_ERRORS:  # (those run with --verbose: TF's log on the console)
+        assert lines == [lines[-1]], stderr[-3000:]  # nothing but the one line
     assert [line for line in lines if line.startswith("error: ")] == [lines[-1]]
     for words in key_words:
         assert words.replace("{d}", inputs) in lines[-1], lines[-1]
@@ -273,14 +331,12 @@ def test_bad_input_gives_one_line_and_writes_nothing(outcomes, case_id):
         assert seconds < TPU_SECONDS
     # Nothing a later run could take for a result.
     if where == TRAINED:  # checkpoints, export and config.yaml of the trained run untouched
+        written = (LOG_FILE, *(TENSORBOARD if case_id in TRAINING_STARTS else ()))
+        assert _snapshot(model_dir, exclude=written) == {
+            path: stat for path, stat in before.items() if path.split(os.sep)[0] not in written}
         if case_id in TRAINING_STARTS:
-            kept = ("checkpoints", "export")
-            assert _snapshot(model_dir, kept) == {
-                path: stat for path, stat in before.items() if path.split(os.sep)[0] in kept}
             values = cli.checkpoint_values(model_dir)
             assert all(np.isfinite(v).all() for v in values.values() if v.dtype.kind == "f")
-        else:
-            assert _snapshot(model_dir) == before
         return
     for output in ("export", "saved_model", os.path.join("data", "metadata.json")):
         assert not os.path.exists(os.path.join(model_dir, output)), output
@@ -295,3 +351,93 @@ def test_bad_input_gives_one_line_and_writes_nothing(outcomes, case_id):
 def test_a_bad_config_is_not_printed(outcomes, case_id):
     model_dir = outcomes[case_id][3]
     assert "resolved config" not in cli.read(model_dir + ".out")
+
+
+def test_tensorflow_log_lines_go_to_the_model_dir_not_the_console(outcomes):
+    """XLA's and absl's C++ lines (the first compiled update kernel) and libjpeg's are
+    written to <model_dir>/tensorflow.log; the console of a good run has no stderr line."""
+    _, _, stderr, trained_dir, _, _ = outcomes[TRAINED]
+    assert stderr.strip() == "", stderr[-3000:]
+    log = cli.read(os.path.join(trained_dir, LOG_FILE))
+    assert "Compiled cluster using XLA" in log and "absl::InitializeLog()" in log, log[-3000:]
+    _, _, stderr, model_dir, _, _ = outcomes["resnet-record-not-a-jpeg"]
+    assert "Not a JPEG file" not in stderr
+    assert "Not a JPEG file: starts with 0x74 0x68" in cli.read(os.path.join(model_dir, LOG_FILE))
+
+
+# The README's bad-input table: each row's first cell -> the rows of CASES it shows.
+README_ROWS = {
+    "missing config file": ["missing-config-file"],
+    "unreadable config file": ["unreadable-config-file"],
+    "config file that is not YAML": ["config-file-bad-yaml"],
+    "unknown key in a config file": ["unknown-key-in-file"],
+    "unknown override": ["unknown-override"],
+    "wrong type": ["wrong-type"],
+    "batch arithmetic that does not divide": ["batch-does-not-divide"],
+    "missing data files / empty glob": ["missing-data-files", "resnet-empty-glob"],
+    "corrupt TFRecord": ["corrupt-tfrecord"],
+    "a truncated TFRecord, found while training a trained `model_dir` further (its "
+    "`config.yaml` stays as it was)": ["truncated-tfrecord-after-the-data-stage"],
+    "a ResNet record whose image is not a JPEG (libjpeg's own lines go to "
+    "`<model_dir>/tensorflow.log`)": ["resnet-record-not-a-jpeg"],
+    "empty text corpus": ["empty-corpus"],
+    "corpus too small for a held-out split (two one-sentence documents)":
+        ["corpus-without-sentence-pairs"],
+    "vocabulary that does not match the checkpoint": ["vocabulary-does-not-match-checkpoint"],
+    "`model_dir` holds another model shape": ["model-dir-holds-another-model-shape"],
+    "NaN in the training data": ["nan-in-training-data"],
+    "`--tpu` without a TPU (bounded: measured 4 s)": ["tpu-flag-without-tpu"],
+    "export before any checkpoint": ["export-before-any-checkpoint"],
+    "eval before any checkpoint (nothing is prepared first)":
+        ["eval-before-any-checkpoint-prepares-nothing"],  # "the same line": no message
+    "`--model_dir` is a file, or under one": ["model-dir-is-a-file"],
+    "a bad flag value": ["mode-bogus"],
+    "no `--model_dir`": ["missing-model-dir"],
+    "a checkpoint interval of 0, steps not a multiple of it":
+        ["checkpoint-every-zero", "resnet-steps-not-a-multiple"],
+    "an old key name": ["old-key-name"],
+    "a learning rate that is negative or not a finite number":
+        ["learning-rate-negative", "learning-rate-nan"],
+}
+
+
+def _readme_table():
+    """[(first cell, [code spans of the message cell])] of the README's bad-input table."""
+    with open(os.path.join(cli.REPO_ROOT, "README.md"), encoding="utf-8") as f:
+        text = f.read()
+    table = text[text.index("Bad input gives one line on stderr"):]
+    table = table[table.index("| case |"):]
+    table = table[:table.index("\n\n")]
+    rows = []
+    for line in table.splitlines()[2:]:
+        cells = [cell.strip().replace("\\|", "|") for cell in re.split(r"(?<!\\)\|", line)[1:-1]]
+        spans = [(double or single).strip()
+                 for double, single in re.findall(r"``(.+?)``|`([^`]+)`", cells[2])]
+        rows.append((cells[0], spans))
+    return rows
+
+
+def test_readme_table_shows_the_lines_printed(outcomes):
+    """Every message of the README's table is the line its case prints (the parts between
+    `...` in that order; <d> and <model_dir> stand for the test's directories)."""
+    rows = _readme_table()
+    assert [case for case, _ in rows] == list(README_ROWS)
+    for case, spans in rows:
+        printed = []
+        for case_id in README_ROWS[case]:
+            _, _, stderr, model_dir, _, inputs = outcomes[case_id]
+            printed.append((stderr.strip().splitlines()[-1].removeprefix("error: "),
+                            inputs, model_dir))
+        for span in spans:
+            assert any(_shows(span, *line) for line in printed), (case, span, printed)
+
+
+def _shows(span, line, inputs, model_dir):
+    span = span.replace("<d>", inputs).replace("<model_dir>", model_dir)
+    position = 0
+    for part in span.split("..."):
+        found = line.find(part.strip(), position)
+        if found < 0:
+            return False
+        position = found + len(part.strip())
+    return True

@@ -43,17 +43,21 @@ def describe_corrupt_data(file_patterns, error):
 
 def first_line(error):
     """The first informative line of TF's message (not "Graph execution error:" nor the
-    "Detected at node" traceback), without graph-node prefix and op suffix, bounded."""
+    "Detected at node" traceback or its "<stack traces unavailable>" stand-in), without
+    graph-node prefix and op suffix, bounded."""
     lines = str(getattr(error, "message", error)).strip().splitlines()
     informative = [
         line
         for line in lines
         if line.strip()
         and not line[0].isspace()
-        and not line.startswith(("Graph execution error", "Detected at node", "File "))
+        and not line.startswith(("Graph execution error", "Detected at node", "File ",
+                                 "<stack traces unavailable>"))
     ]
     message = (informative or lines or [""])[0]
     message = re.sub(r"\{\{[^}]*\}\}\s*", "", message)
+    # TF's "truncated record at 34425' failed with ..." has a quote without its opening one
+    message = re.sub(r"(record at \d+)' failed with", r"\1: failed with", message)
     return re.sub(r"\s*\[Op:[^\]]*\].*$", "", message)[:200]
 
 

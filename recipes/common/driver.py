@@ -23,6 +23,7 @@ from lamb_tf import accumulation
 from lamb_tf.noise_scale import NOISE_SCALE_LOG
 from recipes.common import checkpoints, config_help, errors, exclusion_report
 from recipes.common import config as config_lib
+from recipes.common import native_log
 from recipes.common import flags as flags_lib
 from recipes.common import optimizer as optimizer_lib
 from recipes.common import schema
@@ -33,7 +34,7 @@ from recipes.common.errors import TrainingDiverged, UserError
 RESULTS_FILE = "results.json"
 # What a run leaves in its model_dir (printed at the end when present).
 OUTPUTS = ("checkpoints", "config.yaml", RESULTS_FILE, exclusion_report.EXCLUSIONS_FILE,
-           "export", "train", "eval", "train_scalars")
+           "export", "train", "eval", "train_scalars", native_log.LOG_FILE)
 TRAIN_MODES = ("train", "train_and_eval")
 EVAL_MODES = ("eval", "train_and_eval")
 _INPUT_ERRORS = (tf.errors.InvalidArgumentError, tf.errors.DataLossError)
@@ -141,6 +142,9 @@ def plan_batch(config, num_replicas):
 
 def run(task_class, options):
     """The whole program for `options` (a `flags.RunOptions`); returns held-out results."""
+    if not options.verbose:  # TensorFlow's INFO chatter (TPU set-up, export internals, ...)
+        absl_logging.set_verbosity(absl_logging.WARNING)
+        tf.get_logger().setLevel("WARNING")
     task = load_task(task_class, options)
     check_model_dir(options.model_dir, options.mode)
     compare_with_saved_config(task, options.model_dir)
@@ -148,12 +152,9 @@ def run(task_class, options):
     plan = plan_batch(task.config, strategy.num_replicas_in_sync)
     if options.verbose:
         print(f"resolved config:\n{config_lib.format_config(task.config)}", flush=True)
-    else:  # TensorFlow's INFO chatter (export internals, ...) only with --verbose
-        absl_logging.set_verbosity(absl_logging.WARNING)
-        tf.get_logger().setLevel("WARNING")
     strategy_lib.log_batch_plan(strategy, plan)
-    with strategy_lib.WorkerDirectory(options.model_dir, strategy) as work_dir:
-        # config.yaml is written by training.train after the restore succeeded.
+    with strategy_lib.WorkerDirectory(options.model_dir, strategy) as work_dir, \
+            native_log.to_file(work_dir.path, options.verbose):  # C++ log lines: to a file
         return _Run(task, options, strategy, plan, work_dir.path).execute()
 
 
@@ -248,7 +249,7 @@ class _Run:
                 global_batch_size=train.global_batch_size,
                 log_every=train.log_every,
                 restore_dir=self.options.model_dir,  # every worker resumes from the chief's
-                config=self.config,  # saved as config.yaml once the checkpoint fits the model
+                config=self.config,  # saved as config.yaml with this run's first checkpoint
             )
         except _INPUT_ERRORS as error:
             raise self.task.explain_input_error(error, "train") or error

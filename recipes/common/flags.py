@@ -73,8 +73,9 @@ def define_flags(extra_flags=()):
     flags.DEFINE_bool(
         "verbose",
         False,
-        "Also print the resolved config and TensorFlow's INFO logs (by default the console "
-        "shows progress and results; the config is in <model_dir>/config.yaml).",
+        "Also print the resolved config and TensorFlow's logs (by default the console "
+        "shows progress and results; the config is in <model_dir>/config.yaml, TensorFlow's "
+        "C++ log lines in <model_dir>/tensorflow.log).",
     )
     flags.DEFINE_bool(
         "help_config",

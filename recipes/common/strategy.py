@@ -50,8 +50,7 @@ def make_strategy(strategy_name="", tpu="", communication="auto"):
             "mirrored, default"
         )
     print(
-        f"strategy: {name} ({type(strategy).__name__}), "
-        f"{strategy.num_replicas_in_sync} replica(s) in sync",
+        f"strategy: {name}, {strategy.num_replicas_in_sync} replica(s) in sync",
         flush=True,
     )
     return strategy

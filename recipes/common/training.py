@@ -92,19 +92,21 @@ def train(
       log_every: optimizer steps between TensorBoard scalars (default: checkpoint_every).
       restore_dir: where to find the checkpoint to resume from (default `model_dir`;
         multi-worker: the chief's model_dir, for every worker).
-      config: the run's config; written to `model_dir/config.yaml` once the checkpoint (if
-        any) is restored (a run refused for another shape leaves config.yaml as it was).
+      config: the run's config; written to `model_dir/config.yaml` once the first chunk
+        of this run is checkpointed, or when there is nothing left to train (a run stopped
+        before, by bad data, a NaN or a checkpoint of another shape, leaves it as it was).
       data_files: the training TFRecords (comma-separated globs); if given, a corrupt
         record stops training with a `UserError` naming the damaged file.
     Returns the Keras History of this run (empty if already complete); `history.last_logs`
     holds the scalars of the last step's logs.
     """
-    manager, first_step = _resume(model, model_dir, total_steps, checkpoint_every,
-                                  restore_dir, config)
+    manager, first_step = _resume(model, model_dir, total_steps, checkpoint_every, restore_dir)
     history = tf_keras.callbacks.History()
     history.last_logs = {}
     if first_step >= total_steps:
         print(f"already trained to step {first_step} >= train.steps={total_steps}", flush=True)
+        if config is not None:
+            config_lib.save_config(config, model_dir)
         return history
     every = log_every or checkpoint_every
     if verbose:  # one plain line per `every` steps instead of Keras' progress bar
@@ -121,21 +123,20 @@ def train(
                 raise UserError(corrupt_data.describe_corrupt_data(data_files, error)) from None
             except _COLLECTIVE_FAILURES as error:
                 raise _worker_lost(model, error, chunk_start, chunk_end, restore_dir or model_dir)
+            if config is not None and chunk_start == first_step:  # its checkpoint is saved
+                config_lib.save_config(config, model_dir)
             loop.preemption.raise_if_stopped()
     loop.report_skipped()
     return history
 
 
-def _resume(model, model_dir, total_steps, checkpoint_every, restore_dir, config):
-    """(the CheckpointManager, the step restored from `restore_dir` or 0); config.yaml is
-    written once the checkpoint fits the model."""
+def _resume(model, model_dir, total_steps, checkpoint_every, restore_dir):
+    """(the CheckpointManager, the step restored from `restore_dir` or 0)."""
     _check_steps(total_steps, checkpoint_every)
     manager = make_checkpoint_manager(model, model_dir)
     build_optimizer_state(model)
     # Into the objects of the manager that saves: one Checkpoint object per process.
     first_step = restore(manager, restore_dir)
-    if config is not None:
-        config_lib.save_config(config, model_dir)
     return manager, first_step
 
 

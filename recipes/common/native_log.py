@@ -1,0 +1,61 @@
+"""TensorFlow's C++ log lines go to `<model_dir>/tensorflow.log`, not the console.
+
+Some lines reach the process's stderr (file descriptor 2) from C/C++ code that no setting
+reaches: XLA's `Compiled cluster using XLA!` and absl's `WARNING: All log messages before
+absl::InitializeLog() is called are written to STDERR` (absl logging, which ignores
+TF_CPP_MIN_LOG_LEVEL; ABSL_MIN_LOG_LEVEL, TF_CPP_MAX_VLOG_LEVEL and GLOG_minloglevel do not
+reach it either, and absl's C++ flags such as --stderrthreshold are never parsed in a Python
+process), and libjpeg's `Not a JPEG file: starts with 0x74 0x68` while decoding a bad image.
+`to_file` points descriptor 2 at the log file while Python's `sys.stderr` keeps the real
+stderr, so the program's own lines (errors, Python warnings, tracebacks) stay on the console.
+"""
+
+import contextlib
+import os
+import sys
+import tempfile
+
+LOG_FILE = "tensorflow.log"
+
+
+@contextlib.contextmanager
+def to_file(model_dir, verbose=False):
+    """While active, writes to file descriptor 2 (C/C++ code) are appended to
+    `model_dir/tensorflow.log` (a local file under the temporary directory for a remote
+    `model_dir`, e.g. gs://); `sys.stderr` writes to the original stderr. With `verbose`,
+    nothing changes. Yields the log file's path (None with `verbose`)."""
+    if verbose:
+        yield None
+        return
+    if "://" in model_dir:
+        directory = tempfile.mkdtemp(prefix="lamb_tf_log_")
+        print(f"TensorFlow's log: {os.path.join(directory, LOG_FILE)}", flush=True)
+    else:
+        directory = model_dir
+        os.makedirs(directory, exist_ok=True)
+    path = os.path.join(directory, LOG_FILE)
+    sys.stderr.flush()
+    python_stderr = sys.stderr
+    terminal = os.dup(2)
+    log = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    os.dup2(log, 2)
+    os.close(log)
+    if _descriptor(python_stderr) == 2:  # else (a test's capture) it is left as it is
+        sys.stderr = os.fdopen(os.dup(terminal), "w", buffering=1,
+                               encoding=python_stderr.encoding, errors=python_stderr.errors)
+    try:
+        yield path
+    finally:
+        if sys.stderr is not python_stderr:
+            sys.stderr.flush()
+            sys.stderr.close()
+            sys.stderr = python_stderr
+        os.dup2(terminal, 2)
+        os.close(terminal)
+
+
+def _descriptor(stream):
+    try:
+        return stream.fileno()
+    except (AttributeError, OSError, ValueError):
+        return None
