@@ -27,6 +27,10 @@ class ExtraFlag:
     default: bool = False
 
 
+_KEY_FLAGS = ("config_file", "params_override", "model_dir", "mode", "tpu", "strategy",
+              "communication", "deterministic", "verbose", "help_config")
+
+
 def define_flags(extra_flags=()):
     """Defines the shared flags and the program's `extra_flags` (call once, in `__main__`)."""
     flags.DEFINE_multi_string(
@@ -85,9 +89,7 @@ def define_flags(extra_flags=()):
     for extra in extra_flags:
         flags.DEFINE_bool(extra.name, extra.default, extra.help)
     # `--help` lists the key flags of the program (absl names it by sys.argv[0]): these.
-    for name in ("config_file", "params_override", "model_dir", "mode", "tpu", "strategy",
-                 "communication", "deterministic", "verbose", "help_config",
-                 *(extra.name for extra in extra_flags)):
+    for name in (*_KEY_FLAGS, *(extra.name for extra in extra_flags)):
         FLAGS.register_key_flag_for_module(sys.argv[0], FLAGS[name])
 
 
