@@ -96,6 +96,7 @@ def test_k_micro_batches_equal_one_batch(optimizer):
     assert float(accumulated[2].learning_rate) == pytest.approx(expected_lr, rel=1e-6)
 
 
+@pytest.mark.slow  # several fits, two replicas or XLA
 @pytest.mark.parametrize("optimizer", OPTIMIZERS)
 def test_two_replicas_with_accumulation_equal_one_device(optimizer, two_cpu_strategy):
     one_device = train(OPTIMIZERS[optimizer])
@@ -103,6 +104,7 @@ def test_two_replicas_with_accumulation_equal_one_device(optimizer, two_cpu_stra
     assert_same_training(two_replicas, one_device)
 
 
+@pytest.mark.slow  # several fits, two replicas or XLA
 @pytest.mark.parametrize("optimizer", OPTIMIZERS)
 def test_jit_compiled_accumulation_equals_one_batch(optimizer):
     one_batch = train(OPTIMIZERS[optimizer])

@@ -9,6 +9,7 @@ import subprocess
 import sys
 
 import numpy as np
+import pytest
 import tf_keras
 
 import reliability_cli as cli
@@ -40,6 +41,7 @@ def build_model():
     return model
 
 
+@pytest.mark.slow  # a second process
 def test_kill_while_writing_a_checkpoint_keeps_the_previous_one(tmp_path):
     model_dir = str(tmp_path / "run")
     log_path = str(tmp_path / "saver.log")

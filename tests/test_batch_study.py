@@ -109,6 +109,7 @@ def starts(study_dir):
     }
 
 
+@pytest.mark.slow  # runs the fake recipe in processes
 def test_tiny_grid_picks_the_best_lr_and_reruns_it_with_seeds(fake_recipe, tmp_path, capsys):
     study_dir = str(tmp_path / "study")
     assert cli.main(TINY_GRID + [f"--study_dir={study_dir}", "--parallel=2"]) == 0
@@ -134,6 +135,7 @@ def test_tiny_grid_picks_the_best_lr_and_reruns_it_with_seeds(fake_recipe, tmp_p
     assert "sweep: 8 runs" in out and "seeds: 8 runs" in out and "[8/8]" in out
 
 
+@pytest.mark.slow  # runs the fake recipe in processes
 def test_untuned_line_shares_the_runs_it_has_in_common_with_the_sweep(fake_recipe, tmp_path):
     study_dir = str(tmp_path / "study")
     argv = TINY_GRID + [f"--study_dir={study_dir}", "--untuned=lamb", "--optimizers=lamb"]
@@ -155,6 +157,7 @@ FAKE_STUDY_PROGRAM = (
 )
 
 
+@pytest.mark.slow  # runs the fake recipe in processes
 def test_killed_study_resumes_without_rerunning_finished_runs(fake_recipe, tmp_path):
     study_dir = str(tmp_path / "study")
     argv = [sys.executable, "-c", FAKE_STUDY_PROGRAM, *TINY_GRID, f"--study_dir={study_dir}"]

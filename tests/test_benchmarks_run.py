@@ -33,6 +33,7 @@ def test_bert_variables_have_model_garden_names_and_bert_base_size():
     assert "bert_encoder/transformer/layer_0/output_layer_norm/gamma" in paths
 
 
+@pytest.mark.slow  # a benchmark run
 def test_optimizer_step_tiny_times_every_contender_in_both_modes(tmp_path, capsys):
     report_path = tmp_path / "step.json"
     assert optimizer_step.main(["--size", "tiny", "--steps", "2", "--warmup", "1",
@@ -68,6 +69,7 @@ def test_optimizer_step_refuses_bad_arguments_with_status_2(argv, message, capsy
     assert message in capsys.readouterr().err
 
 
+@pytest.mark.slow  # a benchmark run
 def test_accumulation_memory_tiny_reports_every_k(tmp_path):
     import subprocess
     import sys

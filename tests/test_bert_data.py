@@ -342,6 +342,7 @@ def test_same_seed_same_bytes_other_seed_other_bytes(tmp_path):
     assert file_bytes(first) != file_bytes(other)
 
 
+@pytest.mark.slow  # a fresh process or the whole embedded corpus
 def test_cli_writes_the_same_bytes_in_a_fresh_process(tmp_path):
     corpus_path = write_corpus(str(tmp_path / "corpus"), synthetic_documents(20, seed=4))
     arguments = dict(
@@ -380,6 +381,7 @@ def test_cli_writes_the_same_bytes_in_a_fresh_process(tmp_path):
         assert open(path, "rb").read() == open(cli_path, "rb").read(), path
 
 
+@pytest.mark.slow  # a fresh process or the whole embedded corpus
 def test_chunks_stream_and_bound_the_random_pool(tmp_path, monkeypatch):
     documents = synthetic_documents(60, seed=2)
     corpus_path = write_corpus(str(tmp_path / "corpus"), documents)
@@ -431,6 +433,7 @@ def test_chunks_stream_and_bound_the_random_pool(tmp_path, monkeypatch):
     assert prepared.num_train_sequences > 0
 
 
+@pytest.mark.slow  # a fresh process or the whole embedded corpus
 def test_embedded_corpus_is_safe_deterministic_and_large(tmp_path, capsys):
     before = set(sys.modules)
     paths = corpus.write_embedded_corpus(str(tmp_path / "a"))
@@ -641,6 +644,7 @@ def test_missing_tfrecords_are_a_user_error(tmp_path):
         )
 
 
+@pytest.mark.slow  # a fresh process or the whole embedded corpus
 def test_cli_reports_bad_input_in_one_line(tmp_path):
     (tmp_path / "empty").mkdir()
     completed = subprocess.run(

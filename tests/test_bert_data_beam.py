@@ -62,6 +62,7 @@ def output_bytes(prepared):
     return {os.path.basename(path): open(path, "rb").read() for path in sorted(paths)}
 
 
+@pytest.mark.slow  # Apache Beam
 @pytest.mark.parametrize(
     "beam_options",
     [
@@ -86,6 +87,7 @@ def test_beam_writes_the_bytes_of_the_single_process_path(
     assert not os.path.exists(tmp_path / "beam" / ".beam")  # pass outputs cleaned up
 
 
+@pytest.mark.slow  # reads the embedded corpus
 def test_the_slice_spans_several_chunks_and_both_splits(embedded_slice):
     """The equality above covers chunk and file boundaries, not one chunk of one file."""
     files = sorted(glob.glob(embedded_slice))
@@ -127,6 +129,7 @@ def test_word_counts_are_bert_basic_words_summed_over_batches():
     assert vocabulary.count_words_in_batches(sentences, batch_size=4) == expected
 
 
+@pytest.mark.slow  # Apache Beam
 def test_non_utf8_file_is_refused_on_beam_before_anything_is_written(tmp_path):
     (tmp_path / "corpus").mkdir()
     (tmp_path / "corpus" / "good.txt").write_text("One sentence.\nTwo sentences.\n")
@@ -138,6 +141,7 @@ def test_non_utf8_file_is_refused_on_beam_before_anything_is_written(tmp_path):
     assert os.listdir(tmp_path / "out") == []
 
 
+@pytest.mark.slow  # Apache Beam
 @pytest.mark.parametrize(
     "beam_options, message",
     [
@@ -206,6 +210,7 @@ def command_lines(embedded_slice, tmp_path_factory):
     }
 
 
+@pytest.mark.slow  # Apache Beam
 def test_cli_on_two_worker_processes_writes_the_bytes_of_the_single_process_path(
     command_lines, single_process
 ):
@@ -220,6 +225,7 @@ def test_cli_on_two_worker_processes_writes_the_bytes_of_the_single_process_path
     assert "words/s" in stderr and "Beam, FnApiRunner" in stderr
 
 
+@pytest.mark.slow  # Apache Beam
 @pytest.mark.parametrize("name", sorted(BAD_USAGE))
 def test_cli_reports_bad_beam_usage_in_one_line(command_lines, name):
     returncode, stderr, output_dir = command_lines[name]

@@ -150,6 +150,7 @@ def test_longer_sequences_than_pretraining_are_one_line_and_exit_2(pretraining_d
     assert not (tmp_path / "x" / "checkpoints").exists()
 
 
+@pytest.mark.slow  # exports a pretraining run's encoder (SavedModels)
 @pytest.mark.parametrize("override, message", [
     ("data.task=ner", "data.task='ner' is not one of stdlib, classification, squad"),
     ("encoder.init=random", "encoder.init='random' is not one of pretrained, none"),
@@ -169,6 +170,7 @@ def test_pretraining_dir_without_encoder_export_names_the_fix(tmp_path):
         finetune.PretrainingRun(str(tmp_path))
 
 
+@pytest.mark.slow  # exports a pretraining run's encoder (SavedModels)
 def test_stdlib_task_needs_a_run_on_the_embedded_corpus(pretraining_dir, tmp_path):
     from recipes.common import config as config_lib
     config = config_lib.load_config(finetune.BertFinetuneConfig, (),

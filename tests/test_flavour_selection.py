@@ -33,6 +33,7 @@ print("fit ok")
 """
 
 
+@pytest.mark.slow  # fresh processes
 @pytest.mark.parametrize("legacy,module", [("1", "lamb_tf.tf_keras_optimizers"), ("0", "lamb_tf.keras3_optimizers")])
 def test_top_level_names_follow_tf_keras(legacy, module):
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=REPO_ROOT)

@@ -183,6 +183,7 @@ def fit_noise_scale_logs(strategy, accumulation_steps, x, y, global_batch, decay
     return [logs.get(noise_scale.NOISE_SCALE_LOG) for logs in logged]
 
 
+@pytest.mark.slow  # fit runs, two replicas
 def test_fit_logs_the_averaged_noise_scale(strategy_and_steps):
     """GradientAccumulationModel's `gradient_noise_scale` log is the EMA ratio of the
     estimators, step by step (Keras MSE, learning rate 0 so that w stays put)."""

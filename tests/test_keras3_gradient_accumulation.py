@@ -73,6 +73,7 @@ def _assert_same_training(expected, actual):
     assert loss_k == pytest.approx(loss, rel=1e-5)
 
 
+@pytest.mark.slow  # several fit runs
 @pytest.mark.parametrize("optimizer_name", list(OPTIMIZERS))
 def test_k_micro_batches_equal_one_batch_on_one_device(optimizer_name):
     make = OPTIMIZERS[optimizer_name]

@@ -120,6 +120,7 @@ def test_legacy_only_arguments_are_refused_with_one_clear_error(registered):
                                 gradient_transformers=[lambda grads_and_vars: grads_and_vars])
 
 
+@pytest.mark.slow  # trains a Model Garden experiment
 def test_bert_pretraining_experiment_trains_with_our_lamb(registered):
     lamb_fields = {"weight_decay_rate": 0.01, "beta_1": 0.8, "beta_2": 0.99, "epsilon": 1e-5,
                    "exclude_from_weight_decay": ["LayerNorm", "layer_norm", "bias"],
@@ -162,6 +163,7 @@ def test_bert_pretraining_experiment_trains_with_our_lamb(registered):
                                    rtol=1e-4, atol=1e-7, err_msg=path)
 
 
+@pytest.mark.slow  # trains a Model Garden experiment
 def test_resnet_imagenet_experiment_trains_with_our_lars(registered):
     lars_fields = {"weight_decay_rate": 1e-3, "momentum": 0.8, "eeta": 0.002,
                    "exclude_from_weight_decay": ["batch_norm", "bias"]}

@@ -5,9 +5,12 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from conftest import REPO_ROOT
 
 
+@pytest.mark.slow  # a benchmark process
 def test_benchmark_times_the_step_with_and_without_the_measurement(tmp_path):
     report = tmp_path / "report.json"
     result = subprocess.run(
@@ -33,6 +36,7 @@ def test_benchmark_times_the_step_with_and_without_the_measurement(tmp_path):
     assert "overhead" in result.stdout
 
 
+@pytest.mark.slow  # a benchmark process
 def test_benchmark_rejects_a_malformed_configuration():
     result = subprocess.run(
         [sys.executable, os.path.join(REPO_ROOT, "benchmarks", "noise_scale_cost.py"),

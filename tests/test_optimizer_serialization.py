@@ -91,6 +91,7 @@ def _assert_same_state(actual, expected):
     assert len(actual) == len(expected)
 
 
+@pytest.mark.slow  # saves and loads .keras files, one fit each
 @pytest.mark.parametrize("flavour_name", FLAVOURS)
 @pytest.mark.parametrize("case", ROUND_TRIP_CASES)
 def test_keras_file_save_load_continues_identically(flavour_name, case, tmp_path):

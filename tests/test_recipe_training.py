@@ -84,6 +84,7 @@ def test_resume_continues_exactly_where_the_checkpoint_stopped(tmp_path):
     assert training.latest_checkpoint(interrupted_dir).endswith("ckpt-6")
 
 
+@pytest.mark.slow  # two trainings
 def test_resume_without_the_dropout_state_would_differ(tmp_path):
     """The check above can fail: restoring everything but the generator gives other weights."""
     straight = _model()
