@@ -175,6 +175,12 @@ def accumulate_gradients(
     variables = list(variables)
     micro_batches = split_into_micro_batches(batch, accumulation_steps)
     gradient_is_none = [False] * len(variables)  # filled in while the loop body is traced
+    # The running sums are added in one XLA kernel, out of Grappler's reach: its arithmetic
+    # optimizer would otherwise fold `sum + (a + b)` (a variable used twice, a loss of two
+    # terms) into one AddN with the loop-carried sum as an input, which its memory optimizer
+    # may turn into a TemporaryVariable that a second optimizer step inside the same
+    # `tf.function` (Keras' steps_per_execution > 1) creates again: AlreadyExistsError.
+    add_in_one_kernel = tf.function(_add_sums, jit_compile=True)
 
     def micro_step(i, loss_sum, gradient_sums, squared_norm_sum):
         micro_batch = tf.nest.map_structure(
@@ -183,18 +189,23 @@ def accumulate_gradients(
         with tf.GradientTape() as tape:
             loss = loss_fn(micro_batch)  # mean loss over the micro-batch
         gradients = tape.gradient(loss, variables)  # only this micro-batch's activations
-        new_sums, halved_squares = [], []
-        for index, (gradient, gradient_sum) in enumerate(zip(gradients, gradient_sums)):
+        present, halved_squares = [], []
+        for index, gradient in enumerate(gradients):
             gradient_is_none[index] = gradient is None
             if gradient is not None:
                 gradient = tf.cast(tf.convert_to_tensor(gradient), tf.float32)
-                gradient_sum += gradient  # f32 sum
+                present.append(gradient)
                 if return_micro_batch_norm:
                     halved_squares.append(tf.nn.l2_loss(gradient))  # one op: sum(g^2) / 2
-            new_sums.append(gradient_sum)
         if halved_squares:
             squared_norm_sum += 2.0 * tf.add_n(halved_squares)
-        return i + 1, loss_sum + tf.cast(loss, tf.float32), new_sums, squared_norm_sum
+        kept_sums = [s for s, none in zip(gradient_sums, gradient_is_none) if not none]
+        loss_sum, kept_sums = add_in_one_kernel(loss_sum, tf.cast(loss, tf.float32),
+                                                kept_sums, present)  # f32 sums
+        kept_sums = iter(kept_sums)
+        new_sums = [s if none else next(kept_sums)
+                    for s, none in zip(gradient_sums, gradient_is_none)]
+        return i + 1, loss_sum, new_sums, squared_norm_sum
 
     zeros = [tf.zeros(variable.shape, tf.float32) for variable in variables]
     _, loss_sum, gradient_sums, squared_norm_sum = tf.while_loop(
@@ -220,6 +231,11 @@ def accumulate_gradients(
         tf.distribute.ReduceOp.MEAN, squared_norm_sum / accumulation_steps
     )  # the mean over every micro-batch of the step, one scalar across replicas
     return mean_gradients, loss_sum / accumulation_steps, micro_batch_norm
+
+
+def _add_sums(loss_sum, loss, gradient_sums, gradients):
+    """`(loss_sum + loss, [s + g, ...])`: element-wise float32 additions, nothing else."""
+    return loss_sum + loss, [s + g for s, g in zip(gradient_sums, gradients)]
 
 
 # `fit` logs (progress bar, TensorBoard batch scalars): the global norm of the applied gradient,
