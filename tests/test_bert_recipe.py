@@ -95,6 +95,41 @@ def test_two_steps_from_config_through_the_cli(trained_runs):
                for tag in trust_ratio_tags), trust_ratio_tags
 
 
+def test_export_writes_the_model_garden_checkpoint_and_hub_pair_of_the_trained_encoder(
+        trained_runs, tiny_data):
+    """model_garden/ and hub/ (recipes/bert/ecosystem_export.py, docs/finetune.md) come out of
+    the pretraining program's export, holding the encoder weights training reached."""
+    import tensorflow_text  # noqa: F401  (ops of the preprocessing SavedModel)
+    from official.nlp.configs import encoders
+    model_dir, _ = trained_runs[1]
+    checkpoint_dir = os.path.join(model_dir, "model_garden")
+    assert sorted(os.listdir(checkpoint_dir)) == [
+        "checkpoint", "encoder-1.data-00000-of-00001", "encoder-1.index", "encoder.yaml",
+        "vocab.txt"]
+    assert sorted(os.listdir(os.path.join(model_dir, "hub"))) == ["encoder", "preprocess"]
+    vocab = open(tiny_data.vocab_file, encoding="utf-8").read()
+    assert open(os.path.join(checkpoint_dir, "vocab.txt"), encoding="utf-8").read() == vocab
+    config = encoders.EncoderConfig.from_yaml(os.path.join(checkpoint_dir, "encoder.yaml"))
+    assert config.type == "bert_v2"
+    assert (config.bert_v2.vocab_size, config.bert_v2.hidden_size,
+            config.bert_v2.num_layers) == (len(vocab.splitlines()), 16, 1)
+    # Every encoder array of both exports is one of the trained checkpoint's arrays (the
+    # 2 training steps moved them all away from their initial values).
+    trained = list(checkpoint_values(model_dir).values())
+    reader = tf.train.load_checkpoint(tf.train.latest_checkpoint(checkpoint_dir))
+    exported = [reader.get_tensor(key) for key in reader.get_variable_to_shape_map()
+                if key.startswith("encoder/")]
+    hub_encoder = tf.saved_model.load(os.path.join(model_dir, "hub", "encoder"))
+    exported += [v.numpy() for v in hub_encoder.variables]
+    assert len(exported) > 20
+    for array in exported:
+        assert any(t.shape == array.shape and np.array_equal(t, array) for t in trained)
+    preprocess = tf.saved_model.load(os.path.join(model_dir, "hub", "preprocess"))
+    outputs = hub_encoder(preprocess(tf.constant(["the cat sat on the mat."])))
+    assert outputs["pooled_output"].shape == (1, 16)
+    assert outputs["sequence_output"].shape == (1, tiny_bert_data.SEQ_LENGTH, 16)
+
+
 def summary_tags(model_dir):
     """Every TensorBoard scalar tag written under model_dir."""
     tags = set()
