@@ -57,6 +57,21 @@ def _kill_group(process):
         pass
 
 
+def start_workers(command, num_workers, cwd, log_dir, env):
+    """Starts `command` as `num_workers` workers of one loopback cluster, each in its own
+    process group, writing to `log_dir/worker<i>.out` and `.err`; returns their `Popen`s
+    (the caller waits for them and kills their groups)."""
+    ports = free_ports(num_workers)
+    workers = []
+    for index in range(num_workers):
+        worker_env = {**env, "TF_CONFIG": tf_config(ports, index)}
+        out, err = (os.path.join(log_dir, f"worker{index}.{kind}") for kind in ("out", "err"))
+        with open(out, "w") as stdout, open(err, "w") as stderr:
+            workers.append(subprocess.Popen(command, cwd=cwd, env=worker_env, stdout=stdout,
+                                            stderr=stderr, start_new_session=True))
+    return workers
+
+
 def run_cluster(command, num_workers, cwd, log_dir, timeout, env=None):
     """Runs `command` as `num_workers` workers; returns their `WorkerResult`s by index.
 

@@ -5,8 +5,6 @@ The workers are the real BERT command line on loopback (TF_CONFIG from
 tests/multi_worker_harness.py); every process has its own process group and a deadline.
 """
 
-import os
-import subprocess
 import time
 
 import pytest
@@ -28,16 +26,8 @@ def _config(data):
 
 
 def _start_workers(command, log_dir):
-    ports = multi_worker_harness.free_ports(2)
-    workers = []
-    for index in range(2):
-        env = {**cli.ENV, "TF_CONFIG": multi_worker_harness.tf_config(ports, index),
-               cli.STEP_HOOK_ENV: "0.5"}
-        out, err = (os.path.join(log_dir, f"worker{index}.{kind}") for kind in ("out", "err"))
-        with open(out, "w") as stdout, open(err, "w") as stderr:
-            workers.append(subprocess.Popen(command, cwd=cli.REPO_ROOT, env=env, stdout=stdout,
-                                            stderr=stderr, start_new_session=True))
-    return workers
+    return multi_worker_harness.start_workers(command, 2, cli.REPO_ROOT, log_dir,
+                                              env={**cli.ENV, cli.STEP_HOOK_ENV: "0.5"})
 
 
 def test_a_dead_worker_stops_the_other_and_both_resume(tmp_path):

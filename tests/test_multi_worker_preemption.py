@@ -10,7 +10,6 @@ tests/multi_worker_harness.py); every process has its own process group and a de
 import os
 import re
 import signal
-import subprocess
 import time
 
 import numpy as np
@@ -57,16 +56,8 @@ def _run_cluster(command, log_dir):
 def _start_workers(command, log_dir):
     """Two workers, each step slowed to 0.5 s so that the signal lands mid-chunk."""
     os.makedirs(log_dir)
-    ports = multi_worker_harness.free_ports(2)
-    workers = []
-    for index in range(2):
-        env = {**cli.ENV, "TF_CONFIG": multi_worker_harness.tf_config(ports, index),
-               cli.STEP_HOOK_ENV: "0.5"}
-        out, err = (os.path.join(log_dir, f"worker{index}.{kind}") for kind in ("out", "err"))
-        with open(out, "w") as stdout, open(err, "w") as stderr:
-            workers.append(subprocess.Popen(command, cwd=cli.REPO_ROOT, env=env, stdout=stdout,
-                                            stderr=stderr, start_new_session=True))
-    return workers
+    return multi_worker_harness.start_workers(command, 2, cli.REPO_ROOT, log_dir,
+                                              env={**cli.ENV, cli.STEP_HOOK_ENV: "0.5"})
 
 
 def test_sigterm_to_one_worker_saves_one_step_on_both_and_resumes_exactly(tmp_path):
