@@ -1,6 +1,7 @@
 """The fine-tuning program (`python -m recipes.bert.finetune`, a task on the shared driver):
-SQuAD on the tiny SQuAD-format file trains, decodes and scores with the official metric, and
-its raw-string SavedModel, reloaded in a fresh process, gives the answers evaluation scored;
+SQuAD on the tiny SQuAD-format file trains, decodes and scores with the official metric (on
+a context longer than the sequence, read in windows), and its raw-string SavedModel,
+reloaded in a fresh process, gives the answers evaluation scored;
 sentence-pair classification with gradient accumulation serves labels (LAMB fine-tunes
 in tests/test_ecosystem_export.py and in the embedded default); user
 mistakes are one line and exit status 2.
@@ -23,6 +24,7 @@ from conftest import REPO_ROOT
 from recipes.bert import ecosystem_export
 from recipes.bert import finetune
 from recipes.bert import model as model_lib
+from recipes.bert import squad
 
 TINY_SQUAD = os.path.join(REPO_ROOT, "tests", "data", "tiny_squad.json")
 SEQ_LENGTH = 48
@@ -81,32 +83,73 @@ def serve_in_fresh_process(export_dir, inputs):
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
+def write_eval_file(path):
+    """The tiny file plus its questions asked again (ids "joined-...") of one context: its
+    four contexts joined (about 70 word pieces; a window of SEQ_LENGTH holds about 37)."""
+    with open(TINY_SQUAD) as f:
+        articles = json.load(f)["data"]
+    context, joined = "", []
+    for paragraph in [p for a in articles for p in a["paragraphs"]]:
+        offset = len(context) + (1 if context else 0)
+        context = f"{context} {paragraph['context']}" if context else paragraph["context"]
+        joined += [dict(q, id=f"joined-{q['id']}", answers=[
+            dict(a, answer_start=a["answer_start"] + offset) for a in q["answers"]])
+            for q in paragraph["qas"]]
+    for q in joined:
+        for a in q["answers"]:
+            assert context[a["answer_start"]:].startswith(a["text"])
+    path.write_text(json.dumps({"version": "1.1", "data": articles + [
+        {"title": "joined", "paragraphs": [{"context": context, "qas": joined}]}]}))
+    return str(path), articles, context, joined
+
+
+def first_window_end(pretraining_dir, eval_file, question_id):
+    """The character offset in its context where the first window of `question_id` ends
+    (Model Garden's windows, as evaluation cuts them)."""
+    examples = squad.read_examples(eval_file, is_training=False)
+    index = next(i for i, e in enumerate(examples) if e.qas_id == question_id)
+    features = squad.convert_examples(
+        examples[index:index + 1], squad.make_tokenizer(
+            os.path.join(pretraining_dir, "model_garden", "vocab.txt")),
+        SEQ_LENGTH, is_training=False, doc_stride=12)
+    last_word = max(features[0].token_to_orig_map.values())
+    return len(" ".join(examples[index].doc_tokens[:last_word + 1]))
+
+
 @pytest.mark.slow  # command-line runs
 def test_squad_trains_scores_and_serves_the_scored_answers_in_a_fresh_process(
         pretraining_dir, tmp_path):
+    eval_file, articles, context, joined = write_eval_file(tmp_path / "eval.json")
     model_dir = tmp_path / "squad"
     done = run_finetune(model_dir, ",".join([
         f"encoder.pretraining_dir={pretraining_dir}", "encoder.dropout_rate=0.0",
         "encoder.attention_dropout_rate=0.0", "data.task=squad",
-        f"data.train_file={TINY_SQUAD}", f"data.eval_file={TINY_SQUAD}",
+        f"data.train_file={TINY_SQUAD}", f"data.eval_file={eval_file}", "data.doc_stride=12",
         "optimizer.name=adamw", "optimizer.learning_rate=0.001", "optimizer.warmup_steps=10",
         "train.steps=150", "train.checkpoint_every=150", "train.global_batch_size=8",
         "train.micro_batch_size=4", "eval.global_batch_size=8"]))
     assert done.returncode == 0, done.stderr[-3000:]
+    windows = int(re.search(r"16 held-out questions \((\d+) windows\)", done.stdout)[1])
+    assert windows >= 8 + 8 * 3  # one per short context, about 3 per joined one
     results = json.loads((model_dir / "results.json").read_text())
     assert results["accumulation_steps"] == 2
-    # Evaluated on the 8 training questions: the span head has memorised them.
-    assert results["eval"]["f1"] >= 90.0 and results["eval"]["exact_match"] >= 87.5
     assert re.search(r"held-out exact_match=[\d.]+ f1=[\d.]+", done.stdout)
     predictions = json.loads((model_dir / finetune.PREDICTIONS_FILE).read_text())
-    with open(TINY_SQUAD) as f:
-        questions = [(q["id"], q["question"], p["context"]) for a in json.load(f)["data"]
-                     for p in a["paragraphs"] for q in p["qas"]]
+    # The 8 training questions in their own contexts: the span head has memorised them.
+    scores = squad.squad_scores(articles, predictions)
+    assert scores["f1"] >= 90.0 and scores["exact_match"] >= 87.5
+    questions = [(q["id"], q["question"], p["context"]) for a in articles
+                 for p in a["paragraphs"] for q in p["qas"]]
+    questions += [(q["id"], q["question"], context) for q in joined]
     served = serve_in_fresh_process(str(model_dir / "export"), {
         "question": [q for _, q, _ in questions], "context": [c for _, _, c in questions]})
     assert served["answer"] == [predictions[qid] for qid, _, _ in questions]
-    for (_, _, context), answer, start in zip(questions, served["answer"], served["start"]):
-        assert context.encode()[start:].decode().startswith(answer)
+    for (_, _, text), answer, start, end in zip(questions, served["answer"], served["start"],
+                                                 served["end"]):
+        assert text.encode()[start:end].decode() == answer
+    # Some answers in the joined context come from past its first window.
+    assert max(served["start"][8:]) >= first_window_end(pretraining_dir, eval_file,
+                                                         joined[0]["id"])
 
 
 @pytest.mark.slow  # command-line runs

@@ -250,7 +250,7 @@ class BertFinetuneTask(task_lib.Task):
             data = self.config.data
             return finetune_export.QuestionAnsweringServing(
                 self.network, self.run.vocab_file, self.seq_length, data.max_query_length,
-                data.n_best_size, data.max_answer_length)
+                data.n_best_size, data.max_answer_length, data.doc_stride)
         return finetune_export.ClassifierServing(self.network, self.run.vocab_file,
                                                  self.seq_length, self.labels, self.pairs)
 
