@@ -69,6 +69,7 @@ def _fit(flavour, optimizer, jit_compile):
     return initial, model.get_weights()
 
 
+@pytest.mark.slow  # XLA compilations, both flavours
 @pytest.mark.parametrize("flavour_name", FLAVOURS)
 @pytest.mark.parametrize("optimizer_name", ["LAMB", "LARS"])
 def test_compile_fit_with_and_without_jit_compile_agree(flavour_name, optimizer_name):
