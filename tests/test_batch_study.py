@@ -249,3 +249,27 @@ def test_tiny_grid_through_the_real_resnet_recipe(tmp_path):
         assert 0.0 <= row["metric_mean"] <= 1.0 and len(row["sweep"]) == 2
         assert row["noise_scale"] is not None  # 2 and 4 micro-batches of 8 per step
     assert "[8/8]" in result.stdout and (study_dir / "study.png").exists()
+
+
+def _documented_study_commands():
+    """argv (after `-m recipes.study`) of every study command in docs/batch_study.md."""
+    with open(os.path.join(REPO_ROOT, "docs", "batch_study.md")) as handle:
+        blocks = handle.read().split("```sh\n")[1:]  # each starts a shell block
+    lines = [line for block in blocks
+             for line in block.split("```")[0].replace("\\\n", " ").splitlines()]
+    return [line.split("-m recipes.study", 1)[1].split()
+            for line in lines if "-m recipes.study" in line]
+
+
+def test_the_documented_study_commands_are_valid(tmp_path, monkeypatch, capsys):
+    """Every `python -m recipes.study` command of docs/batch_study.md parses and passes the
+    recipe's config checks for every run it plans (with --report_only into an empty
+    directory: nothing runs), so the published commands cannot rot."""
+    commands = _documented_study_commands()
+    assert len(commands) == 3  # the example, the ResNet study, the BERT study
+    monkeypatch.chdir(REPO_ROOT)  # the commands' config paths are relative to the root
+    for index, argv in enumerate(commands):
+        argv = [a for a in argv if not a.startswith("--study_dir=")]
+        study_dir = tmp_path / str(index)
+        assert cli.main(argv + [f"--study_dir={study_dir}", "--report_only"]) == 0, argv
+        assert "0 of " in (study_dir / "study.md").read_text()
