@@ -22,7 +22,7 @@ import yaml
 
 from conftest import REPO_ROOT
 from recipes.bert import ecosystem_export
-from recipes.bert import finetune
+from recipes.bert import finetune, finetune_compare, finetune_data
 from recipes.bert import model as model_lib
 from recipes.bert import squad
 
@@ -210,7 +210,7 @@ def test_config_mistakes_are_one_line(pretraining_dir, override, message):
 def test_pretraining_dir_without_encoder_export_names_the_fix(tmp_path):
     with pytest.raises(finetune.UserError,
                        match="python -m recipes.bert.ecosystem_export --model_dir="):
-        finetune.PretrainingRun(str(tmp_path))
+        finetune_data.PretrainingRun(str(tmp_path))
 
 
 @pytest.mark.slow  # exports a pretraining run's encoder (SavedModels)
@@ -223,7 +223,7 @@ def test_stdlib_task_needs_a_run_on_the_embedded_corpus(pretraining_dir, tmp_pat
 
 
 def test_comparison_adds_the_init_to_either_override_form():
-    assert finetune.with_init("", "none") == "encoder.init=none"
-    assert finetune.with_init("train.steps=5", "none") == "train.steps=5,encoder.init=none"
-    assert json.loads(finetune.with_init("{train: {steps: 5}}", "none")) == {
+    assert finetune_compare.with_init("", "none") == "encoder.init=none"
+    assert finetune_compare.with_init("train.steps=5", "none") == "train.steps=5,encoder.init=none"
+    assert json.loads(finetune_compare.with_init("{train: {steps: 5}}", "none")) == {
         "train": {"steps": 5}, "encoder": {"init": "none"}}

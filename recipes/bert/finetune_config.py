@@ -8,6 +8,7 @@ import dataclasses
 from typing import Optional
 
 from recipes.common import schema
+from recipes.common.errors import UserError
 
 TASKS = ("stdlib", "classification", "squad")
 INITS = ("pretrained", "none")
@@ -77,3 +78,23 @@ class BertFinetuneConfig:
     eval: schema.EvalConfig = dataclasses.field(default_factory=_eval)
     runtime: schema.RuntimeConfig = dataclasses.field(default_factory=schema.RuntimeConfig)
     export: schema.ExportConfig = dataclasses.field(default_factory=schema.ExportConfig)
+
+
+def check(config):
+    """Raises `UserError` for the first key of a `BertFinetuneConfig` that cannot work."""
+    data, encoder = config.data, config.encoder
+    if data.task not in TASKS:
+        raise UserError(f"data.task={data.task!r} is not one of {', '.join(TASKS)}")
+    if encoder.init not in INITS:
+        raise UserError(f"encoder.init={encoder.init!r} is not one of {', '.join(INITS)}")
+    if not encoder.pretraining_dir:
+        raise UserError("encoder.pretraining_dir is empty: give a pretraining run's "
+                        "model_dir (its encoder shape and vocabulary are used also with "
+                        "encoder.init: none)")
+    if data.task != "stdlib" and not (data.train_file and data.eval_file):
+        raise UserError(f"data.task={data.task} needs data.train_file and data.eval_file")
+    if data.seq_length < 0:
+        raise UserError(f"data.seq_length={data.seq_length} must be at least 0")
+    for key in ("doc_stride", "max_query_length", "n_best_size", "max_answer_length"):
+        if getattr(data, key) <= 0:
+            raise UserError(f"data.{key}={getattr(data, key)} must be positive")

@@ -1,0 +1,60 @@
+"""`--compare_with_random_init`: the same fine-tuning from the pretrained encoder and from
+random weights, side by side (recipes/bert/finetune.py defines the flag)."""
+import dataclasses
+import json
+import os
+
+import tensorflow as tf
+
+from recipes.common import config as config_lib
+from recipes.common import driver
+from recipes.common import flags as flags_lib
+from recipes.common.errors import UserError
+
+COMPARED_INITS = (("pretrained", "pretrained"), ("random_init", "none"))
+
+
+def with_init(params_override, init):
+    """`params_override` plus encoder.init=`init` (comma form, or a YAML/JSON mapping)."""
+    text = params_override.strip()
+    if not text or "=" in text:
+        return f"{text},encoder.init={init}" if text else f"encoder.init={init}"
+    updates = config_lib.parse_params_override(text)
+    updates.setdefault("encoder", {})["init"] = init
+    return json.dumps(updates)
+
+
+def compare_inits(task_class, options):
+    """Fine-tunes the pretrained encoder and a random one with the same config into
+    <model_dir>/pretrained and <model_dir>/random_init; prints both held-out results."""
+    task = driver.load_task(task_class, options)  # every config error before any work
+    if task.config.encoder.init != "pretrained":
+        raise UserError("--compare_with_random_init runs both inits itself; leave "
+                        "encoder.init at pretrained")
+    results = {}
+    for name, init in COMPARED_INITS:
+        print(f"==== fine-tuning the {name.replace('_', ' ')} encoder ====", flush=True)
+        results[name] = driver.run(task_class, dataclasses.replace(
+            options, model_dir=os.path.join(options.model_dir, name),
+            params_override=with_init(options.params_override, init)))
+    print("held-out results after the same fine-tuning budget:", flush=True)
+    for name, values in results.items():
+        line = " ".join(f"{metric}={value:.4f}" for metric, value in sorted(values.items()))
+        print(f"  {name.replace('_', ' ') + ' encoder:':26s} {line}", flush=True)
+    with tf.io.gfile.GFile(os.path.join(options.model_dir, "comparison.json"), "w") as f:
+        f.write(json.dumps(results, indent=2, sort_keys=True) + "\n")
+    return results
+
+
+COMPARE_FLAG = flags_lib.ExtraFlag(
+    "compare_with_random_init",
+    "Also fine-tune an encoder of the same shape from random weights, with the same "
+    "config, and print both held-out results (runs in <model_dir>/pretrained and "
+    "<model_dir>/random_init).")
+
+
+def run(task_class, options):
+    """The driver's `run`, or both inits with --compare_with_random_init."""
+    if options.extra[COMPARE_FLAG.name]:
+        return compare_inits(task_class, options)
+    return driver.run(task_class, options)

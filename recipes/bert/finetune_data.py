@@ -1,0 +1,144 @@
+"""Fine-tuning inputs: what is taken from the pretraining run (its encoder, vocabulary and
+sequence length), and the task's examples packed into arrays of the encoder's inputs
+(recipes/bert/finetune.py is the task that uses them)."""
+import dataclasses
+import os
+
+import numpy as np
+import tensorflow as tf
+import yaml
+from official.nlp.configs import encoders
+
+from recipes.bert import classification
+from recipes.bert import ecosystem_export
+from recipes.bert import squad
+from recipes.bert import stdlib_classification
+from recipes.common.errors import UserError
+
+
+class PretrainingRun:
+    """What fine-tuning takes from a pretraining model_dir: the Model Garden encoder export
+    (checkpoint, encoder.yaml, vocab.txt) and the sequence length."""
+
+    def __init__(self, model_dir):
+        self.directory = os.path.join(model_dir, ecosystem_export.CHECKPOINT_SUBDIR)
+        self.checkpoint = tf.train.latest_checkpoint(self.directory)
+        if self.checkpoint is None:
+            raise UserError(
+                f"encoder.pretraining_dir: {self.directory} holds no encoder checkpoint; "
+                f"pretrain first, or write it from the run's export with "
+                f"python -m recipes.bert.ecosystem_export --model_dir={model_dir}"
+            )
+        self.encoder_config = encoders.EncoderConfig.from_yaml(
+            os.path.join(self.directory, ecosystem_export.ENCODER_CONFIG_FILE))
+        self.vocab_file = os.path.join(self.directory, "vocab.txt")
+        with tf.io.gfile.GFile(os.path.join(model_dir, "config.yaml")) as f:
+            data = yaml.safe_load(f)["data"]
+        self.seq_length = int(data["seq_length"])
+        # What the embedded task needs: the corpus, where it was prepared, the split's seed.
+        self.corpus = "" if data.get("train_files") else data.get("corpus")
+        self.data_seed = data.get("seed")
+        self.data_dir = data.get("data_dir") or os.path.join(model_dir, "data")
+
+    def build_encoder(self, seq_length, settings):
+        """Model Garden's encoder from the run's encoder.yaml with the fine-tuning dropout of
+        `settings` (the config's `encoder` section), with the pretrained weights unless
+        `settings.init` is none."""
+        config = self.encoder_config
+        config.bert_v2.dropout_rate = settings.dropout_rate
+        config.bert_v2.attention_dropout_rate = settings.attention_dropout_rate
+        encoder = ecosystem_export.create_weights(encoders.build_encoder(config), seq_length)
+        if settings.init == "pretrained":
+            status = tf.train.Checkpoint(encoder=encoder).read(self.checkpoint)
+            status.expect_partial().assert_existing_objects_matched()
+            print(f"encoder: pretrained weights from {self.checkpoint}", flush=True)
+        else:
+            print("encoder: random weights (encoder.init: none)", flush=True)
+        return encoder
+
+
+@dataclasses.dataclass
+class ClassificationData:
+    """Packed classification examples: (features, {"logits": label ids}) per split."""
+    train_arrays: tuple
+    eval_arrays: tuple
+    labels: list
+    pairs: bool  # sentence pairs (two texts per example) or single sentences
+
+
+def prepare_classification(data, run, seq_length, model_dir, seed):
+    """The examples of `data.task` (classification, or the embedded stdlib task written into
+    <model_dir>/data from the pretraining run's held-out documents), packed."""
+    train_file, eval_file, labels = data.train_file, data.eval_file, data.labels
+    if data.task == "stdlib":
+        if run.corpus != "stdlib":
+            raise UserError(
+                "data.task=stdlib needs a pretraining run on the embedded corpus "
+                f"(data.corpus: stdlib, no data.train_files); the pretraining run used "
+                f"{run.corpus!r}"
+            )
+        train_file, eval_file, labels = stdlib_classification.write_task(
+            os.path.join(model_dir, "data"), run.data_dir, run.data_seed, seed)
+    train = classification.read_examples(train_file)
+    evaluation = classification.read_examples(eval_file)
+    labels = list(labels or sorted({e.label for e in train}))
+    pairs = train[0].second is not None
+    if (evaluation[0].second is not None) != pairs:
+        raise UserError(f"{train_file} and {eval_file} differ: one has sentence pairs")
+    packer = classification.TextPacker(run.vocab_file, seq_length)
+
+    def arrays(examples, path):
+        features = classification.pack_examples(packer, examples)
+        return ({k: v.numpy() for k, v in features.items()},
+                {"logits": np.array(classification.label_ids(examples, labels, path))})
+
+    print(f"data: {data.task}, {len(train)} training and {len(evaluation)} held-out "
+          f"examples, {len(labels)} labels", flush=True)
+    return ClassificationData(arrays(train, train_file), arrays(evaluation, eval_file),
+                              labels, pairs)
+
+
+@dataclasses.dataclass
+class SquadData:
+    """SQuAD training windows with their span targets; the held-out questions, their
+    windows (features) and the dataset JSON the official metric reads."""
+    train_arrays: tuple
+    eval_arrays: tuple
+    eval_dataset_json: list
+    eval_examples: list
+    eval_features: list
+
+
+def prepare_squad(data, run, seq_length):
+    """SQuAD v1.1 files converted to doc-stride windows by Model Garden's squad_lib."""
+    tokenizer = squad.make_tokenizer(run.vocab_file)
+    convert = lambda examples, is_training: squad.convert_examples(
+        examples, tokenizer, seq_length, is_training, data.doc_stride, data.max_query_length)
+    train = squad.read_examples(data.train_file, is_training=True)
+    arrays = squad.feature_arrays(convert(train, True), is_training=True)
+    targets = {"start_logits": arrays.pop("start_positions"),
+               "end_logits": arrays.pop("end_positions")}
+    eval_examples = squad.read_examples(data.eval_file, is_training=False)
+    eval_features = convert(eval_examples, False)
+    print(f"data: squad, {len(train)} training questions ({len(targets['start_logits'])} "
+          f"windows) and {len(eval_examples)} held-out questions "
+          f"({len(eval_features)} windows)", flush=True)
+    return SquadData((arrays, targets),
+                     (squad.feature_arrays(eval_features, is_training=False), None),
+                     squad.read_dataset(data.eval_file), eval_examples, eval_features)
+
+
+def train_dataset(strategy, arrays, global_batch_size, seed):
+    """The training arrays repeated, shuffled with `seed` and batched per replica."""
+    features, targets = arrays
+    size = len(next(iter(targets.values())))
+
+    def replica_dataset(input_context):
+        dataset = tf.data.Dataset.from_tensor_slices((features, targets))
+        dataset = dataset.shard(input_context.num_input_pipelines,
+                                input_context.input_pipeline_id)
+        dataset = dataset.repeat().shuffle(size, seed=seed)
+        return dataset.batch(input_context.get_per_replica_batch_size(global_batch_size),
+                             drop_remainder=True)
+
+    return strategy.distribute_datasets_from_function(replica_dataset)
