@@ -122,3 +122,29 @@ def test_import_cycle_check_finds_a_cycle_through_a_function_level_import():
     }
     assert find_cycle(import_graph(modules)) == ["recipes.a", "recipes.b", "recipes.c",
                                                  "recipes.a"]
+
+
+MAX_PROGRAM_LINES = 150
+
+
+def recipe_programs():
+    """{path: line count} of every recipe program: a module whose `__main__` hands a task to
+    the shared driver (`driver.main(`)."""
+    programs = {}
+    for directory, _, names in os.walk(RECIPES):
+        for name in sorted(n for n in names if n.endswith(".py")):
+            path = os.path.join(directory, name)
+            with open(path, encoding="utf-8") as f:
+                text = f.read()
+            if 'if __name__ == "__main__":' in text and "driver.main(" in text:
+                programs[os.path.relpath(path, REPO_ROOT)] = text.count("\n")
+    return programs
+
+
+def test_each_recipe_program_is_a_page():
+    programs = recipe_programs()
+    # the three programs on the driver: pretraining, ResNet, fine-tuning
+    assert {"recipes/bert/pretrain.py", "recipes/resnet/train.py",
+            "recipes/bert/finetune.py"} <= set(programs)
+    assert {path: lines for path, lines in programs.items()
+            if lines >= MAX_PROGRAM_LINES} == {}
