@@ -96,10 +96,11 @@ class BertFinetuneTask(task_lib.Task):
                     name="accuracy")]}}
 
     def train_dataset(self, strategy, plan, first_step):
-        # Each chunk shuffles with its own seed: same first_step, same batches.
+        seed_offset, steps_to_skip = task_lib.chunk_input_position(
+            first_step, self.config.train.checkpoint_every)
         return finetune_data.train_dataset(strategy, self.data.train_arrays,
                                            self.config.train.global_batch_size,
-                                           self.config.train.seed + first_step)
+                                           self.config.train.seed + seed_offset, steps_to_skip)
 
     # ---- Evaluation ---------------------------------------------------------------------
 

@@ -128,8 +128,9 @@ def prepare_squad(data, run, seq_length):
                      squad.read_dataset(data.eval_file), eval_examples, eval_features)
 
 
-def train_dataset(strategy, arrays, global_batch_size, seed):
-    """The training arrays repeated, shuffled with `seed` and batched per replica."""
+def train_dataset(strategy, arrays, global_batch_size, seed, steps_to_skip=0):
+    """The training arrays repeated, shuffled with `seed`, batched per replica, from the
+    step after the first `steps_to_skip` global batches."""
     features, targets = arrays
     size = len(next(iter(targets.values())))
 
@@ -138,7 +139,9 @@ def train_dataset(strategy, arrays, global_batch_size, seed):
         dataset = dataset.shard(input_context.num_input_pipelines,
                                 input_context.input_pipeline_id)
         dataset = dataset.repeat().shuffle(size, seed=seed)
-        return dataset.batch(input_context.get_per_replica_batch_size(global_batch_size),
-                             drop_remainder=True)
+        dataset = dataset.batch(input_context.get_per_replica_batch_size(global_batch_size),
+                                drop_remainder=True)
+        replicas = input_context.num_replicas_in_sync // input_context.num_input_pipelines
+        return dataset.skip(steps_to_skip * replicas)
 
     return strategy.distribute_datasets_from_function(replica_dataset)

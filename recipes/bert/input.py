@@ -31,6 +31,7 @@ import tensorflow as tf
 from official.nlp.data import pretrain_dataloader
 
 from recipes.bert import model as model_lib
+from recipes.common import task as task_lib
 from recipes.common.errors import UserError
 
 FEATURE_KEYS = ("input_word_ids", "input_mask", "input_type_ids", "masked_lm_positions")
@@ -127,14 +128,13 @@ def make_distributed_dataset(strategy, config, file_pattern, *, is_training, fir
     """Global batches of Keras `(inputs, targets, sample_weights)` for the model of
     recipes.bert.model, one pipeline per host.
 
-    Training: endless, from optimizer step `first_step` on. The pipeline of a checkpoint
-    chunk shuffles with its own seed (train.seed + the chunk's first step) instead of
-    skipping what earlier chunks read, so resuming late in a long run costs nothing; a run
-    resumed mid-chunk (after SIGTERM) skips the steps of its chunk already trained. Either
-    way the batch of a step does not depend on where the run started. Evaluation: the
+    Training: endless, from optimizer step `first_step` on, positioned by
+    `recipes.common.task.chunk_input_position` (each chunk shuffles with its own seed, so
+    resuming late in a long run re-reads nothing). Evaluation: the
     held-out files once (eval.global_batch_size per step).
     """
-    chunk_start = first_step - first_step % config.train.checkpoint_every
+    seed_offset, steps_to_skip = task_lib.chunk_input_position(
+        first_step, config.train.checkpoint_every)
 
     def replica_dataset(input_context):
         dataset = make_pretraining_dataset(
@@ -145,11 +145,11 @@ def make_distributed_dataset(strategy, config, file_pattern, *, is_training, fir
             batch_size=(config.train if is_training else config.eval).global_batch_size,
             is_training=is_training,
             input_context=input_context,
-            seed=config.train.seed + chunk_start if is_training else None,
+            seed=config.train.seed + seed_offset if is_training else None,
         )
-        if is_training and first_step > chunk_start:
+        if is_training and steps_to_skip:
             replicas = input_context.num_replicas_in_sync // input_context.num_input_pipelines
-            dataset = dataset.skip((first_step - chunk_start) * replicas)
+            dataset = dataset.skip(steps_to_skip * replicas)
         return dataset.map(model_lib.keras_targets)
 
     return strategy.distribute_datasets_from_function(replica_dataset)

@@ -67,8 +67,9 @@ class Task:
 
     def train_dataset(self, strategy, plan, first_step):
         """Endless global batches (a distributed dataset) for the training chunk that
-        starts at optimizer step `first_step`; the same `first_step` must give the same
-        batches (exact resume). `plan` is the `lamb_tf.accumulation.BatchPlan`."""
+        starts at optimizer step `first_step`; the batch of a step must not depend on where
+        the run started (exact resume): see `chunk_input_position`. `plan` is the
+        `lamb_tf.accumulation.BatchPlan`."""
         raise NotImplementedError
 
     def evaluate(self, model, strategy):
@@ -88,3 +89,17 @@ class Task:
         """A `UserError` naming the bad record or file behind a TF input error raised
         while reading `split` ("train" or "eval"), or None to let the error through."""
         return None
+
+
+def chunk_input_position(first_step, checkpoint_every):
+    """`(seed_offset, steps_to_skip)` for the input pipeline of the chunk from `first_step`.
+
+    Each checkpoint chunk shuffles with `train.seed + seed_offset`, where `seed_offset` is
+    the chunk's regular start (the multiple of `checkpoint_every` at or below `first_step`),
+    and skips the `steps_to_skip` steps of its chunk that a run stopped mid-chunk (SIGTERM)
+    has already trained. So the batch of a step never depends on where the run started, and
+    no pipeline re-reads what earlier chunks consumed: resuming late in a long run starts
+    as fast as the first chunk.
+    """
+    seed_offset = first_step - first_step % checkpoint_every
+    return seed_offset, first_step - seed_offset

@@ -14,8 +14,8 @@ Garden's `InputReader`, which needs its `hyperparams` DataConfig; what it would 
   `strategy.distribute_datasets_from_function`): each input pipeline reads its own files,
   or every N-th record when there are fewer files than pipelines;
 * training: files shuffled each epoch, endless, examples shuffled in a buffer, all with
-  the run's seed (train.seed), so the order is deterministic and a resumed run skips
-  exactly the records it has consumed (before decoding, so skipping is cheap);
+  `seed` (the training chunk's: see `recipes.common.task.chunk_input_position`), so the
+  order is deterministic; `skip_batches` skips records before decoding;
 * `drop_remainder=True` everywhere, so every batch has a fixed shape (TPUs need it). Eval
   pads the last batches with zero-weight examples instead of dropping any: top-1 counts
   every eval example exactly once.

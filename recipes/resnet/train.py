@@ -52,6 +52,8 @@ class ResNetClassification(task.Task):
 
     def train_dataset(self, strategy, plan, first_step):
         config = self.config
+        seed_offset, steps_to_skip = task.chunk_input_position(
+            first_step, config.train.checkpoint_every)
 
         def dataset_fn(context):
             # each optimizer step takes one batch per local replica from this pipeline
@@ -61,9 +63,9 @@ class ResNetClassification(task.Task):
                 self.data.train_pattern,
                 plan.per_replica_batch_size,
                 input_context=context,
-                skip_batches=first_step * replicas_per_pipeline,
+                skip_batches=steps_to_skip * replicas_per_pipeline,
                 dtype=self.image_dtype,
-                seed=config.train.seed,
+                seed=config.train.seed + seed_offset,
             )
 
         return strategy.distribute_datasets_from_function(dataset_fn)

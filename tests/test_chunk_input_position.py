@@ -1,0 +1,92 @@
+"""Where each checkpoint chunk's input pipeline starts (recipes.common.task.chunk_input_position).
+
+Every recipe shuffles a chunk with `train.seed + its regular first step` and skips only the
+steps of its own chunk that a run stopped mid-chunk already trained. So the batch of a step
+does not depend on where the run started, and a chunk late in a long run never re-reads
+what earlier chunks consumed.
+"""
+import os
+
+os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
+
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+import tensorflow as tf  # noqa: E402
+
+from recipes.bert import finetune_data  # noqa: E402
+from recipes.common.task import chunk_input_position  # noqa: E402
+from recipes.resnet import convert  # noqa: E402
+from recipes.resnet import input as resnet_input  # noqa: E402
+from recipes.resnet import train as resnet_train  # noqa: E402
+from recipes.resnet.config import ResNetConfig  # noqa: E402
+
+CHECKPOINT_EVERY = 4
+
+
+@pytest.mark.parametrize("first_step, expected", [
+    (0, (0, 0)), (3, (0, 3)), (4, (4, 0)), (4001, (4000, 1)),
+])
+def test_chunk_seed_offset_is_its_regular_start_and_the_rest_is_skipped(first_step, expected):
+    assert chunk_input_position(first_step, CHECKPOINT_EVERY) == expected
+
+
+@pytest.fixture(scope="module")
+def digits_pattern(tmp_path_factory):
+    """32 random 32x32 images of 4 classes as ImageNet-format TFRecords (2 shards)."""
+    output_dir = tmp_path_factory.mktemp("images")
+    rng = np.random.default_rng(0)
+    images = rng.integers(0, 256, size=(32, 32, 32, 3), dtype=np.uint8)
+    convert.convert_arrays(images, np.arange(32) % 4, str(output_dir), num_shards=2)
+    return str(output_dir / "train-*")
+
+
+def _resnet_task(pattern):
+    config = ResNetConfig()
+    config.data.train_file_pattern = pattern
+    config.data.num_classes, config.data.image_size = 4, 32
+    config.data.shuffle_buffer_size = 8
+    config.train.global_batch_size = config.train.micro_batch_size = 4
+    config.train.checkpoint_every, config.train.steps = CHECKPOINT_EVERY, 4 * CHECKPOINT_EVERY
+    task = resnet_train.ResNetClassification(config)
+    task.prepare(None, "train")
+    return task
+
+
+def _labels(task, first_step, steps):
+    strategy = tf.distribute.get_strategy()
+    plan = type("Plan", (), {"per_replica_batch_size": 4})()
+    dataset = task.train_dataset(strategy, plan, first_step)
+    return [labels.numpy() for _, labels in dataset.take(steps)]
+
+
+def test_resnet_late_chunk_skips_only_its_own_trained_steps(digits_pattern, monkeypatch):
+    task = _resnet_task(digits_pattern)
+    calls = []
+    real = resnet_input.make_train_dataset
+    monkeypatch.setattr(resnet_input, "make_train_dataset",
+                        lambda *args, **kwargs: calls.append(kwargs) or real(*args, **kwargs))
+    _labels(task, 3 * CHECKPOINT_EVERY + 1, 1)
+    assert calls[0]["skip_batches"] == 1  # not the 13 steps the run trained before
+    assert calls[0]["seed"] == task.config.train.seed + 3 * CHECKPOINT_EVERY
+
+
+def test_resnet_resumed_mid_chunk_reads_the_batches_of_the_uninterrupted_chunk(digits_pattern):
+    task = _resnet_task(digits_pattern)
+    chunk = _labels(task, CHECKPOINT_EVERY, 4)
+    resumed = _labels(task, CHECKPOINT_EVERY + 2, 2)
+    np.testing.assert_array_equal(np.stack(chunk[2:]), np.stack(resumed))
+    # the next chunk is shuffled with its own seed, not a continuation of this one
+    assert not np.array_equal(np.stack(chunk), np.stack(_labels(task, 0, 4)))
+
+
+def test_finetune_resumed_mid_chunk_reads_the_batches_of_the_uninterrupted_chunk():
+    features = {"ids": np.arange(40, dtype=np.int32)}
+    targets = {"label": np.arange(40, dtype=np.int32) % 3}
+    strategy = tf.distribute.get_strategy()
+
+    def first_ids(steps_to_skip, steps):
+        dataset = finetune_data.train_dataset(strategy, (features, targets), 4, seed=7,
+                                              steps_to_skip=steps_to_skip)
+        return [batch[0]["ids"].numpy() for batch in dataset.take(steps)]
+
+    np.testing.assert_array_equal(np.stack(first_ids(0, 5)[3:]), np.stack(first_ids(3, 2)))
