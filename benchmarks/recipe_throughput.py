@@ -1,20 +1,24 @@
-"""Examples/s of the BERT pretraining recipe against Model Garden's own training loop.
+"""Examples/s of the BERT pretraining and ResNet recipes against Model Garden's own
+training loop.
 
-Both sides train the same BERT (Model Garden's `BertEncoderV2` with the masked-LM and
-next-sentence heads, sizes from the recipe's config) on the same TFRecords, at the same
-batch, one micro-batch per update (k = 1: Model Garden's trainer does not accumulate):
+Both sides train the same model on the same TFRecords, at the same batch, one micro-batch
+per update (k = 1: Model Garden's trainer does not accumulate):
 
   recipe        the recipe's own pieces, as `recipes/common/driver.py` builds them: the
                 compiled `GradientAccumulationModel`, lamb_tf's LAMB with the config's
                 schedule, the recipe's input pipeline, and one `model.fit` of `--steps`
                 steps per round (the recipe fits one chunk of `checkpoint_every` steps at a
                 time), with the config's `train.steps_per_execution`;
-  Model Garden  its `bert/pretraining` experiment with the same encoder sizes, its own
-                LAMB (`official.modeling.optimization.lamb.LAMB`, same betas, epsilon,
-                weight decay, exclusions and global clipnorm; constant learning rate), its
-                own input pipeline (`BertPretrainDataLoader`) and its own loop: Orbit's
-                `Trainer.train(steps)`, the in-graph loop `train_lib.run_experiment` runs
-                `steps_per_loop` steps at a time with.
+  Model Garden  its own experiment for the same model (`bert/pretraining` with the same
+                encoder sizes, or `resnet_imagenet` with the same ResNet depth, width,
+                batch norm and image size), its own LAMB
+                (`official.modeling.optimization.lamb.LAMB`, same betas, epsilon, weight
+                decay, exclusions and global clipnorm; constant learning rate), its own
+                input pipeline (`BertPretrainDataLoader`, or its image classification
+                `InputReader` and `Parser` with the recipe's augmentation settings) and its
+                own loop: Orbit's `Trainer.train(steps)`, the in-graph loop
+                `train_lib.run_experiment` runs `steps_per_loop` steps at a time with
+                (benchmarks/model_garden_loops.py).
 
 The two are alternated round by round in this one process (the order flips every round), so
 a shared machine's drift hits both alike; the first round of each is a warm-up (tracing).
@@ -25,11 +29,13 @@ recipe's own dataset, made in the warm-up round), giving how many times faster t
 makes batches than the step consumes them, and the first batch of a fresh iterator (what
 each `fit` call waits for before its first step).
 
-Model Garden's next-sentence head has its own `inner_dim` dense layer (hidden x hidden more
-parameters); the recipe's reuses the encoder's pooler. Both parameter counts are printed.
-
-`--recipe resnet` times the ResNet recipe (configs/resnet/tiny_cpu.yaml by default) the same
-way, without a Model Garden side: its step, its optimizer update and its input pipeline.
+Where the models differ, both parameter counts are printed: Model Garden's BERT
+next-sentence head has its own `inner_dim` dense layer (hidden x hidden more parameters;
+the recipe's reuses the encoder's pooler); its ResNet head has `data.label_offset` more
+classes (it has no label offset: see `model_garden_loops.resnet_model_override`). Other
+differences of the ResNet side: Model Garden's LAMB always corrects the moments' bias (the
+recipe's config may turn it off), and its task does not pass `crop_area_range` to its
+parser (its random crops take 8-100% of the area; the recipe's `data.crop_area_min`-100%).
 
 Usage:
   python benchmarks/recipe_throughput.py --work_dir /tmp/throughput          # tiny_cpu.yaml
@@ -59,12 +65,15 @@ from recipes.bert import pretrain  # noqa: E402
 from recipes.common import config as config_lib  # noqa: E402
 from recipes.common import driver  # noqa: E402
 from recipes.resnet import train as resnet_train  # noqa: E402
+from benchmarks import model_garden_loops  # noqa: E402
 
-# --recipe: (its Task, its default config)
+# --recipe: (its Task, its default config, Model Garden's side for it)
 RECIPES = {
-    "bert": (pretrain.BertPretraining, os.path.join(REPO_ROOT, "configs", "bert", "tiny_cpu.yaml")),
+    "bert": (pretrain.BertPretraining, os.path.join(REPO_ROOT, "configs", "bert", "tiny_cpu.yaml"),
+             model_garden_loops.bert_side),
     "resnet": (resnet_train.ResNetClassification,
-               os.path.join(REPO_ROOT, "configs", "resnet", "tiny_cpu.yaml")),
+               os.path.join(REPO_ROOT, "configs", "resnet", "tiny_cpu.yaml"),
+               model_garden_loops.resnet_side),
 }
 
 
@@ -96,81 +105,9 @@ def recipe_side(task_class, config, work_dir):
         (file shuffling, the shuffle buffer filled)."""
         tf.nest.map_structure(lambda t: t.numpy(), next(iter(dataset)))
 
-    update = _update_function(model.optimizer, model.trainable_variables)
+    update = model_garden_loops.update_function(model.optimizer, model.trainable_variables)
     return (task, train, update, input_pipeline, first_batch,
-            _parameters(model.trainable_variables))
-
-
-def model_garden_side(config, train_files, vocab_size):
-    """(train(steps), optimizer_update(), parameter count) of Model Garden's experiment."""
-    from official.common import registry_imports  # noqa: F401  (Model Garden's experiments)
-    from official.core import base_trainer, exp_factory, task_factory
-
-    model, data, optimizer = config.model, config.data, config.optimizer
-    params = exp_factory.get_exp_config("bert/pretraining")
-    params.override({
-        "task": {
-            "model": {
-                "encoder": {"type": "bert", "bert": {
-                    "vocab_size": vocab_size, "hidden_size": model.hidden_size,
-                    "num_layers": model.num_layers,
-                    "num_attention_heads": model.num_attention_heads,
-                    "intermediate_size": model.intermediate_size,
-                    "max_position_embeddings": model.max_sequence_length,
-                    "type_vocab_size": model.type_vocab_size,
-                    "dropout_rate": model.dropout_rate,
-                    "attention_dropout_rate": model.attention_dropout_rate,
-                    "initializer_range": model.initializer_range}},
-                "cls_heads": [{"inner_dim": model.hidden_size, "num_classes": 2,
-                               "dropout_rate": model.dropout_rate, "name": "next_sentence"}],
-            },
-            "train_data": {"input_path": train_files, "seq_length": data.seq_length,
-                           "max_predictions_per_seq": data.max_predictions_per_seq,
-                           "global_batch_size": config.train.micro_batch_size,
-                           "use_next_sentence_label": True, "seed": config.train.seed},
-        },
-        "trainer": {
-            "train_steps": 10**9, "steps_per_loop": 1,
-            "optimizer_config": {
-                "optimizer": {"type": "lamb", "lamb": {
-                    "beta_1": optimizer.beta_1, "beta_2": optimizer.beta_2,
-                    "epsilon": optimizer.epsilon,
-                    "weight_decay_rate": optimizer.weight_decay_rate,
-                    "exclude_from_weight_decay": ["LayerNorm", "layer_norm", "bias"],
-                    "global_clipnorm": optimizer.global_clipnorm}},
-                "learning_rate": {"type": "constant",
-                                  "constant": {"learning_rate": optimizer.learning_rate}},
-                "warmup": {"type": None},
-            },
-        },
-    }, is_strict=False)
-    task = task_factory.get_task(params.task)
-    mg_model = task.build_model()
-    mg_optimizer = task.create_optimizer(params.trainer.optimizer_config, params.runtime)
-    trainer = base_trainer.Trainer(params, task, model=mg_model, optimizer=mg_optimizer,
-                                   train=True, evaluate=False)
-
-    def train(steps):
-        logs = trainer.train(tf.constant(steps, tf.int32))
-        tf.nest.map_structure(lambda t: getattr(t, "numpy", lambda: t)(), logs)
-
-    update = _update_function(mg_optimizer, mg_model.trainable_variables)
-    return train, update, _parameters(mg_model.trainable_variables)
-
-
-def _update_function(optimizer, variables):
-    """One `apply_gradients` of fixed gradients (scale 1e-3) to `variables`, traced once."""
-    gradients = [tf.constant(1e-3, dtype=v.dtype, shape=v.shape) for v in variables]
-
-    @tf.function
-    def update():
-        optimizer.apply_gradients(zip(gradients, variables))
-
-    return update
-
-
-def _parameters(variables):
-    return sum(int(v.shape.num_elements()) for v in variables)
+            model_garden_loops.parameter_count(model.trainable_variables))
 
 
 def _timed(function, *args):
@@ -184,7 +121,7 @@ def _summary(samples):
             "max": max(samples), "samples": samples}
 
 
-def main(argv=None):
+def _parse_arguments(argv):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--recipe", choices=sorted(RECIPES), default="bert")
     parser.add_argument("--config_file",
@@ -198,47 +135,58 @@ def main(argv=None):
     parser.add_argument("--rounds", type=int, default=4,
                         help="timed rounds of each side, after one warm-up round")
     parser.add_argument("--json", help="write every sample here")
-    args = parser.parse_args(argv)
+    return parser.parse_args(argv)
+
+
+def _incomparable(args, config):
+    """One line saying why the two sides would not train alike, or None."""
     for flag in ("steps", "rounds"):
         if getattr(args, flag) < 1:
-            print(f"--{flag}={getattr(args, flag)} must be at least 1", file=sys.stderr)
-            return 2
+            return f"--{flag}={getattr(args, flag)} must be at least 1"
+    if config.optimizer.name != "lamb":
+        return (f"optimizer.name={config.optimizer.name}: Model Garden's side trains with its "
+                "LAMB; use optimizer.name=lamb")
+    if config.runtime.precision != "float32":
+        return (f"runtime.precision={config.runtime.precision}: Model Garden's side runs in "
+                "float32; use runtime.precision=float32")
+    return None
 
-    task_class, default_config = RECIPES[args.recipe]
-    config_file = args.config_file or default_config
-    config = config_lib.load_config(task_class.config_class, [config_file],
-                                     args.params_override)
-    config.train.global_batch_size = config.train.micro_batch_size  # k = 1
-    config.train.steps = max(config.train.steps, (args.rounds + 1) * args.steps)
-    config.optimizer.warmup_steps = min(config.optimizer.warmup_steps, config.train.steps - 1)
-    os.makedirs(args.work_dir, exist_ok=True)
+
+def _timers(args, task_class, config, model_garden_side):
+    """({(side, what): a function timing it once}, {side: parameter count})."""
     task, recipe_train, recipe_update, input_pipeline, first_batch, recipe_parameters = (
         recipe_side(task_class, config, args.work_dir))
+    mg_train, mg_update, mg_parameters = model_garden_side(config, task)
     timers = {
         ("recipe", "train"): lambda: _timed(recipe_train, args.steps),
         ("recipe", "update"): lambda: _timed(recipe_update),
         # 10x the steps: what the prefetch buffers filled while the loops ran is a small share
         ("recipe", "input"): lambda: _timed(input_pipeline, 10 * args.steps),
         ("recipe", "first batch"): lambda: _timed(first_batch),
+        ("Model Garden", "train"): lambda: _timed(mg_train, args.steps),
+        ("Model Garden", "update"): lambda: _timed(mg_update),
     }
-    sides, parameters = ["recipe"], {"recipe": recipe_parameters}
-    if args.recipe == "bert":
-        mg_train, mg_update, parameters["Model Garden"] = model_garden_side(
-            config, task.data.train_files, task.vocab_size)
-        timers[("Model Garden", "train")] = lambda: _timed(mg_train, args.steps)
-        timers[("Model Garden", "update")] = lambda: _timed(mg_update)
-        sides.append("Model Garden")
+    return timers, {"recipe": recipe_parameters, "Model Garden": mg_parameters}
+
+
+def _alternate(timers, rounds):
+    """{key: seconds of each timed round}: every timer once per round, the order flipped
+    every round; round 0 (tracing and warm-up) is not kept."""
     samples = {key: [] for key in timers}
     order = list(timers)
-    for round_index in range(args.rounds + 1):
+    for round_index in range(rounds + 1):
         for key in (order if round_index % 2 == 0 else order[::-1]):
             seconds = timers[key]()
-            if round_index:  # round 0: tracing and warm-up
+            if round_index:
                 samples[key].append(seconds)
+    return samples
 
+
+def _report(args, config_file, config, parameters, samples):
+    """Everything measured, as written to --json."""
     batch = config.train.micro_batch_size
     rows = {}
-    for side in sides:
+    for side in parameters:
         train = _summary([args.steps * batch / s for s in samples[(side, "train")]])
         step_s = statistics.median(samples[(side, "train")]) / args.steps
         update = _summary(samples[(side, "update")])
@@ -246,7 +194,7 @@ def main(argv=None):
                       "optimizer_share": update["median"] / step_s}
     input_rate = _summary([10 * args.steps * batch / s for s in samples[("recipe", "input")]])
     recipe_rate = rows["recipe"]["examples_per_s"]["median"]
-    report = {
+    return {
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "machine": f"{os.cpu_count()} CPU cores, {platform.machine()}, "
                    f"TensorFlow {tf.__version__}",
@@ -261,41 +209,62 @@ def main(argv=None):
         "input_pipeline_examples_per_s": input_rate,
         "input_pipeline_vs_step": input_rate["median"] / recipe_rate,
         "fresh_iterator_first_batch_s": _summary(samples[("recipe", "first batch")]),
-    }
-    if "Model Garden" in rows:
-        report["speed_vs_model_garden"] = (
-            recipe_rate / rows["Model Garden"]["examples_per_s"]["median"])
+        "speed_vs_model_garden": recipe_rate / rows["Model Garden"]["examples_per_s"]["median"],
         # each round's recipe time against Model Garden's in the same round (adjacent in time)
-        report["per_round_speed_vs_model_garden"] = [
+        "per_round_speed_vs_model_garden": [
             mg / ours for ours, mg in zip(samples[("recipe", "train")],
-                                          samples[("Model Garden", "train")])]
-    print(f"{args.recipe} recipe, batch {batch} (k = 1), {args.steps} steps per round, "
-          f"{args.rounds} timed rounds after 1 warm-up, alternated in one process; "
-          f"steps_per_execution={config.train.steps_per_execution}, "
-          f"jit_compile={config.runtime.jit_compile}; {report['machine']}; "
+                                          samples[("Model Garden", "train")])],
+    }
+
+
+def _print_report(report):
+    rows, parameters = report["rows"], report["parameters"]
+    print(f"{report['recipe']} recipe, batch {report['batch']} (k = 1), "
+          f"{report['steps_per_round']} steps per round, {report['rounds']} timed rounds "
+          f"after 1 warm-up, alternated in one process; "
+          f"steps_per_execution={report['steps_per_execution']}, "
+          f"jit_compile={report['jit_compile']}; {report['machine']}; "
           f"load average {report['load_average'][0]:.1f}")
     print("parameters: " + ", ".join(f"{side} {count:,}" for side, count in parameters.items()))
     print("| loop | examples/s (median) | min–max | speed vs Model Garden "
           "| optimizer update (ms) | share of a step |")
     print("| --- | ---: | ---: | ---: | ---: | ---: |")
-    for side in sides:
-        row = rows[side]
+    model_garden_rate = rows["Model Garden"]["examples_per_s"]["median"]
+    for side, row in rows.items():
         rate = row["examples_per_s"]
-        versus = (f"{rate['median'] / rows['Model Garden']['examples_per_s']['median']:.2f}×"
-                  if "Model Garden" in rows else "–")
         print(f"| {side} | {rate['median']:.0f} | {rate['min']:.0f}–{rate['max']:.0f} "
-              f"| {versus} | {row['update']['median'] * 1e3:.1f} "
-              f"| {row['optimizer_share']:.0%} |")
-    if "Model Garden" in rows:
-        paired = report["per_round_speed_vs_model_garden"]
-        print(f"\nrecipe against Model Garden round by round: "
-              + ", ".join(f"{ratio:.2f}×" for ratio in paired)
-              + f" (median {statistics.median(paired):.2f}×)")
+              f"| {rate['median'] / model_garden_rate:.2f}× "
+              f"| {row['update']['median'] * 1e3:.1f} | {row['optimizer_share']:.0%} |")
+    paired = report["per_round_speed_vs_model_garden"]
+    print(f"\nrecipe against Model Garden round by round: "
+          + ", ".join(f"{ratio:.2f}×" for ratio in paired)
+          + f" (median {statistics.median(paired):.2f}×)")
+    input_rate = report["input_pipeline_examples_per_s"]
     print(f"\nrecipe input pipeline alone: {input_rate['median']:.0f} examples/s "
           f"({input_rate['min']:.0f}–{input_rate['max']:.0f}), "
           f"{report['input_pipeline_vs_step']:.1f}× what the recipe's step consumes; "
           f"a fresh iterator's first batch (paid by every `fit` call): "
           f"{report['fresh_iterator_first_batch_s']['median'] * 1e3:.0f} ms")
+
+
+def main(argv=None):
+    args = _parse_arguments(argv)
+    task_class, default_config, model_garden_side = RECIPES[args.recipe]
+    config_file = args.config_file or default_config
+    config = config_lib.load_config(task_class.config_class, [config_file],
+                                    args.params_override)
+    problem = _incomparable(args, config)
+    if problem:
+        print(problem, file=sys.stderr)
+        return 2
+    config.train.global_batch_size = config.train.micro_batch_size  # k = 1
+    config.train.steps = max(config.train.steps, (args.rounds + 1) * args.steps)
+    config.optimizer.warmup_steps = min(config.optimizer.warmup_steps, config.train.steps - 1)
+    os.makedirs(args.work_dir, exist_ok=True)
+    timers, parameters = _timers(args, task_class, config, model_garden_side)
+    samples = _alternate(timers, args.rounds)
+    report = _report(args, config_file, config, parameters, samples)
+    _print_report(report)
     if args.json:
         with open(args.json, "w") as f:
             json.dump(report, f, indent=1)

@@ -1,37 +1,39 @@
-"""benchmarks/recipe_throughput.py runs end to end on tiny BERT data (its timings are not
-checked: the speed claim is the same-run ratio the script prints)."""
+"""benchmarks/recipe_throughput.py runs end to end on tiny BERT data and tiny images, both
+sides (the recipe and Model Garden's own loop) timed (the timings are not checked: the speed
+claim is the same-run ratio the script prints)."""
 import json
 import math
 import os
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 import yaml
 
 import tiny_bert_data
 from conftest import REPO_ROOT
+from recipes.resnet import convert
 
-pytestmark = pytest.mark.slow  # a subprocess building and tracing two BERT training loops
+pytestmark = pytest.mark.slow  # a subprocess building and tracing two training loops
 
 
-def test_recipe_and_model_garden_loops_both_timed_on_tiny_data(tmp_path):
-    (tmp_path / "data").mkdir()
-    data = tiny_bert_data.prepare(tmp_path / "data")
-    config = tiny_bert_data.config(data, micro_batch_size=8, steps=2, checkpoint_every=2,
-                                   dropout_rate=0.0)
+def _run_benchmark(tmp_path, config, *flags):
+    """The script's JSON report and console output for `config`, 2 steps, 1 timed round."""
     config_file = tmp_path / "tiny.yaml"
     config_file.write_text(yaml.safe_dump(config), encoding="utf-8")
     report_path = tmp_path / "throughput.json"
     result = subprocess.run(
         [sys.executable, os.path.join(REPO_ROOT, "benchmarks", "recipe_throughput.py"),
-         "--config_file", str(config_file), "--work_dir", str(tmp_path / "work"),
+         *flags, "--config_file", str(config_file), "--work_dir", str(tmp_path / "work"),
          "--steps", "2", "--rounds", "1", "--json", str(report_path)],
         cwd=REPO_ROOT, capture_output=True, text=True, timeout=900,
         env={**os.environ, "PYTHONPATH": REPO_ROOT, "TF_CPP_MIN_LOG_LEVEL": "3"})
     assert result.returncode == 0, result.stderr[-3000:]
-    report = json.loads(report_path.read_text())
-    assert report["batch"] == 8  # the micro-batch, k = 1
+    return json.loads(report_path.read_text()), result.stdout
+
+
+def _assert_both_sides_timed(report, stdout):
     for side in ("recipe", "Model Garden"):
         row = report["rows"][side]
         assert len(row["examples_per_s"]["samples"]) == 1
@@ -39,4 +41,46 @@ def test_recipe_and_model_garden_loops_both_timed_on_tiny_data(tmp_path):
         assert 0 < row["optimizer_share"] and math.isfinite(row["optimizer_share"])
         assert report["parameters"][side] > 1000
     assert report["input_pipeline_vs_step"] > 0
-    assert "| Model Garden |" in result.stdout and "| recipe |" in result.stdout
+    assert "| Model Garden |" in stdout and "| recipe |" in stdout
+
+
+def test_recipe_and_model_garden_loops_both_timed_on_tiny_data(tmp_path):
+    (tmp_path / "data").mkdir()
+    data = tiny_bert_data.prepare(tmp_path / "data")
+    config = tiny_bert_data.config(data, micro_batch_size=8, steps=2, checkpoint_every=2,
+                                   dropout_rate=0.0)
+    report, stdout = _run_benchmark(tmp_path, config)
+    assert report["batch"] == 8  # the micro-batch, k = 1
+    _assert_both_sides_timed(report, stdout)
+
+
+def test_resnet_recipe_and_model_garden_loops_both_timed_on_tiny_images(tmp_path):
+    # 16 random 32x32 images of 4 classes, written as labels 1..4 (label_offset 1)
+    images = np.random.default_rng(0).integers(0, 256, size=(16, 32, 32, 3), dtype=np.uint8)
+    convert.convert_arrays(images, np.arange(16) % 4, str(tmp_path / "images"), num_shards=2)
+    with open(os.path.join(REPO_ROOT, "configs", "resnet", "tiny_cpu.yaml")) as f:
+        config = yaml.safe_load(f)
+    config["data"].update(embedded_digits=False, num_classes=4, shuffle_buffer_size=16,
+                          train_file_pattern=str(tmp_path / "images" / "train-*"))
+    config["model"]["depth_multiplier"] = 0.25  # ResNet-10 at a quarter of its width
+    config["train"].update(global_batch_size=4, micro_batch_size=4, steps=2,
+                           checkpoint_every=2)
+    report, stdout = _run_benchmark(tmp_path, config, "--recipe", "resnet")
+    assert report["batch"] == 4 and report["recipe"] == "resnet"
+    _assert_both_sides_timed(report, stdout)
+    # the same ResNet; Model Garden's head has one more class (label 0, never a target:
+    # it has no label offset) of 512 x 0.25 inputs + 1 bias
+    assert report["parameters"]["Model Garden"] - report["parameters"]["recipe"] == 128 + 1
+
+
+def test_an_optimizer_model_garden_side_cannot_use_is_one_line_and_exit_2(tmp_path):
+    result = subprocess.run(
+        [sys.executable, os.path.join(REPO_ROOT, "benchmarks", "recipe_throughput.py"),
+         "--recipe", "resnet", "--params_override", "optimizer.name=lars",
+         "--work_dir", str(tmp_path / "work")],
+        cwd=REPO_ROOT, capture_output=True, text=True, timeout=300,
+        env={**os.environ, "PYTHONPATH": REPO_ROOT, "TF_CPP_MIN_LOG_LEVEL": "3"})
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines()[-1].startswith("optimizer.name=lars:")
+    assert "Traceback" not in result.stderr
+    assert not (tmp_path / "work").exists()  # found before any work
