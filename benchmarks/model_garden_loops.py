@@ -59,6 +59,12 @@ def lamb_trainer_override(optimizer, exclude_from_weight_decay,
     }
 
 
+def runtime_override(config):
+    """float32 (the benchmark refuses other precisions), and XLA as the recipe's config:
+    Model Garden's Trainer compiles its step with XLA only on GPUs with `enable_xla`."""
+    return {"enable_xla": config.runtime.jit_compile, "mixed_precision_dtype": "float32"}
+
+
 def train_experiment(experiment, override):
     """(train(steps), update(), parameter count) of Model Garden's `experiment` with
     `override`, driven by its own `base_trainer.Trainer`."""
@@ -88,6 +94,7 @@ def bert_side(config, task):
     parameters); the recipe's reuses the encoder's pooler."""
     model, data = config.model, config.data
     return train_experiment("bert/pretraining", {
+        "runtime": runtime_override(config),
         "task": {
             "model": {
                 "encoder": {"type": "bert", "bert": {
@@ -155,8 +162,7 @@ def resnet_side(config, task):
     decay_exclusions = optimizer_lib.weight_decay_exclusions(
         config.optimizer, task.default_exclude_from_weight_decay)
     return train_experiment("resnet_imagenet", {
-        "runtime": {"enable_xla": config.runtime.jit_compile,
-                    "mixed_precision_dtype": "float32"},
+        "runtime": runtime_override(config),
         "task": {**resnet_model_override(config), "train_data": train_data},
         "trainer": lamb_trainer_override(config.optimizer, decay_exclusions,
                                          config.optimizer.exclude_from_layer_adaptation),
