@@ -84,3 +84,22 @@ def test_accumulation_memory_tiny_reports_every_k(tmp_path):
     assert [row["accumulation_steps"] for row in rows] == [1, 4, 1]
     assert all(row["peak_rss_mib"] > 0 and row["examples_per_second"] > 0 for row in rows)
     assert "examples/s" in result.stdout
+
+
+def test_update_anatomy_tiny_times_every_job(capsys):
+    update_anatomy = _load("update_anatomy")
+    assert update_anatomy.main(["--shape", "8,8", "--steps", "2", "--warmup", "1"]) == 0
+    rows = [line for line in capsys.readouterr().out.splitlines()
+            if line.startswith("| ") and not line.startswith("| job") and "---" not in line]
+    assert [row.split(" | ")[0][2:] for row in rows] == list(update_anatomy.JOBS)
+    for row in rows:
+        median = float(row.split(" | ")[1])
+        assert math.isfinite(median) and median > 0
+
+
+@pytest.mark.parametrize("shape", ["8,x", "0,4", ""])
+def test_update_anatomy_refuses_a_bad_shape_with_status_2(shape, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        _load("update_anatomy").main(["--shape", shape])
+    assert exit_info.value.code == 2
+    assert "--shape" in capsys.readouterr().err

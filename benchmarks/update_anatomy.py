@@ -1,0 +1,118 @@
+"""Where the time of one XLA-compiled LAMB update of one variable goes.
+
+`lamb_tf.compiled_updates.LambUpdate` runs each variable's update as one XLA kernel. This
+script times, on one variable of a given shape, alternated step by step in one process:
+
+  memory pass      read x, g, m, v and write x, m, v with one add each: the 28 bytes per
+                   parameter every Adam-like update must move, as XLA moves them
+  norm ‖x‖         one reduction over x (a LAMB update takes two: ‖x‖ and ‖u‖)
+  LAMB, no ratio   `LambUpdate` with adapt=False: the same maths without the norms and the
+                   trust ratio (a plain AdamW step)
+  LAMB             `LambUpdate`: the whole update
+
+and prints each against the memory pass. The gap between "LAMB, no ratio" and "LAMB" is
+what the layer-wise trust ratio costs; "norm ‖x‖" shows what one reduction costs on its own.
+
+Usage:
+  python benchmarks/update_anatomy.py --shape 30522,768   # BERT's word embedding
+  python benchmarks/update_anatomy.py --shape 8,8 --steps 2 --warmup 1   # seconds, for CI
+"""
+import argparse
+import os
+import statistics
+import sys
+import time
+
+JOBS = ("memory pass", "norm ‖x‖", "LAMB, no ratio", "LAMB")
+
+
+def make_jobs(shape):
+    """{name: () -> None}, each running one XLA kernel on its own variables of `shape`."""
+    import tensorflow as tf
+
+    from lamb_tf import compiled_updates
+
+    gradient = tf.random.stateless_normal(shape, seed=[0, 1]) * 1e-3
+
+    def variables():
+        return [tf.Variable(tf.random.stateless_normal(shape, seed=[0, i]) * 0.02)
+                for i in range(3)] + [tf.Variable(0.0)]
+
+    @tf.function(jit_compile=True)
+    def memory_pass(x, m, v):
+        m.assign(m + gradient)
+        v.assign(v + gradient)
+        x.assign(x + gradient)
+
+    @tf.function(jit_compile=True)
+    def norm(x, result):
+        result.assign(tf.norm(x))
+
+    jobs = {}
+    x, m, v, scalar = variables()
+    jobs["memory pass"] = lambda: memory_pass(x, m, v)
+    jobs["norm ‖x‖"] = lambda: norm(x, scalar)
+    for name, adapt in (("LAMB, no ratio", False), ("LAMB", True)):
+        update, state = compiled_updates.LambUpdate(), variables()
+        jobs[name] = (lambda update=update, state=state, adapt=adapt: update(
+            state[0], gradient, state[1], state[2], state[3], t=1, eta=1e-3, beta_1=0.9,
+            beta_2=0.999, epsilon=1e-6, weight_decay_rate=0.01, decay=True, adapt=adapt,
+            bias_correction=True, phi_bounds=None))
+    return jobs
+
+
+def measure(jobs, steps, warmup):
+    """{name: [seconds]} of `steps` timed calls each, alternated, after `warmup` rounds."""
+    names, samples = list(jobs), {name: [] for name in jobs}
+    for round_index in range(warmup + steps):
+        shift = round_index % len(names)
+        for name in names[shift:] + names[:shift]:
+            start = time.perf_counter()
+            jobs[name]()
+            seconds = time.perf_counter() - start
+            if round_index >= warmup:
+                samples[name].append(seconds)
+    return samples
+
+
+def parse_arguments(argv):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--shape", default="30522,768",
+                        help="the variable's shape, comma-separated (default: BERT's word "
+                             "embedding)")
+    parser.add_argument("--steps", type=int, default=9, help="timed calls per job")
+    parser.add_argument("--warmup", type=int, default=2, help="untimed rounds first")
+    args = parser.parse_args(argv)
+    try:
+        args.shape = [int(d) for d in args.shape.split(",")]
+    except ValueError:
+        parser.error(f"--shape {args.shape!r}: give positive integers separated by commas")
+    if not args.shape or min(args.shape) < 1:
+        parser.error(f"--shape {args.shape!r}: give positive integers separated by commas")
+    if args.steps < 1 or args.warmup < 0:
+        parser.error("--steps must be >= 1 and --warmup >= 0")
+    return args
+
+
+def main(argv=None):
+    args = parse_arguments(sys.argv[1:] if argv is None else argv)
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    samples = measure(make_jobs(args.shape), args.steps, args.warmup)
+    parameters = 1
+    for dimension in args.shape:
+        parameters *= dimension
+    reference = statistics.median(samples["memory pass"])
+    print(f"one variable of shape {args.shape} ({parameters:,} parameters), each job one XLA "
+          f"kernel; {args.steps} timed calls after {args.warmup} warm-up, alternated in one "
+          f"process; {os.cpu_count()} CPU cores; load average {os.getloadavg()[0]:.1f}")
+    print("| job | median (ms) | min–max (ms) | × memory pass |")
+    print("| --- | ---: | ---: | ---: |")
+    for name in JOBS:
+        median = statistics.median(samples[name])
+        print(f"| {name} | {median * 1e3:.2f} | {min(samples[name]) * 1e3:.2f}–"
+              f"{max(samples[name]) * 1e3:.2f} | {median / reference:.2f}× |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
