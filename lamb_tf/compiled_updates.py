@@ -9,22 +9,52 @@ fuses the element-wise maths into a few loops and updates the buffers in place, 
 the surrounding training step is not compiled. Inside a step that is compiled already
 (`jit_compile=True`, TPU) the function is inlined into the step's XLA program.
 
-`benchmarks/optimizer_step.py` measures the effect; docs/performance.md has the numbers.
+Calling a compiled kernel has a fixed cost (about 50 µs more than a dozen small
+TensorFlow ops here), so variables of fewer than `SMALLEST_COMPILED` elements (biases,
+layer norms, tiny models' weights) run the same function as plain TensorFlow ops; inside a
+compiled step both are part of the step's XLA program anyway.
+
+`benchmarks/optimizer_step.py` and `benchmarks/update_anatomy.py` measure the effect;
+docs/performance.md has the numbers.
 """
 import tensorflow as tf
 
 from lamb_tf import update_rules
 
+# Below this many elements a variable's update runs as plain TensorFlow ops: one update per
+# variable in a graph step, by size (docs/performance.md, "Small variables"), was faster as
+# ops up to 32,768 elements and faster as a kernel from 131,072.
+SMALLEST_COMPILED = 65_536
 
-class LambUpdate:
+
+class _InPlaceUpdate:
+    """One update function, run as an XLA kernel or, for small variables, as plain ops."""
+
+    def __init__(self, update, smallest_compiled):
+        self._compiled = tf.function(update, jit_compile=True)
+        self._uncompiled = update
+        # None: the module's SMALLEST_COMPILED, read when the optimizer builds its slots
+        self._smallest_compiled = (SMALLEST_COMPILED if smallest_compiled is None
+                                   else smallest_compiled)
+
+    def _by_size(self, variable):
+        """The compiled update for a variable of at least `smallest_compiled` elements."""
+        elements = variable.shape.num_elements()
+        if elements is None or elements >= self._smallest_compiled:
+            return self._compiled
+        return self._uncompiled
+
+
+class LambUpdate(_InPlaceUpdate):
     """`update_rules.lamb_step` for one variable, assigned in place: one per optimizer.
 
     Each optimizer holds its own instance (made in `build`), so the compiled traces, which
-    reference that optimizer's variables, live and die with it.
+    reference that optimizer's variables, live and die with it. Variables of fewer than
+    `smallest_compiled` elements run as plain TensorFlow ops.
     """
 
-    def __init__(self):
-        self._compiled = tf.function(_lamb_update, jit_compile=True)
+    def __init__(self, smallest_compiled=None):
+        super().__init__(_lamb_update, smallest_compiled)
 
     def __call__(self, variable, gradient, m, v, trust_ratio, t, eta, beta_1, beta_2,
                  epsilon, weight_decay_rate, decay, adapt, bias_correction, phi_bounds):
@@ -32,25 +62,26 @@ class LambUpdate:
         dense tensor; `t` and `eta` scalars (tensors, Keras variables or numbers); the rest
         Python values, as in `update_rules.lamb_step`."""
         m, v, trust_ratio = (_on_device_of(variable, slot) for slot in (m, v, trust_ratio))
-        self._compiled(variable, gradient, m, v, trust_ratio, tf.convert_to_tensor(t),
-                       tf.convert_to_tensor(eta), beta_1, beta_2, epsilon, weight_decay_rate,
-                       decay, adapt, bias_correction, phi_bounds)
+        update = self._by_size(variable)
+        update(variable, gradient, m, v, trust_ratio, tf.convert_to_tensor(t),
+               tf.convert_to_tensor(eta), beta_1, beta_2, epsilon, weight_decay_rate, decay,
+               adapt, bias_correction, phi_bounds)
 
 
-class LarsUpdate:
+class LarsUpdate(_InPlaceUpdate):
     """`update_rules.lars_step` for one variable, assigned in place: one per optimizer."""
 
-    def __init__(self):
-        self._compiled = tf.function(_lars_update, jit_compile=True)
+    def __init__(self, smallest_compiled=None):
+        super().__init__(_lars_update, smallest_compiled)
 
     def __call__(self, variable, gradient, velocity, trust_ratio, eta, momentum,
                  weight_decay_rate, eeta, nesterov, classic_momentum, decay, adapt):
         """`variable`, `velocity`, `trust_ratio` are tf.Variables; `eta` a scalar; the rest
         as in `update_rules.lars_step`."""
         velocity, trust_ratio = (_on_device_of(variable, slot) for slot in (velocity, trust_ratio))
-        self._compiled(variable, gradient, velocity, trust_ratio, tf.convert_to_tensor(eta),
-                       momentum, weight_decay_rate, eeta, nesterov, classic_momentum, decay,
-                       adapt)
+        update = self._by_size(variable)
+        update(variable, gradient, velocity, trust_ratio, tf.convert_to_tensor(eta), momentum,
+               weight_decay_rate, eeta, nesterov, classic_momentum, decay, adapt)
 
 
 def _on_device_of(variable, slot):

@@ -5,14 +5,20 @@ update x - x0 to 1e-5 of its size, beyond float32 rounding of the weights.
 The update, not the weights: LARS moves the weights by 1e-3 to 1e-2 of their size here, so
 a 1e-5 check on the weights would let the update be off by up to 1%, which is what dropping
 LARS' weight decay does.
+
+Every case runs twice: each variable's update as plain TensorFlow ops and as its XLA kernel
+(`lamb_tf.compiled_updates` picks by size; these variables are small, so the kernel is
+forced by lowering the threshold).
 """
 import re
+import sys
 
 import numpy as np
 import pytest
 
 import numpy_reference as ref
 from flavours import FLAVOURS, value
+from lamb_tf import compiled_updates
 
 STEPS = 8
 # paths and odd shapes; "zero_init/bias" starts at 0 (trust ratio 1 on the first step)
@@ -23,6 +29,13 @@ VARIABLES = {
     "block/layer_norm/gamma": (7,),
     "zero_init/bias": (4,),
 }
+
+
+@pytest.fixture(autouse=True, params=["plain ops", "XLA kernel"])
+def update_kernel(request, monkeypatch):
+    smallest = sys.maxsize if request.param == "plain ops" else 0
+    monkeypatch.setattr(compiled_updates, "SMALLEST_COMPILED", smallest)
+    return request.param
 
 
 def _initial_values(seed=0):

@@ -1,0 +1,40 @@
+"""`lamb_tf.compiled_updates` runs a variable's update as its XLA kernel from
+`smallest_compiled` elements on, and as plain TensorFlow ops below (the kernel call's fixed
+cost is more than a small variable's whole update); both give the reference update
+(tests/test_matches_numpy_reference.py runs every case both ways)."""
+import tensorflow as tf
+
+from lamb_tf import compiled_updates
+
+HYPER = dict(t=1, eta=1e-3, beta_1=0.9, beta_2=0.999, epsilon=1e-6, weight_decay_rate=0.01,
+             decay=True, adapt=True, bias_correction=True, phi_bounds=None)
+
+
+def _lamb_state(elements):
+    return ([tf.Variable(tf.fill([elements], 0.5)) for _ in range(3)], tf.Variable(0.0))
+
+
+def test_only_variables_from_the_threshold_on_use_the_xla_kernel():
+    update = compiled_updates.LambUpdate(smallest_compiled=16)
+    (x, m, v), ratio = _lamb_state(15)
+    update(x, tf.ones([15]), m, v, ratio, **HYPER)
+    assert update._compiled.experimental_get_tracing_count() == 0
+    (x, m, v), ratio = _lamb_state(16)
+    update(x, tf.ones([16]), m, v, ratio, **HYPER)
+    assert update._compiled.experimental_get_tracing_count() == 1
+
+
+def test_lars_small_variable_runs_as_plain_ops_and_still_moves():
+    update = compiled_updates.LarsUpdate(smallest_compiled=16)
+    x, velocity, ratio = tf.Variable(tf.fill([4], 0.5)), tf.Variable(tf.zeros([4])), tf.Variable(0.0)
+    update(x, tf.ones([4]), velocity, ratio, eta=0.1, momentum=0.9, weight_decay_rate=0.0,
+           eeta=1.0, nesterov=False, classic_momentum=True, decay=False, adapt=True)
+    assert update._compiled.experimental_get_tracing_count() == 0
+    # classic momentum: ratio = eeta ||x|| / ||g|| = 1 / 2; x <- x - eta * ratio * g
+    assert abs(float(ratio.numpy()) - 0.5) < 1e-7
+    assert abs(float(x.numpy()[0]) - (0.5 - 0.1 * 0.5)) < 1e-7
+
+
+def test_default_threshold_is_read_when_the_update_is_made(monkeypatch):
+    monkeypatch.setattr(compiled_updates, "SMALLEST_COMPILED", 0)
+    assert compiled_updates.LambUpdate()._smallest_compiled == 0
