@@ -13,8 +13,13 @@ script times, on one variable of a given shape, alternated step by step in one p
 and prints each against the memory pass. The gap between "LAMB, no ratio" and "LAMB" is
 what the layer-wise trust ratio costs; "norm ‖x‖" shows what one reduction costs on its own.
 
+`--by_size` instead times, for each size, one graph step (a `tf.function` without XLA)
+updating several variables of that size, once with each update as its XLA kernel and once
+as plain TensorFlow ops, alternated: where `compiled_updates.SMALLEST_COMPILED` comes from.
+
 Usage:
   python benchmarks/update_anatomy.py --shape 30522,768   # BERT's word embedding
+  python benchmarks/update_anatomy.py --by_size 256,4096,32768,131072,1048576
   python benchmarks/update_anatomy.py --shape 8,8 --steps 2 --warmup 1   # seconds, for CI
 """
 import argparse
@@ -61,6 +66,30 @@ def make_jobs(shape):
     return jobs
 
 
+def by_size_jobs(elements, count):
+    """{"XLA kernel" | "plain ops": one graph step updating `count` variables of `elements`}."""
+    import tensorflow as tf
+
+    from lamb_tf import compiled_updates
+
+    gradient = tf.random.stateless_normal([elements], seed=[0, 1]) * 1e-3
+    jobs = {}
+    for name, smallest in (("XLA kernel", 0), ("plain ops", sys.maxsize)):
+        update = compiled_updates.LambUpdate(smallest_compiled=smallest)
+        states = [[tf.Variable(tf.random.stateless_normal([elements], seed=[i, j]) * 0.02)
+                   for j in range(3)] + [tf.Variable(0.0)] for i in range(count)]
+
+        @tf.function
+        def step(update=update, states=states):
+            for x, m, v, ratio in states:
+                update(x, gradient, m, v, ratio, t=1, eta=1e-3, beta_1=0.9, beta_2=0.999,
+                       epsilon=1e-6, weight_decay_rate=0.01, decay=True, adapt=True,
+                       bias_correction=True, phi_bounds=None)
+
+        jobs[name] = step
+    return jobs
+
+
 def measure(jobs, steps, warmup):
     """{name: [seconds]} of `steps` timed calls each, alternated, after `warmup` rounds."""
     names, samples = list(jobs), {name: [] for name in jobs}
@@ -80,6 +109,12 @@ def parse_arguments(argv):
     parser.add_argument("--shape", default="30522,768",
                         help="the variable's shape, comma-separated (default: BERT's word "
                              "embedding)")
+    parser.add_argument("--by_size", default="",
+                        help="comma-separated element counts: XLA kernel against plain ops "
+                             "per size instead of the anatomy of --shape")
+    parser.add_argument("--variables", type=int, default=0,
+                        help="--by_size: variables per step (default: up to 64, fewer for "
+                             "large sizes)")
     parser.add_argument("--steps", type=int, default=9, help="timed calls per job")
     parser.add_argument("--warmup", type=int, default=2, help="untimed rounds first")
     args = parser.parse_args(argv)
@@ -89,14 +124,40 @@ def parse_arguments(argv):
         parser.error(f"--shape {args.shape!r}: give positive integers separated by commas")
     if not args.shape or min(args.shape) < 1:
         parser.error(f"--shape {args.shape!r}: give positive integers separated by commas")
-    if args.steps < 1 or args.warmup < 0:
-        parser.error("--steps must be >= 1 and --warmup >= 0")
+    try:
+        args.by_size = [int(n) for n in args.by_size.split(",") if n.strip()]
+    except ValueError:
+        parser.error(f"--by_size {args.by_size!r}: give positive integers separated by commas")
+    if args.by_size and min(args.by_size) < 1:
+        parser.error(f"--by_size {args.by_size!r}: give positive integers separated by commas")
+    if args.steps < 1 or args.warmup < 0 or args.variables < 0:
+        parser.error("--steps must be >= 1, --warmup and --variables >= 0")
     return args
+
+
+def print_by_size(sizes, variables, steps, warmup):
+    print(f"one LAMB update per variable in a graph step, {steps} timed steps after {warmup} "
+          f"warm-up, alternated in one process; {os.cpu_count()} CPU cores; load average "
+          f"{os.getloadavg()[0]:.1f}")
+    print("| elements | variables per step | XLA kernel (µs per variable) "
+          "| plain ops (µs per variable) | plain ÷ kernel |")
+    print("| ---: | ---: | ---: | ---: | ---: |")
+    for elements in sizes:
+        # enough variables to time small sizes, and no more than ~50 MB of them at large ones
+        count = variables or max(2, min(64, 2**22 // elements))
+        samples = measure(by_size_jobs(elements, count), steps, warmup)
+        kernel, plain = (statistics.median(samples[name]) / count * 1e6
+                         for name in ("XLA kernel", "plain ops"))
+        print(f"| {elements:,} | {count} | {kernel:.0f} | {plain:.0f} | {plain / kernel:.2f} |",
+              flush=True)
 
 
 def main(argv=None):
     args = parse_arguments(sys.argv[1:] if argv is None else argv)
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    if args.by_size:
+        print_by_size(args.by_size, args.variables, args.steps, args.warmup)
+        return 0
     samples = measure(make_jobs(args.shape), args.steps, args.warmup)
     parameters = 1
     for dimension in args.shape:

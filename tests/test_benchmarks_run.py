@@ -97,9 +97,24 @@ def test_update_anatomy_tiny_times_every_job(capsys):
         assert math.isfinite(median) and median > 0
 
 
-@pytest.mark.parametrize("shape", ["8,x", "0,4", ""])
-def test_update_anatomy_refuses_a_bad_shape_with_status_2(shape, capsys):
+@pytest.mark.parametrize("argv, flag", [
+    (["--shape", "8,x"], "--shape"), (["--shape", "0,4"], "--shape"), (["--shape", ""], "--shape"),
+    (["--by_size", "8,y"], "--by_size"), (["--by_size", "0"], "--by_size"),
+])
+def test_update_anatomy_refuses_bad_sizes_with_status_2(argv, flag, capsys):
     with pytest.raises(SystemExit) as exit_info:
-        _load("update_anatomy").main(["--shape", shape])
+        _load("update_anatomy").main(argv)
     assert exit_info.value.code == 2
-    assert "--shape" in capsys.readouterr().err
+    assert flag in capsys.readouterr().err
+
+
+def test_update_anatomy_by_size_times_kernel_and_plain_ops(capsys):
+    update_anatomy = _load("update_anatomy")
+    assert update_anatomy.main(["--by_size", "8,16", "--variables", "2", "--steps", "2",
+                                 "--warmup", "1"]) == 0
+    rows = [line.split(" | ") for line in capsys.readouterr().out.splitlines()
+            if line.startswith("| 8 ") or line.startswith("| 16 ")]
+    assert len(rows) == 2
+    for row in rows:
+        kernel, plain, ratio = float(row[2]), float(row[3]), float(row[4].rstrip(" |"))
+        assert kernel > 0 and plain > 0 and ratio > 0
