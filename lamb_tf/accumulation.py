@@ -173,6 +173,10 @@ def accumulate_gradients(
     """
     _check_positive_int("accumulation_steps", accumulation_steps)
     variables = list(variables)
+    if accumulation_steps == 1:  # one micro-batch: its gradient is the mean; no loop, no sums
+        loss, gradients, squared_norm = _micro_batch_gradients(
+            loss_fn, variables, batch, return_micro_batch_norm)
+        return _mean(gradients, variables, 1, loss, squared_norm, return_micro_batch_norm)
     micro_batches = split_into_micro_batches(batch, accumulation_steps)
     gradient_is_none = [False] * len(variables)  # filled in while the loop body is traced
     # The running sums are added in one XLA kernel, out of Grappler's reach: its arithmetic
@@ -186,19 +190,13 @@ def accumulate_gradients(
         micro_batch = tf.nest.map_structure(
             lambda t: None if t is None else t[i], micro_batches
         )  # the i-th micro-batch: B/k examples
-        with tf.GradientTape() as tape:
-            loss = loss_fn(micro_batch)  # mean loss over the micro-batch
-        gradients = tape.gradient(loss, variables)  # only this micro-batch's activations
-        present, halved_squares = [], []
+        loss, gradients, squared_norm = _micro_batch_gradients(
+            loss_fn, variables, micro_batch, return_micro_batch_norm)
         for index, gradient in enumerate(gradients):
             gradient_is_none[index] = gradient is None
-            if gradient is not None:
-                gradient = tf.cast(tf.convert_to_tensor(gradient), tf.float32)
-                present.append(gradient)
-                if return_micro_batch_norm:
-                    halved_squares.append(tf.nn.l2_loss(gradient))  # one op: sum(g^2) / 2
-        if halved_squares:
-            squared_norm_sum += 2.0 * tf.add_n(halved_squares)
+        present = [gradient for gradient in gradients if gradient is not None]
+        if return_micro_batch_norm:
+            squared_norm_sum += squared_norm
         kept_sums = [s for s, none in zip(gradient_sums, gradient_is_none) if not none]
         loss_sum, kept_sums = add_in_one_kernel(loss_sum, tf.cast(loss, tf.float32),
                                                 kept_sums, present)  # f32 sums
@@ -215,10 +213,31 @@ def accumulate_gradients(
         parallel_iterations=1,  # one micro-batch in flight: memory does not grow with k
         maximum_iterations=accumulation_steps,
     )
-    mean_gradients = [
-        None if is_none else tf.cast(gradient_sum / accumulation_steps, variable.dtype)
-        for is_none, gradient_sum, variable in zip(gradient_is_none, gradient_sums, variables)
-    ]
+    gradient_sums = [None if none else s for none, s in zip(gradient_is_none, gradient_sums)]
+    return _mean(gradient_sums, variables, accumulation_steps, loss_sum, squared_norm_sum,
+                 return_micro_batch_norm)
+
+
+def _micro_batch_gradients(loss_fn, variables, micro_batch, return_norm):
+    """`(loss, [float32 gradient or None], squared global norm or 0)` of one micro-batch."""
+    with tf.GradientTape() as tape:
+        loss = loss_fn(micro_batch)  # mean loss over the micro-batch
+    gradients = [None if g is None else tf.cast(tf.convert_to_tensor(g), tf.float32)
+                 for g in tape.gradient(loss, variables)]  # this micro-batch's activations
+    present = [g for g in gradients if g is not None]
+    squared_norm = tf.constant(0.0)
+    if return_norm and present:  # one op per gradient: sum(g^2) / 2
+        squared_norm = 2.0 * tf.add_n([tf.nn.l2_loss(g) for g in present])
+    return tf.cast(loss, tf.float32), gradients, squared_norm
+
+
+def _mean(gradient_sums, variables, accumulation_steps, loss_sum, squared_norm_sum,
+          return_micro_batch_norm):
+    """`accumulate_gradients`' results from the float32 sums over the micro-batches."""
+    if accumulation_steps > 1:
+        gradient_sums = [None if s is None else s / accumulation_steps for s in gradient_sums]
+    mean_gradients = [None if mean is None else tf.cast(mean, variable.dtype)
+                      for mean, variable in zip(gradient_sums, variables)]
     if not return_micro_batch_norm:
         return mean_gradients, loss_sum / accumulation_steps
     replica_context = tf.distribute.get_replica_context()

@@ -96,6 +96,13 @@ def test_k_micro_batches_equal_one_batch(optimizer):
     assert float(accumulated[2].learning_rate) == pytest.approx(expected_lr, rel=1e-6)
 
 
+@pytest.mark.parametrize("optimizer", ["lamb", "lars"])
+def test_one_micro_batch_trains_like_the_unwrapped_model(optimizer):
+    # k = 1 takes the loop-free path: the micro-batch's gradient, applied as it is
+    assert_same_training(train(OPTIMIZERS[optimizer], accumulation_steps=1),
+                         train(OPTIMIZERS[optimizer]))
+
+
 @pytest.mark.slow  # several fits, two replicas or XLA
 @pytest.mark.parametrize("optimizer", OPTIMIZERS)
 def test_two_replicas_with_accumulation_equal_one_device(optimizer, two_cpu_strategy):
