@@ -27,7 +27,10 @@ fixed gradients, in a `tf.function`), giving the share of a step spent in the op
 the recipe's input pipeline alone (10 x `--steps` batches pulled from one iterator of the
 recipe's own dataset, made in the warm-up round), giving how many times faster the host
 makes batches than the step consumes them, and the first batch of a fresh iterator (what
-each `fit` call waits for before its first step).
+each `fit` call waits for before its first step). And the recipe's compiled steps alone:
+`model.train_function` called on one iterator kept across rounds, the same steps without
+the costs `fit` adds once per call (a fresh iterator, callbacks), so that the step and the
+per-chunk cost can be told apart.
 
 Where the models differ, both parameter counts are printed: Model Garden's BERT
 next-sentence head has its own `inner_dim` dense layer (hidden x hidden more parameters;
@@ -78,8 +81,8 @@ RECIPES = {
 
 
 def recipe_side(task_class, config, work_dir):
-    """(task, train(steps), optimizer_update(), input_pipeline(steps), first_batch(),
-    parameter count)."""
+    """(task, train(steps), step_only(steps), optimizer_update(), input_pipeline(steps),
+    first_batch(), parameter count)."""
     task = task_class(config)
     task.check_config()
     task.prepare(work_dir, "train")
@@ -90,6 +93,16 @@ def recipe_side(task_class, config, work_dir):
 
     def train(steps):
         model.fit(dataset, epochs=1, steps_per_epoch=steps, verbose=0)
+
+    kept = []  # the compiled train function and one iterator, made in the warm-up round
+
+    def step_only(steps):
+        """The same compiled steps without `fit`: `train_function` on one kept iterator."""
+        if not kept:
+            kept.extend([model.make_train_function(), iter(dataset)])
+        for _ in range(steps // config.train.steps_per_execution):
+            logs = kept[0](kept[1])
+        tf.nest.map_structure(lambda t: t.numpy(), logs)
 
     iterator = []  # one iterator, made in the warm-up round (the pipeline's steady state)
 
@@ -106,7 +119,7 @@ def recipe_side(task_class, config, work_dir):
         tf.nest.map_structure(lambda t: t.numpy(), next(iter(dataset)))
 
     update = model_garden_loops.update_function(model.optimizer, model.trainable_variables)
-    return (task, train, update, input_pipeline, first_batch,
+    return (task, train, step_only, update, input_pipeline, first_batch,
             model_garden_loops.parameter_count(model.trainable_variables))
 
 
@@ -143,6 +156,9 @@ def _incomparable(args, config):
     for flag in ("steps", "rounds"):
         if getattr(args, flag) < 1:
             return f"--{flag}={getattr(args, flag)} must be at least 1"
+    if args.steps % config.train.steps_per_execution:
+        return (f"--steps={args.steps} is not a multiple of train.steps_per_execution="
+                f"{config.train.steps_per_execution}")
     if config.optimizer.name != "lamb":
         return (f"optimizer.name={config.optimizer.name}: Model Garden's side trains with its "
                 "LAMB; use optimizer.name=lamb")
@@ -154,11 +170,12 @@ def _incomparable(args, config):
 
 def _timers(args, task_class, config, model_garden_side):
     """({(side, what): a function timing it once}, {side: parameter count})."""
-    task, recipe_train, recipe_update, input_pipeline, first_batch, recipe_parameters = (
-        recipe_side(task_class, config, args.work_dir))
+    (task, recipe_train, step_only, recipe_update, input_pipeline, first_batch,
+     recipe_parameters) = recipe_side(task_class, config, args.work_dir)
     mg_train, mg_update, mg_parameters = model_garden_side(config, task)
     timers = {
         ("recipe", "train"): lambda: _timed(recipe_train, args.steps),
+        ("recipe", "step only"): lambda: _timed(step_only, args.steps),
         ("recipe", "update"): lambda: _timed(recipe_update),
         # 10x the steps: what the prefetch buffers filled while the loops ran is a small share
         ("recipe", "input"): lambda: _timed(input_pipeline, 10 * args.steps),
@@ -209,6 +226,13 @@ def _report(args, config_file, config, parameters, samples):
         "input_pipeline_examples_per_s": input_rate,
         "input_pipeline_vs_step": input_rate["median"] / recipe_rate,
         "fresh_iterator_first_batch_s": _summary(samples[("recipe", "first batch")]),
+        # the recipe's compiled steps on one kept iterator: its step without `fit`'s per-call
+        # costs (a fresh iterator, callbacks), against Model Garden's loop in the same round
+        "step_only_examples_per_s": _summary(
+            [args.steps * batch / s for s in samples[("recipe", "step only")]]),
+        "per_round_step_only_vs_model_garden": [
+            mg / ours for ours, mg in zip(samples[("recipe", "step only")],
+                                          samples[("Model Garden", "train")])],
         "speed_vs_model_garden": recipe_rate / rows["Model Garden"]["examples_per_s"]["median"],
         # each round's recipe time against Model Garden's in the same round (adjacent in time)
         "per_round_speed_vs_model_garden": [
@@ -239,6 +263,11 @@ def _print_report(report):
     print(f"\nrecipe against Model Garden round by round: "
           + ", ".join(f"{ratio:.2f}×" for ratio in paired)
           + f" (median {statistics.median(paired):.2f}×)")
+    step_only = report["per_round_step_only_vs_model_garden"]
+    print(f"recipe's compiled steps without `fit` (one kept iterator): "
+          f"{report['step_only_examples_per_s']['median']:.0f} examples/s; against Model "
+          f"Garden round by round: " + ", ".join(f"{ratio:.2f}×" for ratio in step_only)
+          + f" (median {statistics.median(step_only):.2f}×)")
     input_rate = report["input_pipeline_examples_per_s"]
     print(f"\nrecipe input pipeline alone: {input_rate['median']:.0f} examples/s "
           f"({input_rate['min']:.0f}–{input_rate['max']:.0f}), "

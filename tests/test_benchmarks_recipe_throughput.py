@@ -42,7 +42,11 @@ def _assert_both_sides_timed(report, stdout):
         assert 0 < row["optimizer_share"] and math.isfinite(row["optimizer_share"])
         assert report["parameters"][side] > 1000
     assert report["input_pipeline_vs_step"] > 0
+    step_only = report["step_only_examples_per_s"]
+    assert len(step_only["samples"]) == 1 and step_only["median"] > 0
+    assert len(report["per_round_step_only_vs_model_garden"]) == 1
     assert "| Model Garden |" in stdout and "| recipe |" in stdout
+    assert "without `fit` (one kept iterator)" in stdout
 
 
 def test_recipe_and_model_garden_loops_both_timed_on_tiny_data(tmp_path):
