@@ -12,7 +12,10 @@ What is reported:
   held by `tf.data`, and the live activations), i.e. what the OS had to provide;
 * examples/s: effective-batch examples per second over the timed optimizer steps (after
   one untimed step that traces and compiles); each row times about the same number of
-  micro-batches (64).
+  micro-batches (64). These come from separate processes, so they drift with the machine;
+  the speed bound is judged on a second measurement instead: every k built in one process
+  and timed in turn, round by round, and the largest k's examples/s divided by k = 1's in
+  the same round (median over the rounds).
 
 A last row trains the k = 64 batch (16384) in one pass (no accumulation) for contrast: that
 is the memory accumulation saves.
@@ -43,10 +46,8 @@ ALLOWED_GROWTH = 0.15  # the issue's bound on peak memory, k = 64 against k = 1
 ALLOWED_SLOWDOWN = 0.05  # the issue's bound on examples/s, k = 64 against k = 1
 
 
-def run_one(effective_batch, micro_batch, timed_steps):
-    """Train in this process; return the measurements as a dict."""
-    import resource
-
+def _build(effective_batch, micro_batch):
+    """(compiled GradientAccumulationModel, endless dataset of one fixed batch, BatchPlan)."""
     import numpy as np
     import tensorflow as tf
     import tf_keras
@@ -73,6 +74,14 @@ def run_one(effective_batch, micro_batch, timed_steps):
         loss=tf_keras.losses.SparseCategoricalCrossentropy(from_logits=True),
     )
     model.fit(dataset, steps_per_epoch=1, epochs=1, verbose=0)  # trace + first step
+    return model, dataset, plan
+
+
+def run_one(effective_batch, micro_batch, timed_steps):
+    """Train in this process; return the measurements as a dict."""
+    import resource
+
+    model, dataset, plan = _build(effective_batch, micro_batch)
     start = time.perf_counter()
     model.fit(dataset, steps_per_epoch=timed_steps, epochs=1, verbose=0)
     seconds = time.perf_counter() - start
@@ -86,15 +95,48 @@ def run_one(effective_batch, micro_batch, timed_steps):
     }
 
 
+def speed_in_one_process(configurations, rounds):
+    """{k: [examples/s of each round]}: every configuration built in this one process and
+    timed in turn, round by round (the order flips every round), so that the machine's drift
+    hits every k alike. Each round times the same number of micro-batches per k."""
+    built = [(configuration, _build(*configuration[:2])) for configuration in configurations]
+    samples = {plan.accumulation_steps: [] for _, (_, _, plan) in built}
+    for round_index in range(rounds):
+        for (batch, _, steps), (model, dataset, plan) in (
+                built if round_index % 2 == 0 else built[::-1]):
+            start = time.perf_counter()
+            model.fit(dataset, steps_per_epoch=steps, epochs=1, verbose=0)
+            samples[plan.accumulation_steps].append(batch * steps / (time.perf_counter() - start))
+    return samples
+
+
+def print_speed(speed):
+    """Prints the same-process table; returns the largest k's examples/s ÷ k = 1's, per round."""
+    print(f"\nexamples/s in one process, every k in turn for {len(speed[1])} rounds "
+          "(the same micro-batches per round):")
+    print("| k | examples/s (median) | min–max | against k = 1, round by round (median) |")
+    print("| ---: | ---: | ---: | ---: |")
+    for k, samples in speed.items():
+        ratios = [ours / base for ours, base in zip(samples, speed[1])]
+        print(f"| {k} | {statistics.median(samples):.0f} | {min(samples):.0f}–{max(samples):.0f} "
+              f"| {statistics.median(ratios):.3f} |")
+    return [ours / base for ours, base in zip(speed[max(speed)], speed[1])]
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--child", nargs=3, type=int, metavar=("BATCH", "MICRO", "STEPS"))
+    parser.add_argument("--speed_child", type=int, metavar="ROUNDS")
     parser.add_argument("--rounds", type=int, default=3, help="runs of every configuration")
     parser.add_argument("--tiny", action="store_true", help="tiny batches, one round (CI)")
     parser.add_argument("--json", help="write the rows here")
     args = parser.parse_args()
     if args.child:
         print(json.dumps(run_one(*args.child)))
+        return 0
+    if args.speed_child:
+        configurations = (TINY_CONFIGURATIONS if args.tiny else CONFIGURATIONS)[:-1]
+        print(json.dumps(speed_in_one_process(configurations, args.speed_child)))
         return 0
     if args.rounds < 1:
         parser.error("--rounds must be >= 1")
@@ -131,18 +173,27 @@ def main():
             f"| {row['peak_rss_mib']:.0f} | {row['examples_per_second']:.0f} "
             f"| {row['timed_steps']} |"
         )
+    speed_rounds = 2 if args.tiny else max(3, args.rounds)
+    result = subprocess.run(
+        [sys.executable, os.path.abspath(__file__), "--speed_child", str(speed_rounds)]
+        + (["--tiny"] if args.tiny else []), env=env, capture_output=True, text=True, check=True)
+    speed = {int(k): v for k, v in json.loads(result.stdout.strip().splitlines()[-1]).items()}
+    paired = print_speed(speed)
     first, last = rows[0], rows[-2]  # k = 1 and the largest k (the last row is one pass)
     growth = last["peak_rss_mib"] / first["peak_rss_mib"] - 1
-    slowdown = 1 - last["examples_per_second"] / first["examples_per_second"]
+    slowdown = 1 - statistics.median(paired)  # same process, round by round
     within = growth <= ALLOWED_GROWTH and slowdown <= ALLOWED_SLOWDOWN
     print(
         f"k={last['accumulation_steps']} against k={first['accumulation_steps']}: peak RSS "
         f"{growth:+.1%} (bound +{ALLOWED_GROWTH:.0%}), examples/s {-slowdown:+.1%} "
-        f"(bound -{ALLOWED_SLOWDOWN:.0%}): {'OK' if within else 'OUT OF BOUNDS'}"
+        f"(same process, median of the rounds; bound -{ALLOWED_SLOWDOWN:.0%}): "
+        f"{'OK' if within else 'OUT OF BOUNDS'}"
     )
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"rows": rows, "peak_growth": growth, "slowdown": slowdown}, f, indent=1)
+            json.dump({"rows": rows, "peak_growth": growth, "slowdown": slowdown,
+                       "same_process_examples_per_second": speed,
+                       "same_process_largest_k_against_k1": paired}, f, indent=1)
     return 0 if within or args.tiny else 1
 
 

@@ -80,10 +80,17 @@ def test_accumulation_memory_tiny_reports_every_k(tmp_path):
          "--tiny", "--json", str(report_path)],
         capture_output=True, text=True, timeout=900)
     assert result.returncode == 0, result.stderr[-2000:]
-    rows = json.loads(report_path.read_text())["rows"]
+    report = json.loads(report_path.read_text())
+    rows = report["rows"]
     assert [row["accumulation_steps"] for row in rows] == [1, 4, 1]
     assert all(row["peak_rss_mib"] > 0 and row["examples_per_second"] > 0 for row in rows)
-    assert "examples/s" in result.stdout
+    # the speed bound is judged in one process, every k in turn, round by round
+    speed = report["same_process_examples_per_second"]
+    assert sorted(speed) == ["1", "4"] and all(len(v) == 2 for v in speed.values())
+    paired = report["same_process_largest_k_against_k1"]
+    assert paired == [k4 / k1 for k4, k1 in zip(speed["4"], speed["1"])]
+    assert report["slowdown"] == pytest.approx(1 - (paired[0] + paired[1]) / 2)
+    assert "examples/s in one process" in result.stdout
 
 
 def test_update_anatomy_tiny_times_every_job(capsys):
