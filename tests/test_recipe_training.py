@@ -152,3 +152,29 @@ def test_export_is_complete_or_absent(tmp_path, monkeypatch):
     training.export_saved_model(export_dir, module)
     assert float(tf.saved_model.load(export_dir).f(2.0)) == 6.0
     assert os.listdir(tmp_path) == ["export"]  # No temporary or moved-aside copies remain.
+
+
+def test_training_file_deleted_mid_run_is_one_line_naming_the_checkpoint(tmp_path):
+    path = str(tmp_path / "train.tfrecord")
+    rng = np.random.default_rng(0)
+    with tf.io.TFRecordWriter(path) as writer:
+        for row in rng.normal(size=(16, 4)).astype("float32"):
+            writer.write(tf.io.serialize_tensor(row).numpy())
+
+    def make(skip_steps):  # a fresh pipeline per chunk opens the file again
+        dataset = tf.data.TFRecordDataset([path]).map(
+            lambda record: tf.ensure_shape(tf.io.parse_tensor(record, tf.float32), [4]))
+        return dataset.map(lambda row: (row[:3], row[3:])).repeat().batch(BATCH).skip(skip_steps)
+
+    class DeleteAfterFirstChunk(tf_keras.callbacks.Callback):
+        def on_epoch_end(self, epoch, logs=None):
+            if os.path.exists(path):
+                os.remove(path)
+
+    with pytest.raises(UserError) as error:
+        training.train(_model(), make, model_dir=str(tmp_path / "run"), total_steps=4,
+                       checkpoint_every=2, global_batch_size=BATCH, verbose=0,
+                       callbacks=[DeleteAfterFirstChunk()], data_files=path)
+    message = str(error.value)
+    assert "\n" not in message and path in message
+    assert "resume from the last checkpoint" in message and "ckpt-2" in message

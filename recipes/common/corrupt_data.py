@@ -1,4 +1,5 @@
-"""Corrupt input data: finding the damaged file or record, and the one-line message.
+"""Corrupt or missing input data: finding the damaged file or record, and the one-line
+message.
 
 Training and evaluation read TFRecords through tf.data; when a read fails deep inside a
 step, the error names no file. These helpers scan the files once to name it.
@@ -38,6 +39,17 @@ def describe_corrupt_data(file_patterns, error):
     return (
         f"corrupt TFRecord file {path}: unreadable after {readable} record(s) ({message}); "
         "re-create it (or remove it from the training files)"
+    )
+
+
+def describe_missing_data(file_patterns, error, checkpoint):
+    """One line for a training file that could not be opened during training (deleted or
+    moved after the run started)."""
+    return (
+        f"a training file of {file_patterns} could not be read during training "
+        f"({first_line(error)}); restore it, or point the config at the files that exist, "
+        "and rerun the same command to resume from "
+        + (f"the last checkpoint ({checkpoint})" if checkpoint else "step 0 (no checkpoint yet)")
     )
 
 

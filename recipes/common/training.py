@@ -96,7 +96,8 @@ def train(
         of this run is checkpointed, or when there is nothing left to train (a run stopped
         before, by bad data, a NaN or a checkpoint of another shape, leaves it as it was).
       data_files: the training TFRecords (comma-separated globs); if given, a corrupt
-        record stops training with a `UserError` naming the damaged file.
+        record, or a file that disappears while training, stops training with a
+        `UserError` naming the file.
     Returns the Keras History of this run (empty if already complete); `history.last_logs`
     holds the scalars of the last step's logs.
     """
@@ -121,6 +122,11 @@ def train(
                 if data_files is None:
                     raise
                 raise UserError(corrupt_data.describe_corrupt_data(data_files, error)) from None
+            except tf.errors.NotFoundError as error:
+                if data_files is None:
+                    raise
+                raise UserError(corrupt_data.describe_missing_data(
+                    data_files, error, latest_checkpoint(restore_dir or model_dir))) from None
             except _COLLECTIVE_FAILURES as error:
                 raise _worker_lost(model, error, chunk_start, chunk_end, restore_dir or model_dir)
             if config is not None and chunk_start == first_step:  # its checkpoint is saved
