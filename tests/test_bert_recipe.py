@@ -81,6 +81,9 @@ def test_two_steps_from_config_through_the_cli(trained_runs):
     assert saved["train"]["micro_batch_size"] == 16 and saved["train"]["steps"] == 2
     assert tf.saved_model.contains_saved_model(os.path.join(model_dir, "export"))
     assert "excluded from weight decay" in result.stdout
+    outputs = result.stdout.strip().splitlines()[-1]
+    assert outputs.startswith(f"outputs in {model_dir}: checkpoints, config.yaml"), outputs
+    assert ", export, model_garden, hub, " in outputs  # every export the run wrote is named
     # results.json (the shared driver's summary of a run, read by the batch-size study)
     with open(os.path.join(model_dir, "results.json"), encoding="utf-8") as f:
         results = json.load(f)
