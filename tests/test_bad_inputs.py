@@ -256,7 +256,9 @@ def outcomes(tmp_path_factory):
         "model": {"hidden_size": 16, "num_layers": 1, "num_attention_heads": 2,
                   "intermediate_size": 32, "max_sequence_length": 32},
         "optimizer": {"learning_rate": 0.01, "warmup_steps": 1},
-        "train": {"global_batch_size": 16, "micro_batch_size": 16, "steps": 2,
+        # k = 2: the accumulation's running sums are an XLA kernel, whose C++ log lines
+        # test_tensorflow_log_lines_go_to_the_model_dir_not_the_console looks for
+        "train": {"global_batch_size": 16, "micro_batch_size": 8, "steps": 2,
                   "checkpoint_every": 2},
         "eval": {"global_batch_size": 8, "steps": 1},
     }
