@@ -17,9 +17,9 @@ learning rate (no warmup): the recipe's schedule is a few scalar ops per step ei
 """
 import tensorflow as tf
 
+from lamb_tf import exclusions
 from recipes.common import optimizer as optimizer_lib
 
-BERT_EXCLUDE_FROM_WEIGHT_DECAY = ["LayerNorm", "layer_norm", "bias"]  # Model Garden's BERT
 
 
 def update_function(optimizer, variables):
@@ -115,7 +115,8 @@ def bert_side(config, task):
                            "global_batch_size": config.train.micro_batch_size,
                            "use_next_sentence_label": True, "seed": config.train.seed},
         },
-        "trainer": lamb_trainer_override(config.optimizer, BERT_EXCLUDE_FROM_WEIGHT_DECAY),
+        "trainer": lamb_trainer_override(config.optimizer,
+                                         list(exclusions.BERT_EXCLUDE_PATTERNS)),
     })
 
 

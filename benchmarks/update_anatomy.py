@@ -29,6 +29,10 @@ import sys
 import time
 
 JOBS = ("memory pass", "norm ‖x‖", "LAMB, no ratio", "LAMB")
+# `compiled_updates.LambUpdate`'s arguments besides the variables: BERT's pretraining values
+LAMB_ARGUMENTS = dict(t=1, eta=1e-3, beta_1=0.9, beta_2=0.999, epsilon=1e-6,
+                      weight_decay_rate=0.01, decay=True, adapt=True, bias_correction=True,
+                      phi_bounds=None)
 
 
 def make_jobs(shape):
@@ -60,9 +64,7 @@ def make_jobs(shape):
     for name, adapt in (("LAMB, no ratio", False), ("LAMB", True)):
         update, state = compiled_updates.LambUpdate(), variables()
         jobs[name] = (lambda update=update, state=state, adapt=adapt: update(
-            state[0], gradient, state[1], state[2], state[3], t=1, eta=1e-3, beta_1=0.9,
-            beta_2=0.999, epsilon=1e-6, weight_decay_rate=0.01, decay=True, adapt=adapt,
-            bias_correction=True, phi_bounds=None))
+            state[0], gradient, *state[1:], **{**LAMB_ARGUMENTS, "adapt": adapt}))
     return jobs
 
 
@@ -82,9 +84,7 @@ def by_size_jobs(elements, count):
         @tf.function
         def step(update=update, states=states):
             for x, m, v, ratio in states:
-                update(x, gradient, m, v, ratio, t=1, eta=1e-3, beta_1=0.9, beta_2=0.999,
-                       epsilon=1e-6, weight_decay_rate=0.01, decay=True, adapt=True,
-                       bias_correction=True, phi_bounds=None)
+                update(x, gradient, m, v, ratio, **LAMB_ARGUMENTS)
 
         jobs[name] = step
     return jobs
