@@ -50,8 +50,10 @@ def main(task_class, extra_flags=(), run_options=None):
     flags_lib.define_flags(extra_flags)
 
     def program(argv):
-        # absl would take a returned value for the exit status
-        run_from_flags(task_class, argv, extra_flags, run_options)
+        try:  # absl would take a returned value for the exit status
+            run_from_flags(task_class, argv, extra_flags, run_options)
+        finally:  # C++ lines of the process's exit (gRPC's, multi-worker) to the log too
+            native_log.keep_for_exit()
 
     errors.run(program)
 

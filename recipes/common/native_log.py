@@ -8,6 +8,10 @@ reach it either, and absl's C++ flags such as --stderrthreshold are never parsed
 process), and libjpeg's `Not a JPEG file: starts with 0x74 0x68` while decoding a bad image.
 `to_file` points descriptor 2 at the log file while Python's `sys.stderr` keeps the real
 stderr, so the program's own lines (errors, Python warnings, tracebacks) stay on the console.
+Some C++ lines come after the program's last line, while the process exits: a worker of a
+multi-worker run whose peer has already exited gets gRPC's `failed to connect to all
+addresses ... Connection refused` from the coordination service's shutdown. A recipe's
+`main` calls `keep_for_exit` once the run is over, so those go to the same log file.
 """
 
 import contextlib
@@ -16,6 +20,7 @@ import sys
 import tempfile
 
 LOG_FILE = "tensorflow.log"
+_last_log = None  # the file `to_file` last wrote to, for `keep_for_exit`
 
 
 @contextlib.contextmanager
@@ -34,15 +39,10 @@ def to_file(model_dir, verbose=False):
         directory = model_dir
         os.makedirs(directory, exist_ok=True)
     path = os.path.join(directory, LOG_FILE)
-    sys.stderr.flush()
+    global _last_log
+    _last_log = path
     python_stderr = sys.stderr
-    terminal = os.dup(2)
-    log = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-    os.dup2(log, 2)
-    os.close(log)
-    if _descriptor(python_stderr) == 2:  # else (a test's capture) it is left as it is
-        sys.stderr = os.fdopen(os.dup(terminal), "w", buffering=1,
-                               encoding=python_stderr.encoding, errors=python_stderr.errors)
+    terminal = _descriptor_2_to(path)
     try:
         yield path
     finally:
@@ -52,6 +52,29 @@ def to_file(model_dir, verbose=False):
             sys.stderr = python_stderr
         os.dup2(terminal, 2)
         os.close(terminal)
+
+
+def keep_for_exit():
+    """For the rest of the process, descriptor 2 writes to the log file `to_file` last
+    wrote to and `sys.stderr` to the console, as inside `to_file`. Call it when the program
+    is over (nothing to do if `to_file` never redirected anything)."""
+    if _last_log is not None:
+        os.close(_descriptor_2_to(_last_log))
+
+
+def _descriptor_2_to(path):
+    """Points descriptor 2 at `path` (appending) and `sys.stderr`, if it wrote to
+    descriptor 2, at a copy of the old one; returns another copy of the old descriptor 2."""
+    sys.stderr.flush()
+    terminal = os.dup(2)
+    log = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    os.dup2(log, 2)
+    os.close(log)
+    stream = sys.stderr
+    if _descriptor(stream) == 2:  # else (a test's capture) it is left as it is
+        sys.stderr = os.fdopen(os.dup(terminal), "w", buffering=1, encoding=stream.encoding,
+                               errors=stream.errors)
+    return terminal
 
 
 def _descriptor(stream):
