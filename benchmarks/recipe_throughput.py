@@ -7,8 +7,9 @@ per update (k = 1: Model Garden's trainer does not accumulate):
   recipe        the recipe's own pieces, as `recipes/common/driver.py` builds them: the
                 compiled `GradientAccumulationModel`, lamb_tf's LAMB with the config's
                 schedule, the recipe's input pipeline, and one `model.fit` of `--steps`
-                steps per round (the recipe fits one chunk of `checkpoint_every` steps at a
-                time), with the config's `train.steps_per_execution`;
+                steps per round on a fresh iterator (what the recipe's loop pays once per
+                `training.CHUNKS_PER_FIT` checkpoint chunks), with the config's
+                `train.steps_per_execution`;
   Model Garden  its own experiment for the same model (`bert/pretraining` with the same
                 encoder sizes, or `resnet_imagenet` with the same ResNet depth, width,
                 batch norm and image size), its own LAMB
@@ -30,7 +31,12 @@ makes batches than the step consumes them, and the first batch of a fresh iterat
 each `fit` call waits for before its first step). And the recipe's compiled steps alone:
 `model.train_function` called on one iterator kept across rounds, the same steps without
 the costs `fit` adds once per call (a fresh iterator, callbacks), so that the step and the
-per-chunk cost can be told apart.
+per-call cost can be told apart.
+
+Then, apart from Model Garden, the cost of a checkpoint-chunk boundary in the recipe's own
+training loop (`recipes.common.training.train`, a checkpoint per chunk): `--chunks` chunks of
+`--steps` steps, the loop as it is (one `fit` and one dataset over the chunks) alternated
+with a `fit` and a fresh pipeline per chunk (benchmarks/chunk_boundaries.py).
 
 Where the models differ, both parameter counts are printed: Model Garden's BERT
 next-sentence head has its own `inner_dim` dense layer (hidden x hidden more parameters;
@@ -68,7 +74,7 @@ from recipes.bert import pretrain  # noqa: E402
 from recipes.common import config as config_lib  # noqa: E402
 from recipes.common import driver  # noqa: E402
 from recipes.resnet import train as resnet_train  # noqa: E402
-from benchmarks import model_garden_loops  # noqa: E402
+from benchmarks import chunk_boundaries, model_garden_loops  # noqa: E402
 
 # --recipe: (its Task, its default config, Model Garden's side for it)
 RECIPES = {
@@ -82,14 +88,16 @@ RECIPES = {
 
 def recipe_side(task_class, config, work_dir):
     """(task, train(steps), step_only(steps), optimizer_update(), input_pipeline(steps),
-    first_batch(), parameter count)."""
+    first_batch(), boundaries(steps, chunks, rounds), parameter count)."""
     task = task_class(config)
     task.check_config()
     task.prepare(work_dir, "train")
     strategy = tf.distribute.get_strategy()
     plan = driver.plan_batch(config, strategy.num_replicas_in_sync)
     model, _ = driver.compile_model(task, strategy, plan)
-    dataset = task.train_dataset(strategy, plan, first_step=0)
+    # the first chunk's pipeline, endless (the rounds below read past any chunk's end)
+    dataset = strategy.distribute_datasets_from_function(
+        lambda context: task.train_replica_dataset(context, plan, config.train.seed, 0))
 
     def train(steps):
         model.fit(dataset, epochs=1, steps_per_epoch=steps, verbose=0)
@@ -118,8 +126,13 @@ def recipe_side(task_class, config, work_dir):
         (file shuffling, the shuffle buffer filled)."""
         tf.nest.map_structure(lambda t: t.numpy(), next(iter(dataset)))
 
+    def boundaries(steps, chunks, rounds):
+        return chunk_boundaries.measure(task, strategy, plan, model,
+                                        os.path.join(work_dir, "chunk_boundaries"), steps,
+                                        chunks, rounds)
+
     update = model_garden_loops.update_function(model.optimizer, model.trainable_variables)
-    return (task, train, step_only, update, input_pipeline, first_batch,
+    return (task, train, step_only, update, input_pipeline, first_batch, boundaries,
             model_garden_loops.parameter_count(model.trainable_variables))
 
 
@@ -147,13 +160,17 @@ def _parse_arguments(argv):
     parser.add_argument("--steps", type=int, default=20, help="training steps per round")
     parser.add_argument("--rounds", type=int, default=4,
                         help="timed rounds of each side, after one warm-up round")
+    parser.add_argument("--chunks", type=int, default=4,
+                        help="checkpoint chunks (of --steps steps) per training-loop run")
+    parser.add_argument("--boundary_rounds", type=int, default=3,
+                        help="timed training-loop runs of each loop, after one warm-up")
     parser.add_argument("--json", help="write every sample here")
     return parser.parse_args(argv)
 
 
 def _incomparable(args, config):
     """One line saying why the two sides would not train alike, or None."""
-    for flag in ("steps", "rounds"):
+    for flag in ("steps", "rounds", "chunks", "boundary_rounds"):
         if getattr(args, flag) < 1:
             return f"--{flag}={getattr(args, flag)} must be at least 1"
     if args.steps % config.train.steps_per_execution:
@@ -169,8 +186,9 @@ def _incomparable(args, config):
 
 
 def _timers(args, task_class, config, model_garden_side):
-    """({(side, what): a function timing it once}, {side: parameter count})."""
-    (task, recipe_train, step_only, recipe_update, input_pipeline, first_batch,
+    """({(side, what): a function timing it once}, {side: parameter count},
+    boundaries(steps, chunks, rounds))."""
+    (task, recipe_train, step_only, recipe_update, input_pipeline, first_batch, boundaries,
      recipe_parameters) = recipe_side(task_class, config, args.work_dir)
     mg_train, mg_update, mg_parameters = model_garden_side(config, task)
     timers = {
@@ -183,7 +201,7 @@ def _timers(args, task_class, config, model_garden_side):
         ("Model Garden", "train"): lambda: _timed(mg_train, args.steps),
         ("Model Garden", "update"): lambda: _timed(mg_update),
     }
-    return timers, {"recipe": recipe_parameters, "Model Garden": mg_parameters}
+    return timers, {"recipe": recipe_parameters, "Model Garden": mg_parameters}, boundaries
 
 
 def _alternate(timers, rounds):
@@ -199,7 +217,7 @@ def _alternate(timers, rounds):
     return samples
 
 
-def _report(args, config_file, config, parameters, samples):
+def _report(args, config_file, config, parameters, samples, boundaries):
     """Everything measured, as written to --json."""
     batch = config.train.micro_batch_size
     rows = {}
@@ -238,6 +256,9 @@ def _report(args, config_file, config, parameters, samples):
         "per_round_speed_vs_model_garden": [
             mg / ours for ours, mg in zip(samples[("recipe", "train")],
                                           samples[("Model Garden", "train")])],
+        "chunks": args.chunks, "boundary_rounds": args.boundary_rounds,
+        "chunk_boundaries": chunk_boundaries.summary(boundaries),
+        "chunk_boundary_samples": boundaries,
     }
 
 
@@ -274,6 +295,8 @@ def _print_report(report):
           f"{report['input_pipeline_vs_step']:.1f}× what the recipe's step consumes; "
           f"a fresh iterator's first batch (paid by every `fit` call): "
           f"{report['fresh_iterator_first_batch_s']['median'] * 1e3:.0f} ms")
+    chunk_boundaries.print_table(report["chunk_boundaries"], report["steps_per_round"],
+                                 report["chunks"], report["boundary_rounds"])
 
 
 def main(argv=None):
@@ -287,12 +310,16 @@ def main(argv=None):
         print(problem, file=sys.stderr)
         return 2
     config.train.global_batch_size = config.train.micro_batch_size  # k = 1
-    config.train.steps = max(config.train.steps, (args.rounds + 1) * args.steps)
+    config.train.checkpoint_every = args.steps  # the chunks of the training-loop runs
+    # every step the model takes here stays within the learning-rate schedule
+    config.train.steps = max(config.train.steps, (args.rounds + 1) * args.steps + 2 * (
+        args.boundary_rounds + 1) * args.chunks * args.steps)
     config.optimizer.warmup_steps = min(config.optimizer.warmup_steps, config.train.steps - 1)
     os.makedirs(args.work_dir, exist_ok=True)
-    timers, parameters = _timers(args, task_class, config, model_garden_side)
+    timers, parameters, boundaries = _timers(args, task_class, config, model_garden_side)
     samples = _alternate(timers, args.rounds)
-    report = _report(args, config_file, config, parameters, samples)
+    boundary_samples = boundaries(args.steps, args.chunks, args.boundary_rounds)
+    report = _report(args, config_file, config, parameters, samples, boundary_samples)
     _print_report(report)
     if args.json:
         with open(args.json, "w") as f:

@@ -1,9 +1,11 @@
-"""Where each checkpoint chunk's input pipeline starts (recipes.common.task.chunk_input_position).
+"""Where each checkpoint chunk's input pipeline starts (recipes.common.task.chunk_input_position),
+and the one dataset of several chunks (recipes.common.task.train_dataset).
 
 Every recipe shuffles a chunk with `train.seed + its regular first step` and skips only the
 steps of its own chunk that a run stopped mid-chunk already trained. So the batch of a step
 does not depend on where the run started, and a chunk late in a long run never re-reads
-what earlier chunks consumed.
+what earlier chunks consumed. One `fit` reads several chunks from one dataset, which must
+hold exactly the batches of a pipeline made afresh for each chunk.
 """
 import os
 
@@ -14,6 +16,7 @@ import pytest  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 from recipes.bert import finetune_data  # noqa: E402
+from recipes.common import task as task_lib  # noqa: E402
 from recipes.common.task import chunk_input_position  # noqa: E402
 from recipes.resnet import convert  # noqa: E402
 from recipes.resnet import input as resnet_input  # noqa: E402
@@ -52,10 +55,20 @@ def _resnet_task(pattern):
     return task
 
 
+PLAN = type("Plan", (), {"per_replica_batch_size": 4})()
+
+
 def _labels(task, first_step, steps):
-    strategy = tf.distribute.get_strategy()
-    plan = type("Plan", (), {"per_replica_batch_size": 4})()
-    dataset = task.train_dataset(strategy, plan, first_step)
+    """The labels of steps first_step + 1 .. first_step + steps, read as one `fit` would."""
+    dataset = task_lib.train_dataset(task, tf.distribute.get_strategy(), PLAN, first_step,
+                                     first_step + steps)
+    return [labels.numpy() for _, labels in dataset]
+
+
+def _chunk_labels(task, seed, steps_to_skip, steps):
+    """The labels of one chunk's own pipeline, made afresh."""
+    dataset = task.train_replica_dataset(tf.distribute.InputContext(), PLAN, seed,
+                                         steps_to_skip)
     return [labels.numpy() for _, labels in dataset.take(steps)]
 
 
@@ -79,14 +92,27 @@ def test_resnet_resumed_mid_chunk_reads_the_batches_of_the_uninterrupted_chunk(d
     assert not np.array_equal(np.stack(chunk), np.stack(_labels(task, 0, 4)))
 
 
+def test_one_dataset_over_chunks_holds_each_chunks_own_pipeline_batches(digits_pattern):
+    task = _resnet_task(digits_pattern)
+    seed = task.config.train.seed
+    # from mid-chunk 0 (a resumed run) through chunks 1 and 2 into chunk 3
+    joined = _labels(task, 2, 3 * CHECKPOINT_EVERY + 1 - 2)
+    afresh = (_chunk_labels(task, seed, 2, CHECKPOINT_EVERY - 2)
+              + _chunk_labels(task, seed + CHECKPOINT_EVERY, 0, CHECKPOINT_EVERY)
+              + _chunk_labels(task, seed + 2 * CHECKPOINT_EVERY, 0, CHECKPOINT_EVERY)
+              + _chunk_labels(task, seed + 3 * CHECKPOINT_EVERY, 0, 1))
+    assert len(joined) == len(afresh) == 3 * CHECKPOINT_EVERY - 1
+    np.testing.assert_array_equal(np.stack(joined), np.stack(afresh))
+
+
 def test_finetune_resumed_mid_chunk_reads_the_batches_of_the_uninterrupted_chunk():
     features = {"ids": np.arange(40, dtype=np.int32)}
     targets = {"label": np.arange(40, dtype=np.int32) % 3}
-    strategy = tf.distribute.get_strategy()
+    examples = tf.data.Dataset.from_tensor_slices((features, targets))
 
     def first_ids(steps_to_skip, steps):
-        dataset = finetune_data.train_dataset(strategy, (features, targets), 4, seed=7,
-                                              steps_to_skip=steps_to_skip)
+        dataset = finetune_data.train_replica_dataset(tf.distribute.InputContext(), examples,
+                                                      4, seed=7, steps_to_skip=steps_to_skip)
         return [batch[0]["ids"].numpy() for batch in dataset.take(steps)]
 
     np.testing.assert_array_equal(np.stack(first_ids(0, 5)[3:]), np.stack(first_ids(3, 2)))

@@ -62,6 +62,16 @@ def test_native_lines_while_the_process_exits_go_to_the_log_after_keep_for_exit(
     assert (model_dir / "tensorflow.log").read_text() == "native line\nnative line at exit\n"
 
 
+def test_keep_for_exit_after_the_log_directory_is_removed_drops_the_exit_lines(tmp_path):
+    program = PROGRAM_EXIT.replace("native_log.keep_for_exit()",
+                                   "import shutil; shutil.rmtree(sys.argv[1]); "
+                                   "native_log.keep_for_exit()")
+    result = _run(tmp_path / "run", "quiet", program, check=False)
+    assert result.returncode == 143, result.stderr
+    assert result.stderr == "stopped: the program's last line\n"
+    assert not (tmp_path / "run").exists()
+
+
 def test_keep_for_exit_without_a_log_changes_nothing(tmp_path):
     result = _run(tmp_path / "run", "verbose", PROGRAM_EXIT, check=False)
     assert result.stderr == ("native line\nstopped: the program's last line\n"

@@ -26,7 +26,7 @@ def _dataset_maker(poison_step, poison_value):
     x = rng.normal(size=(8 * BATCH, 3)).astype("float32") + 2.0
     y = rng.normal(size=(8 * BATCH, 1)).astype("float32")
 
-    def make(first_step):
+    def make(first_step, end_step=None):  # endless
         dataset = tf.data.Dataset.from_tensor_slices((x, y)).repeat().batch(BATCH)
         dataset = dataset.skip(first_step).enumerate(start=first_step + 1)
         return dataset.map(

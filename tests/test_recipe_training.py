@@ -42,7 +42,7 @@ def _dataset_maker(poison_step=None):
     x = rng.normal(size=(64, 3)).astype("float32")
     y = (x @ np.array([[1.0], [-2.0], [0.5]], "float32")).astype("float32")
 
-    def make(skip_steps):
+    def make(skip_steps, end_step=None):  # endless: fit takes end_step - skip_steps
         dataset = tf.data.Dataset.from_tensor_slices((x, y)).repeat().batch(BATCH)
         if poison_step is not None:
             dataset = dataset.enumerate().map(
@@ -82,6 +82,31 @@ def test_resume_continues_exactly_where_the_checkpoint_stopped(tmp_path):
     (resumed_generator,) = training.random_generators(resumed)
     np.testing.assert_array_equal(straight_generator.state.numpy(), resumed_generator.state.numpy())
     assert training.latest_checkpoint(interrupted_dir).endswith("ckpt-6")
+
+
+def test_one_dataset_and_one_fit_run_through_the_chunks_with_a_checkpoint_each(tmp_path):
+    calls, make = [], _dataset_maker()
+    saved = []
+
+    class Saved(tf_keras.callbacks.Callback):
+        def on_epoch_end(self, epoch, logs=None):
+            saved.append(os.path.basename(training.latest_checkpoint(str(tmp_path))))
+
+    training.train(_model(), lambda start, end: calls.append((start, end)) or make(start, end),
+                   model_dir=str(tmp_path), total_steps=6, checkpoint_every=2,
+                   global_batch_size=BATCH, verbose=0, callbacks=[Saved()])
+    assert calls == [(0, 6)]
+    assert saved == ["ckpt-2", "ckpt-4", "ckpt-6"]
+
+
+def test_fits_finish_a_stopped_chunk_alone_then_take_up_to_chunks_per_fit():
+    every, per_fit = 4, training.CHUNKS_PER_FIT
+    total = (2 * per_fit + 1) * every
+    assert list(training._fits(0, total, every)) == [
+        (0, per_fit * every), (per_fit * every, 2 * per_fit * every),
+        (2 * per_fit * every, total)]
+    assert list(training._fits(5, 3 * every, every)) == [(5, 8), (8, 12)]
+    assert list(training._fits(12, 3 * every, every)) == []
 
 
 @pytest.mark.slow  # two trainings
@@ -161,7 +186,7 @@ def test_training_file_deleted_mid_run_is_one_line_naming_the_checkpoint(tmp_pat
         for row in rng.normal(size=(16, 4)).astype("float32"):
             writer.write(tf.io.serialize_tensor(row).numpy())
 
-    def make(skip_steps):  # a fresh pipeline per chunk opens the file again
+    def make(skip_steps, end_step=None):  # `repeat` opens the file again each pass
         dataset = tf.data.TFRecordDataset([path]).map(
             lambda record: tf.ensure_shape(tf.io.parse_tensor(record, tf.float32), [4]))
         return dataset.map(lambda row: (row[:3], row[3:])).repeat().batch(BATCH).skip(skip_steps)
@@ -171,10 +196,13 @@ def test_training_file_deleted_mid_run_is_one_line_naming_the_checkpoint(tmp_pat
             if os.path.exists(path):
                 os.remove(path)
 
-    with pytest.raises(UserError) as error:
-        training.train(_model(), make, model_dir=str(tmp_path / "run"), total_steps=4,
+    model_dir = str(tmp_path / "run")
+    with pytest.raises(UserError) as error:  # a pass over the file is 2 steps: reopened later
+        training.train(_model(), make, model_dir=model_dir, total_steps=12,
                        checkpoint_every=2, global_batch_size=BATCH, verbose=0,
                        callbacks=[DeleteAfterFirstChunk()], data_files=path)
     message = str(error.value)
     assert "\n" not in message and path in message
-    assert "resume from the last checkpoint" in message and "ckpt-2" in message
+    last = training.latest_checkpoint(model_dir)
+    assert last.endswith(("ckpt-2", "ckpt-4")), last  # the next passes need the file
+    assert "resume from the last checkpoint" in message and last in message

@@ -29,6 +29,7 @@ if _LEGACY_KERAS is None:  # keep `tf.keras` of this pytest process as it was
     os.environ.pop("TF_USE_LEGACY_KERAS", None)
 from recipes.bert.config import BertPretrainingConfig
 from recipes.common import driver
+from recipes.common import task as task_lib
 from recipes.resnet import convert
 from recipes.resnet import input as resnet_input
 from recipes.resnet import train as resnet_train
@@ -120,7 +121,7 @@ def test_bert_step_compiles_with_xla_under_bfloat16(bert_data, bfloat16_policy):
     task = pretrain.BertPretraining(config)
     task.prepare(None, "train")
     model, _ = driver.compile_model(task, strategy, plan)
-    dataset = task.train_dataset(strategy, plan, 0)
+    dataset = task_lib.train_dataset(task, strategy, plan, 0, config.train.steps)
 
     hlo, moved = _compile_and_run_step(model, dataset)
 
@@ -140,7 +141,7 @@ def test_resnet_lars_step_compiles_with_xla_under_bfloat16(digits_pattern, bfloa
     task = resnet_train.ResNetClassification(config)
     task.prepare(None, "train")
     model, _ = driver.compile_model(task, strategy, plan)
-    dataset = task.train_dataset(strategy, plan, 0)
+    dataset = task_lib.train_dataset(task, strategy, plan, 0, config.train.steps)
 
     hlo, moved = _compile_and_run_step(model, dataset)
 
@@ -186,8 +187,10 @@ def test_resnet_input_shards_per_host_with_static_shapes(digits_pattern):
 
 def test_bert_pipeline_feeds_each_replica_its_share(bert_data, two_cpu_strategy):
     config = _bert_config(bert_data)
-    dataset = bert_input.make_distributed_dataset(
-        two_cpu_strategy, config, bert_data.train_files, is_training=True)
+    task = pretrain.BertPretraining(config)
+    task.prepare(None, "train")
+    plan = accumulation.plan_batch(GLOBAL_BATCH, GLOBAL_BATCH // 2, 2)
+    dataset = task_lib.train_dataset(task, two_cpu_strategy, plan, 0, config.train.steps)
     features, _, _ = next(iter(dataset))
     shares = two_cpu_strategy.experimental_local_results(features["input_word_ids"])
     assert [tuple(share.shape) for share in shares] == [(GLOBAL_BATCH // 2,

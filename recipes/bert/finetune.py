@@ -58,6 +58,7 @@ class BertFinetuneTask(task_lib.Task):
     def prepare(self, model_dir, mode):
         data = self.config.data
         self.model_dir = model_dir
+        self.train_examples = None  # the training arrays as a dataset, made on first use
         self.run = finetune_data.PretrainingRun(self.config.encoder.pretraining_dir)
         self.seq_length = data.seq_length or self.run.seq_length
         if self.seq_length > self.run.seq_length:
@@ -95,12 +96,12 @@ class BertFinetuneTask(task_lib.Task):
                 "metrics": {"logits": [tf_keras.metrics.SparseCategoricalAccuracy(
                     name="accuracy")]}}
 
-    def train_dataset(self, strategy, plan, first_step):
-        seed_offset, steps_to_skip = task_lib.chunk_input_position(
-            first_step, self.config.train.checkpoint_every)
-        return finetune_data.train_dataset(strategy, self.data.train_arrays,
-                                           self.config.train.global_batch_size,
-                                           self.config.train.seed + seed_offset, steps_to_skip)
+    def train_replica_dataset(self, input_context, plan, seed, steps_to_skip):
+        if self.train_examples is None:  # once: every chunk's pipeline shares the tensors
+            self.train_examples = tf.data.Dataset.from_tensor_slices(self.data.train_arrays)
+        return finetune_data.train_replica_dataset(
+            input_context, self.train_examples, self.config.train.global_batch_size, seed,
+            steps_to_skip)
 
     # ---- Evaluation ---------------------------------------------------------------------
 

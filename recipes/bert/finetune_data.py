@@ -128,20 +128,15 @@ def prepare_squad(data, run, seq_length):
                      squad.read_dataset(data.eval_file), eval_examples, eval_features)
 
 
-def train_dataset(strategy, arrays, global_batch_size, seed, steps_to_skip=0):
-    """The training arrays repeated, shuffled with `seed`, batched per replica, from the
-    step after the first `steps_to_skip` global batches."""
-    features, targets = arrays
-    size = len(next(iter(targets.values())))
-
-    def replica_dataset(input_context):
-        dataset = tf.data.Dataset.from_tensor_slices((features, targets))
-        dataset = dataset.shard(input_context.num_input_pipelines,
-                                input_context.input_pipeline_id)
-        dataset = dataset.repeat().shuffle(size, seed=seed)
-        dataset = dataset.batch(input_context.get_per_replica_batch_size(global_batch_size),
-                                drop_remainder=True)
-        replicas = input_context.num_replicas_in_sync // input_context.num_input_pipelines
-        return dataset.skip(steps_to_skip * replicas)
-
-    return strategy.distribute_datasets_from_function(replica_dataset)
+def train_replica_dataset(input_context, examples, global_batch_size, seed, steps_to_skip=0):
+    """The training examples (`examples`: `tf.data.Dataset.from_tensor_slices` of the
+    training arrays, made once per run so that every chunk's pipeline shares its tensors)
+    of one input pipeline (`input_context`) repeated, shuffled with `seed`, batched per
+    replica, from the step after the first `steps_to_skip` global batches."""
+    size = int(examples.cardinality())
+    dataset = examples.shard(input_context.num_input_pipelines, input_context.input_pipeline_id)
+    dataset = dataset.repeat().shuffle(size, seed=seed)
+    dataset = dataset.batch(input_context.get_per_replica_batch_size(global_batch_size),
+                            drop_remainder=True)
+    replicas = input_context.num_replicas_in_sync // input_context.num_input_pipelines
+    return dataset.skip(steps_to_skip * replicas)

@@ -31,7 +31,6 @@ import tensorflow as tf
 from official.nlp.data import pretrain_dataloader
 
 from recipes.bert import model as model_lib
-from recipes.common import task as task_lib
 from recipes.common.errors import UserError
 
 FEATURE_KEYS = ("input_word_ids", "input_mask", "input_type_ids", "masked_lm_positions")
@@ -124,32 +123,38 @@ def _features_and_labels(batch):
     return ({key: batch[key] for key in FEATURE_KEYS}, {key: batch[key] for key in LABEL_KEYS})
 
 
-def make_distributed_dataset(strategy, config, file_pattern, *, is_training, first_step=0):
-    """Global batches of Keras `(inputs, targets, sample_weights)` for the model of
-    recipes.bert.model, one pipeline per host.
+def make_train_replica_dataset(config, file_pattern, input_context, seed, steps_to_skip):
+    """Endless training batches of Keras `(inputs, targets)` for the model of
+    recipes.bert.model from one input pipeline (one per host), records and files shuffled
+    with `seed`, without the batches of the first `steps_to_skip` optimizer steps (the
+    `Task.train_replica_dataset` of recipes.bert.pretrain)."""
+    dataset = make_pretraining_dataset(
+        file_pattern,
+        seq_length=config.data.seq_length,
+        max_predictions_per_seq=config.data.max_predictions_per_seq,
+        batch_size=config.train.global_batch_size,  # the reader divides it by the replicas
+        is_training=True,
+        input_context=input_context,
+        seed=seed,
+    )
+    if steps_to_skip:
+        replicas = input_context.num_replicas_in_sync // input_context.num_input_pipelines
+        dataset = dataset.skip(steps_to_skip * replicas)
+    return dataset.map(model_lib.keras_targets)
 
-    Training: endless, from optimizer step `first_step` on, positioned by
-    `recipes.common.task.chunk_input_position` (each chunk shuffles with its own seed, so
-    resuming late in a long run re-reads nothing). Evaluation: the
-    held-out files once (eval.global_batch_size per step).
-    """
-    seed_offset, steps_to_skip = task_lib.chunk_input_position(
-        first_step, config.train.checkpoint_every)
+
+def make_eval_dataset(strategy, config, file_pattern):
+    """The held-out files once, as global batches of eval.global_batch_size (one pipeline
+    per host)."""
 
     def replica_dataset(input_context):
-        dataset = make_pretraining_dataset(
+        return make_pretraining_dataset(
             file_pattern,
             seq_length=config.data.seq_length,
             max_predictions_per_seq=config.data.max_predictions_per_seq,
-            # the reader divides the global batch by the replicas
-            batch_size=(config.train if is_training else config.eval).global_batch_size,
-            is_training=is_training,
+            batch_size=config.eval.global_batch_size,
+            is_training=False,
             input_context=input_context,
-            seed=config.train.seed + seed_offset if is_training else None,
-        )
-        if is_training and steps_to_skip:
-            replicas = input_context.num_replicas_in_sync // input_context.num_input_pipelines
-            dataset = dataset.skip(steps_to_skip * replicas)
-        return dataset.map(model_lib.keras_targets)
+        ).map(model_lib.keras_targets)
 
     return strategy.distribute_datasets_from_function(replica_dataset)

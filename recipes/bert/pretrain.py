@@ -61,15 +61,13 @@ class BertPretraining(task.Task):
     def compile_arguments(self):
         return {"loss": model_lib.losses(), "weighted_metrics": model_lib.weighted_metrics()}
 
-    def train_dataset(self, strategy, plan, first_step):
-        return input_lib.make_distributed_dataset(
-            strategy, self.config, self.data.train_files, is_training=True, first_step=first_step
+    def train_replica_dataset(self, input_context, plan, seed, steps_to_skip):
+        return input_lib.make_train_replica_dataset(
+            self.config, self.data.train_files, input_context, seed, steps_to_skip
         )
 
     def evaluate(self, model, strategy):
-        dataset = input_lib.make_distributed_dataset(
-            strategy, self.config, self.data.eval_files, is_training=False
-        )
+        dataset = input_lib.make_eval_dataset(strategy, self.config, self.data.eval_files)
         return model.evaluate(
             dataset, steps=self.config.eval.steps or None, return_dict=True, verbose=0
         )

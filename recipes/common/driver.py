@@ -28,6 +28,7 @@ from recipes.common import flags as flags_lib
 from recipes.common import optimizer as optimizer_lib
 from recipes.common import schema
 from recipes.common import strategy as strategy_lib
+from recipes.common import task as task_lib
 from recipes.common import training
 from recipes.common.errors import TrainingDiverged, UserError
 
@@ -247,7 +248,8 @@ class _Run:
         try:
             history = training.train(
                 self.model,
-                lambda first_step: self.task.train_dataset(self.strategy, self.plan, first_step),
+                lambda start, end: task_lib.train_dataset(
+                    self.task, self.strategy, self.plan, start, end),
                 model_dir=self.model_dir,
                 total_steps=train.steps,
                 checkpoint_every=train.checkpoint_every,

@@ -56,10 +56,12 @@ def to_file(model_dir, verbose=False):
 
 def keep_for_exit():
     """For the rest of the process, descriptor 2 writes to the log file `to_file` last
-    wrote to and `sys.stderr` to the console, as inside `to_file`. Call it when the program
-    is over (nothing to do if `to_file` never redirected anything)."""
+    wrote to (to nothing if its directory is gone: a multi-worker worker's private
+    directory is removed at the end) and `sys.stderr` to the console, as inside `to_file`.
+    Call it when the program is over (nothing to do if `to_file` never redirected)."""
     if _last_log is not None:
-        os.close(_descriptor_2_to(_last_log))
+        exists = os.path.isdir(os.path.dirname(_last_log))
+        os.close(_descriptor_2_to(_last_log if exists else os.devnull))
 
 
 def _descriptor_2_to(path):

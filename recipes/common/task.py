@@ -15,7 +15,9 @@ The driver calls, in order (a method the task does not need keeps the default):
     with strategy.scope():
         network = task.build_model()    # the tf_keras model to train
         ... wrap for accumulation, compile with task.compile_arguments()
-    task.train_dataset(strategy, plan, first_step)   # once per checkpoint chunk
+    task.train_replica_dataset(context, plan, seed, steps_to_skip)
+                                        # per input pipeline and checkpoint chunk, joined
+                                        # by `train_dataset` below
     task.evaluate(model, strategy)      # held-out metrics by name
     task.export(export_dir)             # the SavedModel of `network`
 
@@ -26,6 +28,8 @@ A new recipe: a module `recipes/<name>/<program>.py` holding the `Task` subclass
 
 and a schema whose shared sections are `recipes.common.schema`'s (see there).
 """
+
+import tensorflow as tf
 
 from recipes.common.errors import UserError  # noqa: F401  (tasks raise it)
 
@@ -65,11 +69,12 @@ class Task:
         `metrics` and/or `weighted_metrics`."""
         raise NotImplementedError
 
-    def train_dataset(self, strategy, plan, first_step):
-        """Endless global batches (a distributed dataset) for the training chunk that
-        starts at optimizer step `first_step`; the batch of a step must not depend on where
-        the run started (exact resume): see `chunk_input_position`. `plan` is the
-        `lamb_tf.accumulation.BatchPlan`."""
+    def train_replica_dataset(self, input_context, plan, seed, steps_to_skip):
+        """Endless training batches of one input pipeline (`input_context`, as for
+        `strategy.distribute_datasets_from_function`: one batch per local replica and
+        optimizer step), shuffled with `seed`, without the batches of the first
+        `steps_to_skip` optimizer steps. The same arguments must give the same batches
+        (exact resume: see `train_dataset`). `plan` is the `lamb_tf.accumulation.BatchPlan`."""
         raise NotImplementedError
 
     def evaluate(self, model, strategy):
@@ -103,3 +108,39 @@ def chunk_input_position(first_step, checkpoint_every):
     """
     seed_offset = first_step - first_step % checkpoint_every
     return seed_offset, first_step - seed_offset
+
+
+def checkpoint_chunks(first_step, end_step, checkpoint_every):
+    """(start, end) of the checkpoint chunks from `first_step` to `end_step`: after a
+    checkpoint saved on SIGTERM the first one ends at the next multiple of
+    `checkpoint_every`."""
+    start = first_step
+    while start < end_step:
+        end = min(end_step, (start // checkpoint_every + 1) * checkpoint_every)
+        yield start, end
+        start = end
+
+
+def train_dataset(task, strategy, plan, first_step, end_step):
+    """The distributed dataset of the global batches of optimizer steps `first_step` + 1 to
+    `end_step`, for one `fit` over the checkpoint chunks between them.
+
+    Each chunk is its own pipeline, `task.train_replica_dataset` positioned by
+    `chunk_input_position` and cut to the chunk's steps; the chunks are concatenated and
+    prefetched. So one iterator runs through every chunk, the next chunk's pipeline starts
+    while the previous chunk's last steps train, and the batches are those of a pipeline
+    made afresh for each chunk (a run resumed from any checkpoint reads the same ones).
+    """
+    config = task.config.train
+
+    def replica_dataset(context):
+        replicas = context.num_replicas_in_sync // context.num_input_pipelines
+        dataset = None
+        for start, end in checkpoint_chunks(first_step, end_step, config.checkpoint_every):
+            seed_offset, steps_to_skip = chunk_input_position(start, config.checkpoint_every)
+            chunk = task.train_replica_dataset(context, plan, config.seed + seed_offset,
+                                               steps_to_skip).take((end - start) * replicas)
+            dataset = chunk if dataset is None else dataset.concatenate(chunk)
+        return dataset.prefetch(tf.data.AUTOTUNE)
+
+    return strategy.distribute_datasets_from_function(replica_dataset)

@@ -1,11 +1,14 @@
 """The fit loop: `model.fit` in checkpoint chunks, resumable, stoppable, shared by every recipe.
 
 `train` runs `model.fit` in chunks ("epochs") of `checkpoint_every` optimizer steps and
-saves a checkpoint after each (recipes.common.checkpoints). Each chunk reads a fresh input
-pipeline `make_train_dataset(first_step)`, so an uninterrupted run and a run restarted
-from any checkpoint consume exactly the same batches with the same augmentation draws
-(even stateful random ops in the pipeline restart at the chunk). Gradient accumulation
-happens inside one optimizer step, so a checkpoint never holds a partial accumulation.
+saves a checkpoint after each (recipes.common.checkpoints). One `fit` and one input
+iterator `make_train_dataset(start, end)` run through up to `CHUNKS_PER_FIT` chunks (a run
+resumed mid-chunk first finishes that chunk in a `fit` of its own), so the first step of a
+chunk waits for no new `fit` or pipeline. The dataset makes each chunk's batches as a
+pipeline made afresh at the chunk would (`recipes.common.task.train_dataset`), so an
+uninterrupted run and a run restarted from any checkpoint consume exactly the same batches
+with the same augmentation draws. Gradient accumulation happens inside one optimizer step,
+so a checkpoint never holds a partial accumulation.
 
 Non-finite values never reach a checkpoint: a non-finite loss stops training at once
 (unless a LossScaleOptimizer skips such steps: float16), and before each save every
@@ -21,6 +24,7 @@ import tf_keras
 from recipes.common import callbacks as callbacks_lib
 from recipes.common import config as config_lib
 from recipes.common import corrupt_data, fault_injection, preemption
+from recipes.common.task import checkpoint_chunks
 from recipes.common.checkpoints import (  # noqa: F401  (also this module's API, for callers)
     CHECKPOINT_SUBDIR,
     build_optimizer_state,
@@ -47,6 +51,8 @@ _COLLECTIVE_FAILURES = (
     tf.errors.CancelledError,
     tf.errors.AbortedError,
 )
+# Checkpoint chunks per `fit` call: each call builds a dataset of this many chunk pipelines.
+CHUNKS_PER_FIT = 32
 
 
 def set_up_randomness(seed, deterministic=False):
@@ -81,9 +87,10 @@ def train(
 ):
     """Trains `model` (compiled) to `total_steps`, resuming from `model_dir`. Args:
       model: a compiled tf_keras model whose optimizer counts applied updates.
-      make_train_dataset: `first_step -> dataset` of endless, deterministic global batches
-        from optimizer step `first_step` on (a dataset or a distributed dataset); called
-        once per chunk; the batch of a step must not depend on where the chunk started.
+      make_train_dataset: `(start, end) -> dataset` (or distributed dataset) whose first
+        `end - start` global batches are those of optimizer steps `start` + 1 to `end`
+        (it may go on); called once per `fit` (see the module docstring); the batch of a
+        step must not depend on where the run started.
       model_dir: where checkpoints and summaries go (a worker's private dir off the chief).
       total_steps: optimizer steps to reach; must be a multiple of `checkpoint_every`.
       checkpoint_every: optimizer steps between checkpoints.
@@ -112,12 +119,15 @@ def train(
     every = log_every or checkpoint_every
     if verbose:  # one plain line per `every` steps instead of Keras' progress bar
         callbacks = [*callbacks, callbacks_lib.ProgressLine(total_steps, every)]
+    if config is not None:  # once the first chunk of this run is checkpointed
+        callbacks = [*callbacks, _SaveConfigOnce(config, model_dir)]
     loop = _Loop(model, manager, history, model_dir, global_batch_size, every, callbacks)
     with preemption.StopOnSigterm() as stop:
         loop.preemption = preemption.make_preemption(model, manager, stop, model_dir)
-        for chunk_start, chunk_end in _chunks(first_step, total_steps, checkpoint_every):
+        for fit_start, fit_end in _fits(first_step, total_steps, checkpoint_every):
             try:
-                loop.fit_chunk(make_train_dataset(chunk_start), chunk_start, chunk_end)
+                loop.fit_chunks(make_train_dataset(fit_start, fit_end), fit_start, fit_end,
+                                checkpoint_every)
             except tf.errors.DataLossError as error:
                 if data_files is None:
                     raise
@@ -128,9 +138,8 @@ def train(
                 raise UserError(corrupt_data.describe_missing_data(
                     data_files, error, latest_checkpoint(restore_dir or model_dir))) from None
             except _COLLECTIVE_FAILURES as error:
-                raise _worker_lost(model, error, chunk_start, chunk_end, restore_dir or model_dir)
-            if config is not None and chunk_start == first_step:  # its checkpoint is saved
-                config_lib.save_config(config, model_dir)
+                raise _worker_lost(model, error, loop.chunk or (fit_start, fit_end),
+                                   restore_dir or model_dir)
             loop.preemption.raise_if_stopped()
     loop.report_skipped()
     return history
@@ -146,12 +155,16 @@ def _resume(model, model_dir, total_steps, checkpoint_every, restore_dir):
     return manager, first_step
 
 
-def _chunks(first_step, total_steps, checkpoint_every):
-    """(start, end) of the chunks from `first_step`: after a checkpoint saved on SIGTERM the
-    first one ends at the next multiple of `checkpoint_every`."""
+def _fits(first_step, total_steps, checkpoint_every):
+    """(start, end) of each `fit`: a chunk left unfinished by SIGTERM alone (its epoch is
+    shorter), then up to `CHUNKS_PER_FIT` whole chunks at a time."""
     start = first_step
+    if start % checkpoint_every and start < total_steps:
+        end = min(total_steps, start - start % checkpoint_every + checkpoint_every)
+        yield start, end
+        start = end
     while start < total_steps:
-        end = min(total_steps, (start // checkpoint_every + 1) * checkpoint_every)
+        end = min(total_steps, start + CHUNKS_PER_FIT * checkpoint_every)
         yield start, end
         start = end
 
@@ -167,13 +180,31 @@ def _check_steps(total_steps, checkpoint_every):
         )
 
 
+class _SaveConfigOnce(tf_keras.callbacks.Callback):
+    """Writes `model_dir/config.yaml` at the end of this run's first chunk, after the
+    chunk's checkpoint (a run that diverged or failed before it leaves the file as it was)."""
+
+    def __init__(self, config, model_dir):
+        super().__init__()
+        self._config, self._model_dir = config, model_dir
+
+    def on_epoch_end(self, epoch, logs=None):
+        if self._config is not None:
+            config_lib.save_config(self._config, self._model_dir)
+            self._config = None
+
+
 class _Loop:
-    """The callbacks of one `train` call and one `fit` per chunk."""
+    """The callbacks of one `train` call and its `fit` calls (one epoch per chunk)."""
 
     def __init__(self, model, manager, history, model_dir, global_batch_size, every, extra):
         self.model, self.manager, self.history, self.preemption = model, manager, history, None
         self.skipped_steps = callbacks_lib.SkippedSteps(model_dir)
+        self.chunk = None  # (start, end) of the chunk in progress, for error messages
+        self._chunks = {}  # epoch -> (start, end) of the current `fit`
         self.callbacks = [
+            tf_keras.callbacks.LambdaCallback(
+                on_epoch_begin=lambda epoch, logs: setattr(self, "chunk", self._chunks[epoch])),
             callbacks_lib.StepCounterFromOptimizer(),
             self.skipped_steps,
             callbacks_lib.CheckpointEachEpoch(manager),
@@ -188,17 +219,20 @@ class _Loop:
             self.callbacks.append(hook)
         self.epochs = []
 
-    def fit_chunk(self, dataset, chunk_start, chunk_end):
-        epoch = len(self.epochs)
+    def fit_chunks(self, dataset, start, end, checkpoint_every):
+        """One `fit` over steps `start` + 1 to `end`: one epoch per checkpoint chunk."""
+        chunks = list(checkpoint_chunks(start, end, checkpoint_every))
+        first = len(self.epochs)
+        self._chunks = dict(enumerate(chunks, start=first))
         self.model.fit(
             dataset,
-            initial_epoch=epoch,
-            epochs=epoch + 1,
-            steps_per_epoch=chunk_end - chunk_start,
+            initial_epoch=first,
+            epochs=first + len(chunks),
+            steps_per_epoch=chunks[0][1] - chunks[0][0],  # the others are no longer
             callbacks=self.callbacks + [self.preemption],
             verbose=0,
         )
-        self.epochs.append(epoch)
+        self.epochs.extend(range(first, first + len(chunks)))
         self.history.epoch = self.epochs
 
     def report_skipped(self):
@@ -210,12 +244,12 @@ class _Loop:
             )
 
 
-def _worker_lost(model, error, chunk_start, chunk_end, checkpoint_dir):
+def _worker_lost(model, error, chunk, checkpoint_dir):
     if not isinstance(model.distribute_strategy, tf.distribute.MultiWorkerMirroredStrategy):
         return error
     return WorkerLost(
-        f"lost contact with another worker during training steps {chunk_start + 1}-"
-        f"{chunk_end} ({corrupt_data.first_line(error)}); stopped, the last checkpoint is "
+        f"lost contact with another worker during training steps {chunk[0] + 1}-{chunk[1]} "
+        f"({corrupt_data.first_line(error)}); stopped, the last checkpoint is "
         f"{latest_checkpoint(checkpoint_dir)}; restart every worker with the same command to "
         "resume from it"
     )

@@ -50,25 +50,18 @@ class ResNetClassification(task.Task):
         # weighted: the eval batches' zero-weight padding must not count as examples
         return {"loss": loss, "weighted_metrics": model_lib.metrics()}
 
-    def train_dataset(self, strategy, plan, first_step):
-        config = self.config
-        seed_offset, steps_to_skip = task.chunk_input_position(
-            first_step, config.train.checkpoint_every)
-
-        def dataset_fn(context):
-            # each optimizer step takes one batch per local replica from this pipeline
-            replicas_per_pipeline = context.num_replicas_in_sync // context.num_input_pipelines
-            return input_lib.make_train_dataset(
-                config.data,
-                self.data.train_pattern,
-                plan.per_replica_batch_size,
-                input_context=context,
-                skip_batches=steps_to_skip * replicas_per_pipeline,
-                dtype=self.image_dtype,
-                seed=config.train.seed + seed_offset,
-            )
-
-        return strategy.distribute_datasets_from_function(dataset_fn)
+    def train_replica_dataset(self, input_context, plan, seed, steps_to_skip):
+        # each optimizer step takes one batch per local replica from this pipeline
+        replicas = input_context.num_replicas_in_sync // input_context.num_input_pipelines
+        return input_lib.make_train_dataset(
+            self.config.data,
+            self.data.train_pattern,
+            plan.per_replica_batch_size,
+            input_context=input_context,
+            skip_batches=steps_to_skip * replicas,
+            dtype=self.image_dtype,
+            seed=seed,
+        )
 
     def evaluate(self, model, strategy):
         batch = self.config.eval.global_batch_size
