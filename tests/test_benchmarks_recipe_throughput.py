@@ -1,6 +1,7 @@
 """benchmarks/recipe_throughput.py runs end to end on tiny BERT data and tiny images, both
-sides (the recipe and Model Garden's own loop) timed (the timings are not checked: the speed
-claim is the same-run ratio the script prints)."""
+sides (the recipe and Model Garden's own loop) timed, and both training loops of
+benchmarks/chunk_boundaries.py (the timings are not checked: the speed claim is the
+same-run ratio the script prints)."""
 import json
 import math
 import os
@@ -19,14 +20,16 @@ pytestmark = pytest.mark.slow  # a subprocess building and tracing two training 
 
 
 def _run_benchmark(tmp_path, config, *flags):
-    """The script's JSON report and console output for `config`, 2 steps, 1 timed round."""
+    """The script's JSON report and console output for `config`, 2 steps, 1 timed round;
+    chunk boundaries: 2 chunks of 2 steps, 1 timed run of each loop."""
     config_file = tmp_path / "tiny.yaml"
     config_file.write_text(yaml.safe_dump(config), encoding="utf-8")
     report_path = tmp_path / "throughput.json"
     result = subprocess.run(
         [sys.executable, os.path.join(REPO_ROOT, "benchmarks", "recipe_throughput.py"),
          *flags, "--config_file", str(config_file), "--work_dir", str(tmp_path / "work"),
-         "--steps", "2", "--rounds", "1", "--json", str(report_path)],
+         "--steps", "2", "--rounds", "1", "--chunks", "2", "--boundary_rounds", "1",
+         "--json", str(report_path)],
         cwd=REPO_ROOT, capture_output=True, text=True, timeout=900,
         env={**os.environ, "PYTHONPATH": REPO_ROOT, "TF_CPP_MIN_LOG_LEVEL": "3"})
     assert result.returncode == 0, result.stderr[-3000:]
@@ -47,6 +50,14 @@ def _assert_both_sides_timed(report, stdout):
     assert len(report["per_round_step_only_vs_model_garden"]) == 1
     assert "| Model Garden |" in stdout and "| recipe |" in stdout
     assert "without `fit` (one kept iterator)" in stdout
+    boundaries = report["chunk_boundary_samples"]
+    assert set(boundaries) == {"one fit over the chunks", "a fit per chunk"}
+    for loop, samples in boundaries.items():
+        # steps 1-2 | 3-4: step 3 starts a chunk, 2 and 4 do not (step 1 starts the run)
+        assert (len(samples["first"]), len(samples["others"]), len(samples["gaps"])) == (
+            1, 2, 1), samples
+        assert all(seconds > 0 for values in samples.values() for seconds in values)
+        assert f"| {loop} |" in stdout
 
 
 def test_recipe_and_model_garden_loops_both_timed_on_tiny_data(tmp_path):

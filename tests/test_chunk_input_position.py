@@ -62,7 +62,7 @@ def _labels(task, first_step, steps):
     """The labels of steps first_step + 1 .. first_step + steps, read as one `fit` would."""
     dataset = task_lib.train_dataset(task, tf.distribute.get_strategy(), PLAN, first_step,
                                      first_step + steps)
-    return [labels.numpy() for _, labels in dataset]
+    return [labels.numpy() for _, labels in dataset.take(steps)]
 
 
 def _chunk_labels(task, seed, steps_to_skip, steps):
@@ -103,6 +103,19 @@ def test_one_dataset_over_chunks_holds_each_chunks_own_pipeline_batches(digits_p
               + _chunk_labels(task, seed + 3 * CHECKPOINT_EVERY, 0, 1))
     assert len(joined) == len(afresh) == 3 * CHECKPOINT_EVERY - 1
     np.testing.assert_array_equal(np.stack(joined), np.stack(afresh))
+
+
+def test_the_dataset_of_a_fit_goes_on_with_its_last_chunk_like_a_chunk_pipeline(
+        digits_pattern):
+    # a dataset exactly as long as its `fit` made tf_keras draw other dropout masks
+    task = _resnet_task(digits_pattern)
+    dataset = task_lib.train_dataset(task, tf.distribute.get_strategy(), PLAN, 0,
+                                     2 * CHECKPOINT_EVERY)
+    assert dataset.cardinality() == tf.data.INFINITE_CARDINALITY
+    beyond = [labels.numpy() for _, labels in dataset.take(2 * CHECKPOINT_EVERY + 2)]
+    last_chunk = _chunk_labels(task, task.config.train.seed + CHECKPOINT_EVERY, 0,
+                               CHECKPOINT_EVERY + 2)
+    np.testing.assert_array_equal(np.stack(beyond[CHECKPOINT_EVERY:]), np.stack(last_chunk))
 
 
 def test_finetune_resumed_mid_chunk_reads_the_batches_of_the_uninterrupted_chunk():

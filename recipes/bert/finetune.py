@@ -58,7 +58,6 @@ class BertFinetuneTask(task_lib.Task):
     def prepare(self, model_dir, mode):
         data = self.config.data
         self.model_dir = model_dir
-        self.train_examples = None  # the training arrays as a dataset, made on first use
         self.run = finetune_data.PretrainingRun(self.config.encoder.pretraining_dir)
         self.seq_length = data.seq_length or self.run.seq_length
         if self.seq_length > self.run.seq_length:
@@ -97,11 +96,9 @@ class BertFinetuneTask(task_lib.Task):
                     name="accuracy")]}}
 
     def train_replica_dataset(self, input_context, plan, seed, steps_to_skip):
-        if self.train_examples is None:  # once: every chunk's pipeline shares the tensors
-            self.train_examples = tf.data.Dataset.from_tensor_slices(self.data.train_arrays)
         return finetune_data.train_replica_dataset(
-            input_context, self.train_examples, self.config.train.global_batch_size, seed,
-            steps_to_skip)
+            input_context, finetune_data.train_examples(self.data),
+            self.config.train.global_batch_size, seed, steps_to_skip)
 
     # ---- Evaluation ---------------------------------------------------------------------
 

@@ -128,10 +128,16 @@ def prepare_squad(data, run, seq_length):
                      squad.read_dataset(data.eval_file), eval_examples, eval_features)
 
 
+def train_examples(data):
+    """`tf.data.Dataset.from_tensor_slices(data.train_arrays)`, made once per `data` (a
+    `ClassificationData` or `SquadData`), so that every chunk's pipeline shares its tensors."""
+    if getattr(data, "train_dataset", None) is None:
+        data.train_dataset = tf.data.Dataset.from_tensor_slices(data.train_arrays)
+    return data.train_dataset
+
+
 def train_replica_dataset(input_context, examples, global_batch_size, seed, steps_to_skip=0):
-    """The training examples (`examples`: `tf.data.Dataset.from_tensor_slices` of the
-    training arrays, made once per run so that every chunk's pipeline shares its tensors)
-    of one input pipeline (`input_context`) repeated, shuffled with `seed`, batched per
+    """The training examples (`examples`: `train_examples`) of one input pipeline (`input_context`) repeated, shuffled with `seed`, batched per
     replica, from the step after the first `steps_to_skip` global batches."""
     size = int(examples.cardinality())
     dataset = examples.shard(input_context.num_input_pipelines, input_context.input_pipeline_id)

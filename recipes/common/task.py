@@ -29,6 +29,8 @@ A new recipe: a module `recipes/<name>/<program>.py` holding the `Task` subclass
 and a schema whose shared sections are `recipes.common.schema`'s (see there).
 """
 
+import functools
+
 import tensorflow as tf
 
 from recipes.common.errors import UserError  # noqa: F401  (tasks raise it)
@@ -122,25 +124,26 @@ def checkpoint_chunks(first_step, end_step, checkpoint_every):
 
 
 def train_dataset(task, strategy, plan, first_step, end_step):
-    """The distributed dataset of the global batches of optimizer steps `first_step` + 1 to
-    `end_step`, for one `fit` over the checkpoint chunks between them.
-
-    Each chunk is its own pipeline, `task.train_replica_dataset` positioned by
-    `chunk_input_position` and cut to the chunk's steps; the chunks are concatenated and
-    prefetched. So one iterator runs through every chunk, the next chunk's pipeline starts
+    """The distributed dataset of one `fit` over the checkpoint chunks from step
+    `first_step` to `end_step`: each chunk's own pipeline (`task.train_replica_dataset` at
+    `chunk_input_position`) cut to the chunk's steps (but the last, which goes on), joined
+    and prefetched. One iterator runs through every chunk, the next chunk's pipeline starts
     while the previous chunk's last steps train, and the batches are those of a pipeline
-    made afresh for each chunk (a run resumed from any checkpoint reads the same ones).
-    """
+    made afresh at each chunk: a run resumed from any checkpoint reads the same ones."""
     config = task.config.train
+    chunks = list(checkpoint_chunks(first_step, end_step, config.checkpoint_every))
 
     def replica_dataset(context):
         replicas = context.num_replicas_in_sync // context.num_input_pipelines
-        dataset = None
-        for start, end in checkpoint_chunks(first_step, end_step, config.checkpoint_every):
+        pipelines = []
+        for start, end in chunks:
             seed_offset, steps_to_skip = chunk_input_position(start, config.checkpoint_every)
-            chunk = task.train_replica_dataset(context, plan, config.seed + seed_offset,
-                                               steps_to_skip).take((end - start) * replicas)
-            dataset = chunk if dataset is None else dataset.concatenate(chunk)
-        return dataset.prefetch(tf.data.AUTOTUNE)
+            pipelines.append(task.train_replica_dataset(
+                context, plan, config.seed + seed_offset, steps_to_skip).take(
+                    (end - start) * replicas if end < end_step else -1))  # -1: endless
+        # Endless, as each chunk's pipeline: with a dataset as long as the `fit`, tf_keras
+        # drew other dropout masks (measured on the BERT recipe).
+        return functools.reduce(tf.data.Dataset.concatenate, pipelines).prefetch(
+            tf.data.AUTOTUNE)
 
     return strategy.distribute_datasets_from_function(replica_dataset)
