@@ -7,7 +7,8 @@ as the driver runs it (checkpoint after each chunk, the driver's callbacks), `ch
 of `steps_per_chunk` steps, timing every step from Keras' `on_train_batch_begin` to its
 `on_train_batch_end` (the step, including the wait for its batch) and the gap between the
 last step of a chunk and the first of the next (the checkpoint save, the epoch's callbacks
-and, when a chunk starts a new `fit`, that call's set-up).
+and, when a chunk starts a new `fit`, that call's set-up), and the start of a run: from
+calling `train` to its first step (the first `fit`'s dataset built, that call's set-up).
 
 Two loops are alternated round by round in one process: the loop as it is, and the same
 loop with `CHUNKS_PER_FIT = 1` (a `fit` and a fresh input pipeline per chunk, as the
@@ -42,9 +43,11 @@ class _StepTimes(tf_keras.callbacks.Callback):
 
 
 def _one_run(model, make_dataset, work_dir, steps_per_chunk, chunks, global_batch_size):
-    """{"first": [s], "others": [s], "gaps": [s]} of one training run in a fresh model_dir."""
+    """{"first": [s], "others": [s], "gaps": [s], "start": [s]} of one training run in a
+    fresh model_dir."""
     times = _StepTimes()
     model_dir = tempfile.mkdtemp(dir=work_dir)
+    called = time.perf_counter()
     training.train(model, make_dataset, model_dir=model_dir,
                    total_steps=steps_per_chunk * chunks, checkpoint_every=steps_per_chunk,
                    global_batch_size=global_batch_size, verbose=0, callbacks=[times])
@@ -53,7 +56,8 @@ def _one_run(model, make_dataset, work_dir, steps_per_chunk, chunks, global_batc
     others = [d for index, d in enumerate(durations) if index % steps_per_chunk]
     gaps = [times.times[index][0] - times.times[index - 1][1]
             for index in range(steps_per_chunk, len(durations), steps_per_chunk)]
-    return {"first": first, "others": others, "gaps": gaps}
+    return {"first": first, "others": others, "gaps": gaps,
+            "start": [times.times[0][0] - called]}
 
 
 def measure(task, strategy, plan, model, work_dir, steps_per_chunk, chunks, rounds):
@@ -64,7 +68,7 @@ def measure(task, strategy, plan, model, work_dir, steps_per_chunk, chunks, roun
         return task_lib.train_dataset(task, strategy, plan, start, end)
 
     os.makedirs(work_dir, exist_ok=True)
-    samples = {loop: {"first": [], "others": [], "gaps": []} for loop in LOOPS}
+    samples = {loop: {"first": [], "others": [], "gaps": [], "start": []} for loop in LOOPS}
     order = list(LOOPS)
     default = training.CHUNKS_PER_FIT
     try:
@@ -82,13 +86,15 @@ def measure(task, strategy, plan, model, work_dir, steps_per_chunk, chunks, roun
 
 
 def summary(samples):
-    """{loop: {"others_ms", "first_ms", "first_vs_others", "gap_ms"}} (medians)."""
+    """{loop: {"others_ms", "first_ms", "first_vs_others", "gap_ms", "start_ms"}}
+    (medians)."""
     rows = {}
     for loop, values in samples.items():
         others, first = statistics.median(values["others"]), statistics.median(values["first"])
         rows[loop] = {"others_ms": others * 1e3, "first_ms": first * 1e3,
                       "first_vs_others": first / others,
-                      "gap_ms": statistics.median(values["gaps"]) * 1e3}
+                      "gap_ms": statistics.median(values["gaps"]) * 1e3,
+                      "start_ms": statistics.median(values["start"]) * 1e3}
     return rows
 
 
@@ -97,8 +103,8 @@ def print_table(rows, steps_per_chunk, chunks, rounds):
           f"{steps_per_chunk} steps, a checkpoint after each, {rounds} timed runs of each "
           "loop after 1 warm-up, alternated")
     print("| loop | step (ms, median) | first step of a chunk (ms) | first ÷ others "
-          "| between chunks (ms: checkpoint, callbacks, fit set-up) |")
-    print("| --- | ---: | ---: | ---: | ---: |")
+          "| between chunks (ms: checkpoint, callbacks, fit set-up) | start of a run (ms) |")
+    print("| --- | ---: | ---: | ---: | ---: | ---: |")
     for loop, row in rows.items():
         print(f"| {loop} | {row['others_ms']:.1f} | {row['first_ms']:.1f} "
-              f"| {row['first_vs_others']:.2f} | {row['gap_ms']:.0f} |")
+              f"| {row['first_vs_others']:.2f} | {row['gap_ms']:.0f} | {row['start_ms']:.0f} |")

@@ -54,8 +54,8 @@ def _assert_both_sides_timed(report, stdout):
     assert set(boundaries) == {"one fit over the chunks", "a fit per chunk"}
     for loop, samples in boundaries.items():
         # steps 1-2 | 3-4: step 3 starts a chunk, 2 and 4 do not (step 1 starts the run)
-        assert (len(samples["first"]), len(samples["others"]), len(samples["gaps"])) == (
-            1, 2, 1), samples
+        assert (len(samples["first"]), len(samples["others"]), len(samples["gaps"]),
+                len(samples["start"])) == (1, 2, 1, 1), samples
         assert all(seconds > 0 for values in samples.values() for seconds in values)
         assert f"| {loop} |" in stdout
 
