@@ -107,7 +107,7 @@ def test_one_dataset_over_chunks_holds_each_chunks_own_pipeline_batches(digits_p
 
 def test_the_dataset_of_a_fit_goes_on_with_its_last_chunk_like_a_chunk_pipeline(
         digits_pattern):
-    # a dataset exactly as long as its `fit` made tf_keras draw other dropout masks
+    # a dataset exactly as long as its `fit` trained the BERT recipe to other weights
     task = _resnet_task(digits_pattern)
     dataset = task_lib.train_dataset(task, tf.distribute.get_strategy(), PLAN, 0,
                                      2 * CHECKPOINT_EVERY)

@@ -141,8 +141,8 @@ def train_dataset(task, strategy, plan, first_step, end_step):
             pipelines.append(task.train_replica_dataset(
                 context, plan, config.seed + seed_offset, steps_to_skip).take(
                     (end - start) * replicas if end < end_step else -1))  # -1: endless
-        # Endless, as each chunk's pipeline: with a dataset as long as the `fit`, tf_keras
-        # drew other dropout masks (measured on the BERT recipe).
+        # Endless, as each chunk's pipeline: one exactly as long as its `fit` trained the
+        # BERT recipe to other weights on the same batches (cause not traced).
         return functools.reduce(tf.data.Dataset.concatenate, pipelines).prefetch(
             tf.data.AUTOTUNE)
 
