@@ -61,7 +61,7 @@ def _one_run(model, make_dataset, work_dir, steps_per_chunk, chunks, global_batc
 
 
 def measure(task, strategy, plan, model, work_dir, steps_per_chunk, chunks, rounds):
-    """{loop: {"first"|"others"|"gaps": [seconds, every timed round]}}; round 0 is a
+    """{loop: {"first"|"others"|"gaps"|"start": [seconds, every timed round]}}; round 0 is a
     warm-up and is not kept. The model keeps training across runs (its step count goes on;
     each run starts from a fresh model_dir)."""
     def make_dataset(start, end):
