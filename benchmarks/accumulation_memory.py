@@ -31,7 +31,12 @@ import os
 import statistics
 import subprocess
 import sys
-import time
+
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if REPO_ROOT not in sys.path:
+    sys.path.insert(0, REPO_ROOT)  # benchmarks.alternation, when run as a script
+
+from benchmarks import alternation  # noqa: E402
 
 MICRO_BATCH = 256
 FEATURES, HIDDEN, CLASSES = 64, 512, 10
@@ -82,9 +87,8 @@ def run_one(effective_batch, micro_batch, timed_steps):
     import resource
 
     model, dataset, plan = _build(effective_batch, micro_batch)
-    start = time.perf_counter()
-    model.fit(dataset, steps_per_epoch=timed_steps, epochs=1, verbose=0)
-    seconds = time.perf_counter() - start
+    seconds = alternation.seconds(model.fit, dataset, steps_per_epoch=timed_steps, epochs=1,
+                                  verbose=0)
     return {
         "effective_batch": effective_batch,
         "micro_batch": micro_batch,
@@ -97,17 +101,18 @@ def run_one(effective_batch, micro_batch, timed_steps):
 
 def speed_in_one_process(configurations, rounds):
     """{k: [examples/s of each round]}: every configuration built in this one process and
-    timed in turn, round by round (the order flips every round), so that the machine's drift
-    hits every k alike. Each round times the same number of micro-batches per k."""
-    built = [(configuration, _build(*configuration[:2])) for configuration in configurations]
-    samples = {plan.accumulation_steps: [] for _, (_, _, plan) in built}
-    for round_index in range(rounds):
-        for (batch, _, steps), (model, dataset, plan) in (
-                built if round_index % 2 == 0 else built[::-1]):
-            start = time.perf_counter()
-            model.fit(dataset, steps_per_epoch=steps, epochs=1, verbose=0)
-            samples[plan.accumulation_steps].append(batch * steps / (time.perf_counter() - start))
-    return samples
+    timed in turn, round by round (benchmarks/alternation.py: the order rotates every round),
+    so that the machine's drift hits every k alike. Each round times the same number of
+    micro-batches per k."""
+    def job(batch, steps, model, dataset):
+        return lambda: batch * steps / alternation.seconds(
+            model.fit, dataset, steps_per_epoch=steps, epochs=1, verbose=0)
+
+    jobs = {}
+    for batch, micro_batch, steps in configurations:
+        model, dataset, plan = _build(batch, micro_batch)
+        jobs[plan.accumulation_steps] = job(batch, steps, model, dataset)
+    return alternation.alternate(jobs, rounds, warmup=0)
 
 
 def print_speed(speed):
@@ -144,8 +149,7 @@ def main():
         parser.error(f"--json {args.json}: its directory does not exist; create it first")
 
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", TF_USE_LEGACY_KERAS="1")
-    repo_root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [repo_root, env.get("PYTHONPATH")]))
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [REPO_ROOT, env.get("PYTHONPATH")]))
     configurations = TINY_CONFIGURATIONS if args.tiny else CONFIGURATIONS
     runs = {configuration: [] for configuration in configurations}
     for _ in range(1 if args.tiny else args.rounds):

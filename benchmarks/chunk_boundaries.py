@@ -10,7 +10,7 @@ last step of a chunk and the first of the next (the checkpoint save, the epoch's
 and, when a chunk starts a new `fit`, that call's set-up), and the start of a run: from
 calling `train` to its first step (the first `fit`'s dataset built, that call's set-up).
 
-Two loops are alternated round by round in one process: the loop as it is, and the same
+Two loops are alternated round by round in one process (benchmarks/alternation.py): the loop as it is, and the same
 loop with `CHUNKS_PER_FIT = 1` (a `fit` and a fresh input pipeline per chunk, as the
 recipes ran before). Used by benchmarks/recipe_throughput.py, which prints the table.
 """
@@ -21,6 +21,7 @@ import time
 
 import tf_keras
 
+from benchmarks import alternation
 from recipes.common import task as task_lib
 from recipes.common import training
 
@@ -67,22 +68,22 @@ def measure(task, strategy, plan, model, work_dir, steps_per_chunk, chunks, roun
     def make_dataset(start, end):
         return task_lib.train_dataset(task, strategy, plan, start, end)
 
+    def run_with(chunks_per_fit):
+        def run():
+            default, training.CHUNKS_PER_FIT = training.CHUNKS_PER_FIT, chunks_per_fit
+            try:
+                return _one_run(model, make_dataset, work_dir, steps_per_chunk, chunks,
+                                plan.global_batch_size)
+            finally:
+                training.CHUNKS_PER_FIT = default
+        return run
+
     os.makedirs(work_dir, exist_ok=True)
-    samples = {loop: {"first": [], "others": [], "gaps": [], "start": []} for loop in LOOPS}
-    order = list(LOOPS)
-    default = training.CHUNKS_PER_FIT
-    try:
-        for round_index in range(rounds + 1):
-            for loop in (order if round_index % 2 == 0 else order[::-1]):
-                training.CHUNKS_PER_FIT = LOOPS[loop]
-                run = _one_run(model, make_dataset, work_dir, steps_per_chunk, chunks,
-                               plan.global_batch_size)
-                if round_index:
-                    for key, values in run.items():
-                        samples[loop][key].extend(values)
-    finally:
-        training.CHUNKS_PER_FIT = default
-    return samples
+    runs = alternation.alternate({loop: run_with(chunks_per_fit)
+                                  for loop, chunks_per_fit in LOOPS.items()}, rounds)
+    return {loop: {key: [value for run in loop_runs for value in run[key]]
+                   for key in ("first", "others", "gaps", "start")}
+            for loop, loop_runs in runs.items()}
 
 
 def summary(samples):

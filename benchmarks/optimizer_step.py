@@ -31,7 +31,12 @@ import os
 import platform
 import statistics
 import sys
-import time
+
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if REPO_ROOT not in sys.path:
+    sys.path.insert(0, REPO_ROOT)  # benchmarks.alternation, when run as a script
+
+from benchmarks import alternation  # noqa: E402
 
 # BERT encoder shapes (Devlin et al. 2019, Table 1 / Google's bert_config.json), without the
 # pooler: vocabulary 30522, 512 positions, 2 token types.
@@ -45,8 +50,6 @@ SIZES = {
     "large": (1024, 24, 16, 4096, 30522, 512),
 }
 TYPE_VOCABULARY = 2
-# Model Garden's / Google BERT's exclusion list: layer norms and biases.
-EXCLUDE = ["layer_norm", "LayerNorm", "bias"]
 LEARNING_RATE, WEIGHT_DECAY_RATE = 1e-3, 0.01
 ONE_PASS_BYTES = {"lamb": 28, "lars": 20}
 COPY_ELEMENTS = 64 * 1024 * 1024  # 256 MiB of float32
@@ -123,6 +126,7 @@ def build_contenders(names, specs):
     from official.modeling.optimization import lamb as garden_lamb
     from official.modeling.optimization import lars as garden_lars
 
+    from lamb_tf import exclusions
     from lamb_tf import keras3_optimizers
     from lamb_tf import tf_keras_optimizers
 
@@ -134,10 +138,9 @@ def build_contenders(names, specs):
     keras3_set = keras3_variables(specs, values) if any(
         n in names for n in CONTENDERS if "Keras 3" in n or n.startswith("keras.")) else None
     del values
-    lamb = dict(learning_rate=LEARNING_RATE, weight_decay_rate=WEIGHT_DECAY_RATE,
-                exclude_from_weight_decay=EXCLUDE)
-    lars = dict(learning_rate=LEARNING_RATE, weight_decay_rate=WEIGHT_DECAY_RATE,
-                exclude_from_weight_decay=EXCLUDE)
+    # the same arguments for every LAMB and LARS: BERT's exclusions (layer norms, biases)
+    lamb = lars = dict(learning_rate=LEARNING_RATE, weight_decay_rate=WEIGHT_DECAY_RATE,
+                       exclude_from_weight_decay=list(exclusions.BERT_EXCLUDE_PATTERNS))
     factories = {
         "lamb_tf.LAMB (tf_keras)": lambda: ("lamb", tf_keras_optimizers.LAMB(**lamb), tf_keras_set),
         "lamb_tf.LAMB (Keras 3)": lambda: ("lamb", keras3_optimizers.LAMB(**lamb), keras3_set),
@@ -192,18 +195,10 @@ def measure(contenders, modes, gradients, steps, warmup):
         functions = step_functions(optimizer, variables)
         for mode in modes:
             jobs[(name, mode)] = (lambda f=functions[mode]: f(gradients))
-    keys = list(jobs)
-    samples = {key: [] for key in keys}
-    for round_index in range(warmup + steps):
-        shift = round_index % len(keys)
-        for key in keys[shift:] + keys[:shift]:
-            start = time.perf_counter()
-            jobs[key]()
-            seconds = time.perf_counter() - start
-            if round_index >= warmup:
-                samples[key].append(seconds)
-        print(f"round {round_index + 1}/{warmup + steps} done", file=sys.stderr, flush=True)
-    return samples
+    return alternation.alternate(
+        {key: (lambda job=job: alternation.seconds(job)) for key, job in jobs.items()},
+        steps, warmup, after_round=lambda index, total: print(
+            f"round {index + 1}/{total} done", file=sys.stderr, flush=True))
 
 
 def summarise(samples, contenders, parameters):

@@ -21,8 +21,9 @@ per update (k = 1: Model Garden's trainer does not accumulate):
                 `train_lib.run_experiment` runs `steps_per_loop` steps at a time with
                 (benchmarks/model_garden_loops.py).
 
-The two are alternated round by round in this one process (the order flips every round), so
-a shared machine's drift hits both alike; the first round of each is a warm-up (tracing).
+The two are alternated round by round in this one process (benchmarks/alternation.py: the
+order rotates every round), so a shared machine's drift hits both alike; the first round of
+each is a warm-up (tracing).
 Also alternated: one optimizer update alone (each side's optimizer, its model's variables,
 fixed gradients, in a `tf.function`), giving the share of a step spent in the optimizer, and
 the recipe's input pipeline alone (10 x `--steps` batches pulled from one iterator of the
@@ -60,7 +61,6 @@ import os
 import platform
 import statistics
 import sys
-import time
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if REPO_ROOT not in sys.path:
@@ -74,7 +74,7 @@ from recipes.bert import pretrain  # noqa: E402
 from recipes.common import config as config_lib  # noqa: E402
 from recipes.common import driver  # noqa: E402
 from recipes.resnet import train as resnet_train  # noqa: E402
-from benchmarks import chunk_boundaries, model_garden_loops  # noqa: E402
+from benchmarks import alternation, chunk_boundaries, model_garden_loops  # noqa: E402
 
 # --recipe: (its Task, its default config, Model Garden's side for it)
 RECIPES = {
@@ -136,12 +136,6 @@ def recipe_side(task_class, config, work_dir):
             model_garden_loops.parameter_count(model.trainable_variables))
 
 
-def _timed(function, *args):
-    start = time.perf_counter()
-    function(*args)
-    return time.perf_counter() - start
-
-
 def _summary(samples):
     return {"median": statistics.median(samples), "min": min(samples),
             "max": max(samples), "samples": samples}
@@ -192,29 +186,16 @@ def _timers(args, task_class, config, model_garden_side):
      recipe_parameters) = recipe_side(task_class, config, args.work_dir)
     mg_train, mg_update, mg_parameters = model_garden_side(config, task)
     timers = {
-        ("recipe", "train"): lambda: _timed(recipe_train, args.steps),
-        ("recipe", "step only"): lambda: _timed(step_only, args.steps),
-        ("recipe", "update"): lambda: _timed(recipe_update),
+        ("recipe", "train"): lambda: alternation.seconds(recipe_train, args.steps),
+        ("recipe", "step only"): lambda: alternation.seconds(step_only, args.steps),
+        ("recipe", "update"): lambda: alternation.seconds(recipe_update),
         # 10x the steps: what the prefetch buffers filled while the loops ran is a small share
-        ("recipe", "input"): lambda: _timed(input_pipeline, 10 * args.steps),
-        ("recipe", "first batch"): lambda: _timed(first_batch),
-        ("Model Garden", "train"): lambda: _timed(mg_train, args.steps),
-        ("Model Garden", "update"): lambda: _timed(mg_update),
+        ("recipe", "input"): lambda: alternation.seconds(input_pipeline, 10 * args.steps),
+        ("recipe", "first batch"): lambda: alternation.seconds(first_batch),
+        ("Model Garden", "train"): lambda: alternation.seconds(mg_train, args.steps),
+        ("Model Garden", "update"): lambda: alternation.seconds(mg_update),
     }
     return timers, {"recipe": recipe_parameters, "Model Garden": mg_parameters}, boundaries
-
-
-def _alternate(timers, rounds):
-    """{key: seconds of each timed round}: every timer once per round, the order flipped
-    every round; round 0 (tracing and warm-up) is not kept."""
-    samples = {key: [] for key in timers}
-    order = list(timers)
-    for round_index in range(rounds + 1):
-        for key in (order if round_index % 2 == 0 else order[::-1]):
-            seconds = timers[key]()
-            if round_index:
-                samples[key].append(seconds)
-    return samples
 
 
 def _report(args, config_file, config, parameters, samples, boundaries):
@@ -281,7 +262,7 @@ def _print_report(report):
               f"| {rate['median'] / model_garden_rate:.2f}× "
               f"| {row['update']['median'] * 1e3:.1f} | {row['optimizer_share']:.0%} |")
     paired = report["per_round_speed_vs_model_garden"]
-    print(f"\nrecipe against Model Garden round by round: "
+    print("\nrecipe against Model Garden round by round: "
           + ", ".join(f"{ratio:.2f}×" for ratio in paired)
           + f" (median {statistics.median(paired):.2f}×)")
     step_only = report["per_round_step_only_vs_model_garden"]
@@ -317,7 +298,7 @@ def main(argv=None):
     config.optimizer.warmup_steps = min(config.optimizer.warmup_steps, config.train.steps - 1)
     os.makedirs(args.work_dir, exist_ok=True)
     timers, parameters, boundaries = _timers(args, task_class, config, model_garden_side)
-    samples = _alternate(timers, args.rounds)
+    samples = alternation.alternate(timers, args.rounds)
     boundary_samples = boundaries(args.steps, args.chunks, args.boundary_rounds)
     report = _report(args, config_file, config, parameters, samples, boundary_samples)
     _print_report(report)

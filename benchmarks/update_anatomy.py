@@ -26,7 +26,12 @@ import argparse
 import os
 import statistics
 import sys
-import time
+
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if REPO_ROOT not in sys.path:
+    sys.path.insert(0, REPO_ROOT)  # benchmarks.alternation, when run as a script
+
+from benchmarks import alternation  # noqa: E402
 
 JOBS = ("memory pass", "norm ‖x‖", "LAMB, no ratio", "LAMB")
 # `compiled_updates.LambUpdate`'s arguments besides the variables: BERT's pretraining values
@@ -92,16 +97,9 @@ def by_size_jobs(elements, count):
 
 def measure(jobs, steps, warmup):
     """{name: [seconds]} of `steps` timed calls each, alternated, after `warmup` rounds."""
-    names, samples = list(jobs), {name: [] for name in jobs}
-    for round_index in range(warmup + steps):
-        shift = round_index % len(names)
-        for name in names[shift:] + names[:shift]:
-            start = time.perf_counter()
-            jobs[name]()
-            seconds = time.perf_counter() - start
-            if round_index >= warmup:
-                samples[name].append(seconds)
-    return samples
+    return alternation.alternate(
+        {name: (lambda job=job: alternation.seconds(job)) for name, job in jobs.items()},
+        steps, warmup)
 
 
 def parse_arguments(argv):
