@@ -5,7 +5,9 @@ script times, on one variable of a given shape, alternated step by step in one p
 
   memory pass      read x, g, m, v and write x, m, v with one add each: the 28 bytes per
                    parameter every Adam-like update must move, as XLA moves them
-  norm ‖x‖         one reduction over x (a LAMB update takes two: ‖x‖ and ‖u‖)
+  norm ‖x‖         `update_rules.l2_norm(x)`, as the update takes it (a LAMB update takes
+                   two: ‖x‖ and ‖u‖)
+  tf.norm(x)       the same norm as one `reduce_sum`, for comparison
   LAMB, no ratio   `LambUpdate` with adapt=False: the same maths without the norms and the
                    trust ratio (a plain AdamW step)
   LAMB             `LambUpdate`: the whole update
@@ -33,7 +35,7 @@ if REPO_ROOT not in sys.path:
 
 from benchmarks import alternation  # noqa: E402
 
-JOBS = ("memory pass", "norm ‖x‖", "LAMB, no ratio", "LAMB")
+JOBS = ("memory pass", "norm ‖x‖", "tf.norm(x)", "LAMB, no ratio", "LAMB")
 # `compiled_updates.LambUpdate`'s arguments besides the variables: BERT's pretraining values
 LAMB_ARGUMENTS = dict(t=1, eta=1e-3, beta_1=0.9, beta_2=0.999, epsilon=1e-6,
                       weight_decay_rate=0.01, decay=True, adapt=True, bias_correction=True,
@@ -45,6 +47,7 @@ def make_jobs(shape):
     import tensorflow as tf
 
     from lamb_tf import compiled_updates
+    from lamb_tf import update_rules
 
     gradient = tf.random.stateless_normal(shape, seed=[0, 1]) * 1e-3
 
@@ -60,12 +63,17 @@ def make_jobs(shape):
 
     @tf.function(jit_compile=True)
     def norm(x, result):
+        result.assign(update_rules.l2_norm(x))
+
+    @tf.function(jit_compile=True)
+    def reduce_sum_norm(x, result):
         result.assign(tf.norm(x))
 
     jobs = {}
     x, m, v, scalar = variables()
     jobs["memory pass"] = lambda: memory_pass(x, m, v)
     jobs["norm ‖x‖"] = lambda: norm(x, scalar)
+    jobs["tf.norm(x)"] = lambda: reduce_sum_norm(x, scalar)
     for name, adapt in (("LAMB, no ratio", False), ("LAMB", True)):
         update, state = compiled_updates.LambUpdate(), variables()
         jobs[name] = (lambda update=update, state=state, adapt=adapt: update(

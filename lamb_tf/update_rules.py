@@ -69,6 +69,22 @@ def trust_ratio(x_norm, u_norm, coefficient=1.0, phi_bounds=None):
     return tf.where(defined, coefficient * phi / safe_u_norm, tf.ones_like(u_norm))
 
 
+def l2_norm(x):
+    """‖x‖ = √(Σ x²) over a whole layer, as a scalar tensor.
+
+    The squares are summed as a matrix-vector product, rows of the last dimension times a
+    vector of ones, and the row sums then added: the same sum in another order (float
+    rounding only). On CPU, XLA's `reduce_sum` of `tf.norm` ran at a fraction of the memory
+    bandwidth while its matrix-vector product runs Eigen's vectorised kernel: measured here
+    with XLA on 2 CPU cores (docs/performance.md), 63 ms against 6 ms for BERT's 30522×768
+    word embedding and 2.6 against 1.4 ms for a 768×3072 kernel.
+    """
+    columns = x.shape[-1] if x.shape.rank and x.shape[-1] else 1  # scalar, empty: one column
+    # Σ_j x_ij² for every row i, then Σ_i
+    squares = tf.reshape(tf.square(x), [-1, columns])
+    return tf.sqrt(tf.reduce_sum(tf.linalg.matvec(squares, tf.ones([columns], x.dtype))))
+
+
 def dense_gradient(g, shape):
     """`g` as a dense tensor of `shape`; sums the rows of `tf.IndexedSlices` (embedding grads).
 
@@ -123,7 +139,7 @@ def lamb_step(x, g, m, v, t, eta, beta_1, beta_2, epsilon, weight_decay_rate, *,
     # u_t = r_t + λ x_t
     u = r + weight_decay_rate * x if decay else r
     # φ(‖x_t‖) / ‖u_t‖, or 1 for a variable excluded from layer adaptation
-    ratio = trust_ratio(tf.norm(x), tf.norm(u), phi_bounds=phi_bounds) if adapt else tf.ones([], dtype)
+    ratio = trust_ratio(l2_norm(x), l2_norm(u), phi_bounds=phi_bounds) if adapt else tf.ones([], dtype)
     # x_{t+1} = x_t - η_t · ratio · u_t
     x = x - tf.cast(eta, dtype) * ratio * u
     return x, m, v, ratio
@@ -153,7 +169,7 @@ def lars_step(x, g, velocity, eta, momentum, weight_decay_rate, eeta, *,
     g = g + weight_decay_rate * x if decay else g
     if classic_momentum:
         # ρ = eeta · ‖x_t‖ / ‖g_t‖
-        ratio = trust_ratio(tf.norm(x), tf.norm(g), coefficient=eeta) if adapt else tf.ones([], dtype)
+        ratio = trust_ratio(l2_norm(x), l2_norm(g), coefficient=eeta) if adapt else tf.ones([], dtype)
         # v_t = μ v_{t-1} + η_t ρ g_t
         velocity = momentum * velocity + eta * ratio * g
         # step: μ v_t + η_t ρ g_t (Nesterov) or v_t
@@ -164,7 +180,7 @@ def lars_step(x, g, velocity, eta, momentum, weight_decay_rate, eeta, *,
         # d_t = μ v_t + g_t (Nesterov) or v_t
         direction = momentum * velocity + g if nesterov else velocity
         # ρ = eeta · ‖x_t‖ / ‖d_t‖
-        ratio = trust_ratio(tf.norm(x), tf.norm(direction), coefficient=eeta) if adapt else tf.ones([], dtype)
+        ratio = trust_ratio(l2_norm(x), l2_norm(direction), coefficient=eeta) if adapt else tf.ones([], dtype)
         # step: η_t ρ d_t
         step = eta * ratio * direction
     # x_{t+1} = x_t - step

@@ -1,5 +1,5 @@
-"""lamb_tf.update_rules on its own: the trust ratio's zero-norm guard and φ bounds, LAMB's
-layer-wise step size, and the trust ratios the optimizers report after a step.
+"""lamb_tf.update_rules on its own: the layer norm, the trust ratio's zero-norm guard and φ
+bounds, LAMB's layer-wise step size, and the trust ratios the optimizers report after a step.
 """
 import numpy as np
 import pytest
@@ -25,6 +25,15 @@ def test_trust_ratio(x_norm, u_norm, kwargs, expected):
     assert float(got) == pytest.approx(expected, rel=1e-6)
     reference = ref.trust_ratio(np.full(1, x_norm), np.full(1, u_norm), **kwargs)
     assert float(got) == pytest.approx(reference, rel=1e-6)
+
+
+@pytest.mark.parametrize("shape", [(), (5,), (30, 7), (4, 3, 6), (2, 0), (0, 3)])
+@pytest.mark.parametrize("jit_compile", [False, True])
+def test_l2_norm_is_the_float64_norm_of_the_whole_layer(shape, jit_compile):
+    x = np.random.default_rng(3).standard_normal(shape).astype(np.float32)
+    got = tf.function(update_rules.l2_norm, jit_compile=jit_compile)(tf.constant(x))
+    assert got.shape == ()
+    assert float(got) == pytest.approx(np.sqrt(np.sum(x.astype(np.float64) ** 2)), rel=1e-6)
 
 
 def test_trust_ratio_gradient_is_finite_at_zero_norm():
