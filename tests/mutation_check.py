@@ -106,10 +106,18 @@ MUTATIONS = [
         "lamb_decay_outside_trust_ratio", "LAMB: the trust ratio is taken from ‖r‖ without λx "
         "(weight decay outside the ratio, as keras.optimizers.Lamb does)",
         "lamb_tf/update_rules.py",
-        "    ratio = trust_ratio(tf.norm(x), tf.norm(u), phi_bounds=phi_bounds) if adapt else tf.ones([], dtype)",
-        "    ratio = trust_ratio(tf.norm(x), tf.norm(r), phi_bounds=phi_bounds) if adapt else tf.ones([], dtype)",
+        "    ratio = trust_ratio(l2_norm(x), l2_norm(u), phi_bounds=phi_bounds) if adapt else tf.ones([], dtype)",
+        "    ratio = trust_ratio(l2_norm(x), l2_norm(r), phi_bounds=phi_bounds) if adapt else tf.ones([], dtype)",
         ["tests/test_matches_numpy_reference.py", "tests/test_keras_lamb_difference.py"],
         [rf"test_lamb_matches_reference\[.*{flavour}\]" for flavour in BOTH]),
+    Mutation(
+        "layer_norm_without_square_root", "the layer norm returns Σx² instead of √(Σx²)",
+        "lamb_tf/update_rules.py",
+        "    return tf.sqrt(tf.reduce_sum(tf.linalg.matvec(squares, tf.ones([columns], x.dtype))))",
+        "    return tf.reduce_sum(tf.linalg.matvec(squares, tf.ones([columns], x.dtype)))",
+        ["tests/test_update_rules.py", "tests/test_matches_numpy_reference.py"],
+        [r"test_l2_norm_is_the_float64_norm_of_the_whole_layer",
+         *(rf"test_lamb_matches_reference\[.*{flavour}\]" for flavour in BOTH)]),
     Mutation(
         "sparse_repeated_rows_overwrite", "sparse gradients: a repeated row overwrites instead of "
         "adding up (Keras 3 only: tf_keras' base class sums repeated rows before update_step)",
