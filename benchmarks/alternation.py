@@ -6,6 +6,7 @@ rotated by one place every round (for two contenders: flipped), so that drift an
 just before" hit every contender alike. The first rounds (tracing, compilation, caches) are
 warm-up and are not kept.
 """
+import functools
 import time
 
 
@@ -34,3 +35,9 @@ def seconds(function, *args, **kwargs):
     start = time.perf_counter()
     function(*args, **kwargs)
     return time.perf_counter() - start
+
+
+def timing(jobs):
+    """{key: a callable returning how long jobs[key]() took}: for `alternate`, when the
+    measurement is the wall time of the call itself."""
+    return {key: functools.partial(seconds, job) for key, job in jobs.items()}

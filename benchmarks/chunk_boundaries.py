@@ -10,9 +10,10 @@ last step of a chunk and the first of the next (the checkpoint save, the epoch's
 and, when a chunk starts a new `fit`, that call's set-up), and the start of a run: from
 calling `train` to its first step (the first `fit`'s dataset built, that call's set-up).
 
-Two loops are alternated round by round in one process (benchmarks/alternation.py): the loop as it is, and the same
-loop with `CHUNKS_PER_FIT = 1` (a `fit` and a fresh input pipeline per chunk, as the
-recipes ran before). Used by benchmarks/recipe_throughput.py, which prints the table.
+Two loops are alternated round by round in one process (benchmarks/alternation.py): the
+loop as it is, and the same loop with `CHUNKS_PER_FIT = 1` (a `fit` and a fresh input
+pipeline per chunk, as the recipes ran before). Used by benchmarks/recipe_throughput.py,
+which prints the table.
 """
 import os
 import statistics

@@ -196,8 +196,7 @@ def measure(contenders, modes, gradients, steps, warmup):
         for mode in modes:
             jobs[(name, mode)] = (lambda f=functions[mode]: f(gradients))
     return alternation.alternate(
-        {key: (lambda job=job: alternation.seconds(job)) for key, job in jobs.items()},
-        steps, warmup, after_round=lambda index, total: print(
+        alternation.timing(jobs), steps, warmup, after_round=lambda index, total: print(
             f"round {index + 1}/{total} done", file=sys.stderr, flush=True))
 
 

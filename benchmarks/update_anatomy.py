@@ -105,9 +105,7 @@ def by_size_jobs(elements, count):
 
 def measure(jobs, steps, warmup):
     """{name: [seconds]} of `steps` timed calls each, alternated, after `warmup` rounds."""
-    return alternation.alternate(
-        {name: (lambda job=job: alternation.seconds(job)) for name, job in jobs.items()},
-        steps, warmup)
+    return alternation.alternate(alternation.timing(jobs), steps, warmup)
 
 
 def parse_arguments(argv):
