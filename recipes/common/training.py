@@ -90,8 +90,8 @@ def train(
       make_train_dataset: `(start, end) -> dataset` (or distributed dataset) whose first
         `end - start` global batches are those of optimizer steps `start` + 1 to `end`;
         endless (with a dataset exactly as long as its `fit`, the BERT recipe trained to
-        other weights on the same batches); called once per `fit` (see the module docstring); the batch of a
-        step must not depend on where the run started.
+        other weights on the same batches); called once per `fit` (see the module
+        docstring); the batch of a step must not depend on where the run started.
       model_dir: where checkpoints and summaries go (a worker's private dir off the chief).
       total_steps: optimizer steps to reach; must be a multiple of `checkpoint_every`.
       checkpoint_every: optimizer steps between checkpoints.
