@@ -12,8 +12,11 @@ calling `train` to its first step (the first `fit`'s dataset built, that call's 
 
 Two loops are alternated round by round in one process (benchmarks/alternation.py): the
 loop as it is, and the same loop with `CHUNKS_PER_FIT = 1` (a `fit` and a fresh input
-pipeline per chunk, as the recipes ran before). Used by benchmarks/recipe_throughput.py,
-which prints the table.
+pipeline per chunk, as the recipes ran before). With a third, Model Garden's loop over the
+same model, steps and checkpoints (`model_garden_loops`: Orbit's `Controller`), each run's
+whole time (from the call to its return, every checkpoint included) gives the recipe's loop
+against Model Garden's in examples/s. Used by benchmarks/recipe_throughput.py, which prints
+the table.
 """
 import os
 import statistics
@@ -27,6 +30,7 @@ from recipes.common import task as task_lib
 from recipes.common import training
 
 LOOPS = {"one fit over the chunks": training.CHUNKS_PER_FIT, "a fit per chunk": 1}
+MODEL_GARDEN_LOOP = "Model Garden's Controller"
 
 
 class _StepTimes(tf_keras.callbacks.Callback):
@@ -45,27 +49,30 @@ class _StepTimes(tf_keras.callbacks.Callback):
 
 
 def _one_run(model, make_dataset, work_dir, steps_per_chunk, chunks, global_batch_size):
-    """{"first": [s], "others": [s], "gaps": [s], "start": [s]} of one training run in a
-    fresh model_dir."""
+    """{"first": [s], "others": [s], "gaps": [s], "start": [s], "whole": [s]} of one training
+    run in a fresh model_dir."""
     times = _StepTimes()
     model_dir = tempfile.mkdtemp(dir=work_dir)
     called = time.perf_counter()
     training.train(model, make_dataset, model_dir=model_dir,
                    total_steps=steps_per_chunk * chunks, checkpoint_every=steps_per_chunk,
                    global_batch_size=global_batch_size, verbose=0, callbacks=[times])
+    whole = time.perf_counter() - called
     durations = [end - begin for begin, end in times.times]
     first = durations[steps_per_chunk::steps_per_chunk]  # not the run's very first step
     others = [d for index, d in enumerate(durations) if index % steps_per_chunk]
     gaps = [times.times[index][0] - times.times[index - 1][1]
             for index in range(steps_per_chunk, len(durations), steps_per_chunk)]
     return {"first": first, "others": others, "gaps": gaps,
-            "start": [times.times[0][0] - called]}
+            "start": [times.times[0][0] - called], "whole": [whole]}
 
 
-def measure(task, strategy, plan, model, work_dir, steps_per_chunk, chunks, rounds):
-    """{loop: {"first"|"others"|"gaps"|"start": [seconds, every timed round]}}; round 0 is a
-    warm-up and is not kept. The model keeps training across runs (its step count goes on;
-    each run starts from a fresh model_dir)."""
+def measure(task, strategy, plan, model, work_dir, steps_per_chunk, chunks, rounds,
+            model_garden_run=None):
+    """{loop: {"first"|"others"|"gaps"|"start"|"whole": [seconds, every timed round]}};
+    round 0 is a warm-up and is not kept. The model keeps training across runs (its step
+    count goes on; each run starts from a fresh model_dir). `model_garden_run(steps_per_chunk,
+    chunks, directory)`, if given, is a third loop (MODEL_GARDEN_LOOP): only its "whole"."""
     def make_dataset(start, end):
         return task_lib.train_dataset(task, strategy, plan, start, end)
 
@@ -79,24 +86,41 @@ def measure(task, strategy, plan, model, work_dir, steps_per_chunk, chunks, roun
                 training.CHUNKS_PER_FIT = default
         return run
 
+    def run_model_garden():
+        called = time.perf_counter()
+        model_garden_run(steps_per_chunk, chunks, tempfile.mkdtemp(dir=work_dir))
+        return {"whole": [time.perf_counter() - called]}
+
     os.makedirs(work_dir, exist_ok=True)
-    runs = alternation.alternate({loop: run_with(chunks_per_fit)
-                                  for loop, chunks_per_fit in LOOPS.items()}, rounds)
-    return {loop: {key: [value for run in loop_runs for value in run[key]]
-                   for key in ("first", "others", "gaps", "start")}
+    loops = {loop: run_with(chunks_per_fit) for loop, chunks_per_fit in LOOPS.items()}
+    if model_garden_run is not None:
+        loops[MODEL_GARDEN_LOOP] = run_model_garden
+    runs = alternation.alternate(loops, rounds)
+    return {loop: {key: [value for run in loop_runs for value in run.get(key, [])]
+                   for key in ("first", "others", "gaps", "start", "whole")}
             for loop, loop_runs in runs.items()}
 
 
-def summary(samples):
-    """{loop: {"others_ms", "first_ms", "first_vs_others", "gap_ms", "start_ms"}}
-    (medians)."""
+def summary(samples, steps_per_chunk, chunks, global_batch_size):
+    """{loop: {"whole_s", "examples_per_s", "per_run_vs_model_garden" and, for the recipe's
+    loops, "others_ms", "first_ms", "first_vs_others", "gap_ms", "start_ms"}} (medians;
+    the per-run ratios pair each run with Model Garden's run of the same round)."""
+    examples = steps_per_chunk * chunks * global_batch_size
+    model_garden = samples.get(MODEL_GARDEN_LOOP, {}).get("whole")
     rows = {}
     for loop, values in samples.items():
+        whole = statistics.median(values["whole"])
+        row = rows[loop] = {"whole_s": whole, "examples_per_s": examples / whole}
+        if model_garden:
+            row["per_run_vs_model_garden"] = [
+                theirs / ours for ours, theirs in zip(values["whole"], model_garden)]
+        if not values["others"]:
+            continue
         others, first = statistics.median(values["others"]), statistics.median(values["first"])
-        rows[loop] = {"others_ms": others * 1e3, "first_ms": first * 1e3,
-                      "first_vs_others": first / others,
-                      "gap_ms": statistics.median(values["gaps"]) * 1e3,
-                      "start_ms": statistics.median(values["start"]) * 1e3}
+        row.update({"others_ms": others * 1e3, "first_ms": first * 1e3,
+                    "first_vs_others": first / others,
+                    "gap_ms": statistics.median(values["gaps"]) * 1e3,
+                    "start_ms": statistics.median(values["start"]) * 1e3})
     return rows
 
 
@@ -105,8 +129,18 @@ def print_table(rows, steps_per_chunk, chunks, rounds):
           f"{steps_per_chunk} steps, a checkpoint after each, {rounds} timed runs of each "
           "loop after 1 warm-up, alternated")
     print("| loop | step (ms, median) | first step of a chunk (ms) | first ÷ others "
-          "| between chunks (ms: checkpoint, callbacks, fit set-up) | start of a run (ms) |")
-    print("| --- | ---: | ---: | ---: | ---: | ---: |")
+          "| between chunks (ms: checkpoint, callbacks, fit set-up) | start of a run (ms) "
+          "| whole run (s) | examples/s over the run | vs Model Garden (per run) |")
+    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |")
     for loop, row in rows.items():
-        print(f"| {loop} | {row['others_ms']:.1f} | {row['first_ms']:.1f} "
-              f"| {row['first_vs_others']:.2f} | {row['gap_ms']:.0f} | {row['start_ms']:.0f} |")
+        if "others_ms" in row:
+            cells = (f"{row['others_ms']:.1f} | {row['first_ms']:.1f} "
+                     f"| {row['first_vs_others']:.2f} | {row['gap_ms']:.0f} "
+                     f"| {row['start_ms']:.0f}")
+        else:  # Model Garden's loop: its steps run inside Orbit's in-graph loop
+            cells = "– | – | – | – | –"
+        paired = row.get("per_run_vs_model_garden")
+        versus = (f"{statistics.median(paired):.2f}× ("
+                  + ", ".join(f"{ratio:.2f}" for ratio in paired) + ")") if paired else "–"
+        print(f"| {loop} | {cells} | {row['whole_s']:.1f} | {row['examples_per_s']:.0f} "
+              f"| {versus} |")

@@ -2,14 +2,22 @@
 Model Garden's own experiment, task, input pipeline, LAMB and `base_trainer.Trainer`.
 
 Each `*_side(config, task)` takes the recipe's config and its prepared `Task` (after
-`task.prepare`) and returns (train(steps), optimizer_update(), parameter count):
+`task.prepare`) and returns (train(steps), optimizer_update(),
+run_with_checkpoints(steps_per_chunk, chunks, directory), parameter count):
 
   train(steps)   Orbit's `Trainer.train(steps)`: `steps` training steps in Model Garden's
                  in-graph loop (what `train_lib.run_experiment` runs `steps_per_loop` steps
                  at a time with), one micro-batch per update (its trainer does not
                  accumulate);
   update()       one `apply_gradients` of fixed gradients by Model Garden's optimizer to
-                 its model's variables, in a `tf.function`.
+                 its model's variables, in a `tf.function`;
+  run_with_checkpoints(steps_per_chunk, chunks, directory)
+                 Model Garden's training loop as `train_lib.run_experiment` runs it in
+                 "train" mode: an Orbit `Controller` over the same trainer, `chunks` loops
+                 of `steps_per_chunk` steps, a checkpoint (`tf.train.CheckpointManager`)
+                 after each, in `directory` (fresh: nothing is restored). No summaries and
+                 no extra checkpoint at completion (the last loop's is that step's), as the
+                 recipe's loop it is timed against.
 
 The optimizer is Model Garden's `lamb` (`official.modeling.optimization.lamb.LAMB`) with
 the recipe's betas, epsilon, weight decay, exclusions and global clipnorm at a constant
@@ -66,10 +74,12 @@ def runtime_override(config):
 
 
 def train_experiment(experiment, override):
-    """(train(steps), update(), parameter count) of Model Garden's `experiment` with
-    `override`, driven by its own `base_trainer.Trainer`."""
+    """(train(steps), update(), run_with_checkpoints(steps_per_chunk, chunks, directory),
+    parameter count) of Model Garden's `experiment` with `override`, driven by its own
+    `base_trainer.Trainer`."""
     from official.common import registry_imports  # noqa: F401  (Model Garden's experiments)
     from official.core import base_trainer, exp_factory, task_factory
+    import orbit
 
     params = exp_factory.get_exp_config(experiment)
     params.override(override, is_strict=True)  # a misspelt key is an error
@@ -83,8 +93,19 @@ def train_experiment(experiment, override):
         logs = trainer.train(tf.constant(steps, tf.int32))
         tf.nest.map_structure(lambda t: getattr(t, "numpy", lambda: t)(), logs)
 
+    def run_with_checkpoints(steps_per_chunk, chunks, directory):
+        manager = tf.train.CheckpointManager(
+            trainer.checkpoint, directory, max_to_keep=params.trainer.max_to_keep,
+            step_counter=trainer.global_step, checkpoint_interval=steps_per_chunk,
+            init_fn=trainer.initialize)
+        controller = orbit.Controller(global_step=trainer.global_step, trainer=trainer,
+                                      steps_per_loop=steps_per_chunk,
+                                      checkpoint_manager=manager)
+        controller.train(int(trainer.global_step.numpy()) + steps_per_chunk * chunks,
+                         checkpoint_at_completion=False)
+
     update = update_function(optimizer, model.trainable_variables)
-    return train, update, parameter_count(model.trainable_variables)
+    return train, update, run_with_checkpoints, parameter_count(model.trainable_variables)
 
 
 def bert_side(config, task):

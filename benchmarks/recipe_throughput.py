@@ -34,10 +34,12 @@ each `fit` call waits for before its first step). And the recipe's compiled step
 the costs `fit` adds once per call (a fresh iterator, callbacks), so that the step and the
 per-call cost can be told apart.
 
-Then, apart from Model Garden, the cost of a checkpoint-chunk boundary in the recipe's own
-training loop (`recipes.common.training.train`, a checkpoint per chunk): `--chunks` chunks of
-`--steps` steps, the loop as it is (one `fit` and one dataset over the chunks) alternated
-with a `fit` and a fresh pipeline per chunk (benchmarks/chunk_boundaries.py).
+Then whole training runs: the recipe's own training loop (`recipes.common.training.train`,
+a checkpoint per chunk), `--chunks` chunks of `--steps` steps, the loop as it is (one `fit`
+and one dataset over the chunks) alternated with a `fit` and a fresh pipeline per chunk and
+with Model Garden's loop over the same steps and checkpoints (Orbit's `Controller`, as
+`train_lib.run_experiment` drives it): each run's examples/s from the call to its return,
+and for the recipe's loops what a chunk boundary costs (benchmarks/chunk_boundaries.py).
 
 Where the models differ, both parameter counts are printed: Model Garden's BERT
 next-sentence head has its own `inner_dim` dense layer (hidden x hidden more parameters;
@@ -88,7 +90,7 @@ RECIPES = {
 
 def recipe_side(task_class, config, work_dir):
     """(task, train(steps), step_only(steps), optimizer_update(), input_pipeline(steps),
-    first_batch(), boundaries(steps, chunks, rounds), parameter count)."""
+    first_batch(), boundaries(steps, chunks, rounds, model_garden_run), parameter count)."""
     task = task_class(config)
     task.check_config()
     task.prepare(work_dir, "train")
@@ -126,10 +128,10 @@ def recipe_side(task_class, config, work_dir):
         (file shuffling, the shuffle buffer filled)."""
         tf.nest.map_structure(lambda t: t.numpy(), next(iter(dataset)))
 
-    def boundaries(steps, chunks, rounds):
+    def boundaries(steps, chunks, rounds, model_garden_run):
         return chunk_boundaries.measure(task, strategy, plan, model,
                                         os.path.join(work_dir, "chunk_boundaries"), steps,
-                                        chunks, rounds)
+                                        chunks, rounds, model_garden_run)
 
     update = model_garden_loops.update_function(model.optimizer, model.trainable_variables)
     return (task, train, step_only, update, input_pipeline, first_batch, boundaries,
@@ -181,10 +183,10 @@ def _incomparable(args, config):
 
 def _timers(args, task_class, config, model_garden_side):
     """({(side, what): a function timing it once}, {side: parameter count},
-    boundaries(steps, chunks, rounds))."""
+    boundaries(steps, chunks, rounds) with Model Garden's loop in them)."""
     (task, recipe_train, step_only, recipe_update, input_pipeline, first_batch, boundaries,
      recipe_parameters) = recipe_side(task_class, config, args.work_dir)
-    mg_train, mg_update, mg_parameters = model_garden_side(config, task)
+    mg_train, mg_update, mg_run_with_checkpoints, mg_parameters = model_garden_side(config, task)
     timers = {
         ("recipe", "train"): lambda: alternation.seconds(recipe_train, args.steps),
         ("recipe", "step only"): lambda: alternation.seconds(step_only, args.steps),
@@ -195,7 +197,11 @@ def _timers(args, task_class, config, model_garden_side):
         ("Model Garden", "train"): lambda: alternation.seconds(mg_train, args.steps),
         ("Model Garden", "update"): lambda: alternation.seconds(mg_update),
     }
-    return timers, {"recipe": recipe_parameters, "Model Garden": mg_parameters}, boundaries
+    def measure_boundaries(steps, chunks, rounds):
+        return boundaries(steps, chunks, rounds, mg_run_with_checkpoints)
+
+    return (timers, {"recipe": recipe_parameters, "Model Garden": mg_parameters},
+            measure_boundaries)
 
 
 def _report(args, config_file, config, parameters, samples, boundaries):
@@ -238,7 +244,8 @@ def _report(args, config_file, config, parameters, samples, boundaries):
             mg / ours for ours, mg in zip(samples[("recipe", "train")],
                                           samples[("Model Garden", "train")])],
         "chunks": args.chunks, "boundary_rounds": args.boundary_rounds,
-        "chunk_boundaries": chunk_boundaries.summary(boundaries),
+        "chunk_boundaries": chunk_boundaries.summary(boundaries, args.steps, args.chunks,
+                                                     batch),
         "chunk_boundary_samples": boundaries,
     }
 

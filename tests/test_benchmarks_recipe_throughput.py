@@ -1,7 +1,7 @@
 """benchmarks/recipe_throughput.py runs end to end on tiny BERT data and tiny images, both
-sides (the recipe and Model Garden's own loop) timed, and both training loops of
-benchmarks/chunk_boundaries.py (the timings are not checked: the speed claim is the
-same-run ratio the script prints)."""
+sides (the recipe and Model Garden's own loop) timed, and the three training loops of
+benchmarks/chunk_boundaries.py, the recipe's two and Model Garden's (the timings are not
+checked: the speed claim is the same-run ratio the script prints)."""
 import json
 import math
 import os
@@ -51,12 +51,21 @@ def _assert_both_sides_timed(report, stdout):
     assert "| Model Garden |" in stdout and "| recipe |" in stdout
     assert "without `fit` (one kept iterator)" in stdout
     boundaries = report["chunk_boundary_samples"]
-    assert set(boundaries) == {"one fit over the chunks", "a fit per chunk"}
+    recipe_loops = {"one fit over the chunks", "a fit per chunk"}
+    assert set(boundaries) == recipe_loops | {"Model Garden's Controller"}
     for loop, samples in boundaries.items():
-        # steps 1-2 | 3-4: step 3 starts a chunk, 2 and 4 do not (step 1 starts the run)
+        # steps 1-2 | 3-4: step 3 starts a chunk, 2 and 4 do not (step 1 starts the run);
+        # Model Garden's steps run inside Orbit's loop: only its whole run is timed
+        counts = (1, 2, 1, 1) if loop in recipe_loops else (0, 0, 0, 0)
         assert (len(samples["first"]), len(samples["others"]), len(samples["gaps"]),
-                len(samples["start"])) == (1, 2, 1, 1), samples
+                len(samples["start"])) == counts, samples
+        assert len(samples["whole"]) == 1
         assert all(seconds > 0 for values in samples.values() for seconds in values)
+        row = report["chunk_boundaries"][loop]
+        # the run's examples/s is its 2 x 2 steps of the batch over its whole time
+        assert row["examples_per_s"] == pytest.approx(4 * report["batch"] / samples["whole"][0])
+        assert row["per_run_vs_model_garden"] == [pytest.approx(
+            boundaries["Model Garden's Controller"]["whole"][0] / samples["whole"][0])]
         assert f"| {loop} |" in stdout
 
 
