@@ -23,6 +23,9 @@ The optimizer is Model Garden's `lamb` (`official.modeling.optimization.lamb.LAM
 the recipe's betas, epsilon, weight decay, exclusions and global clipnorm at a constant
 learning rate (no warmup): the recipe's schedule is a few scalar ops per step either way.
 """
+import contextlib
+import io
+
 import tensorflow as tf
 
 from lamb_tf import exclusions
@@ -98,11 +101,13 @@ def train_experiment(experiment, override):
             trainer.checkpoint, directory, max_to_keep=params.trainer.max_to_keep,
             step_counter=trainer.global_step, checkpoint_interval=steps_per_chunk,
             init_fn=trainer.initialize)
-        controller = orbit.Controller(global_step=trainer.global_step, trainer=trainer,
-                                      steps_per_loop=steps_per_chunk,
-                                      checkpoint_manager=manager)
-        controller.train(int(trainer.global_step.numpy()) + steps_per_chunk * chunks,
-                         checkpoint_at_completion=False)
+        # Orbit prints a line per loop and per checkpoint; the benchmark prints its tables
+        with contextlib.redirect_stdout(io.StringIO()):
+            controller = orbit.Controller(global_step=trainer.global_step, trainer=trainer,
+                                          steps_per_loop=steps_per_chunk,
+                                          checkpoint_manager=manager)
+            controller.train(int(trainer.global_step.numpy()) + steps_per_chunk * chunks,
+                             checkpoint_at_completion=False)
 
     update = update_function(optimizer, model.trainable_variables)
     return train, update, run_with_checkpoints, parameter_count(model.trainable_variables)

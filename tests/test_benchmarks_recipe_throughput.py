@@ -50,6 +50,7 @@ def _assert_both_sides_timed(report, stdout):
     assert len(report["per_round_step_only_vs_model_garden"]) == 1
     assert "| Model Garden |" in stdout and "| recipe |" in stdout
     assert "without `fit` (one kept iterator)" in stdout
+    assert "train | step" not in stdout  # Orbit's line per loop: only the tables are printed
     boundaries = report["chunk_boundary_samples"]
     recipe_loops = {"one fit over the chunks", "a fit per chunk"}
     assert set(boundaries) == recipe_loops | {"Model Garden's Controller"}
