@@ -50,7 +50,9 @@ class _StepTimes(tf_keras.callbacks.Callback):
 
 def _one_run(model, make_dataset, work_dir, steps_per_chunk, chunks, global_batch_size):
     """{"first": [s], "others": [s], "gaps": [s], "start": [s], "whole": [s]} of one training
-    run in a fresh model_dir."""
+    run in a fresh model_dir. Keras calls the batch callbacks once per execution of
+    `steps_per_execution` steps: "first" and "others" are per step (an execution's time
+    divided by its steps); with one execution per chunk there are no "others"."""
     times = _StepTimes()
     model_dir = tempfile.mkdtemp(dir=work_dir)
     called = time.perf_counter()
@@ -58,11 +60,13 @@ def _one_run(model, make_dataset, work_dir, steps_per_chunk, chunks, global_batc
                    total_steps=steps_per_chunk * chunks, checkpoint_every=steps_per_chunk,
                    global_batch_size=global_batch_size, verbose=0, callbacks=[times])
     whole = time.perf_counter() - called
-    durations = [end - begin for begin, end in times.times]
-    first = durations[steps_per_chunk::steps_per_chunk]  # not the run's very first step
-    others = [d for index, d in enumerate(durations) if index % steps_per_chunk]
+    per_chunk = len(times.times) // chunks  # executions per chunk
+    steps_per_execution = steps_per_chunk // per_chunk
+    durations = [(end - begin) / steps_per_execution for begin, end in times.times]
+    first = durations[per_chunk::per_chunk]  # not the run's very first step
+    others = [d for index, d in enumerate(durations) if index % per_chunk]
     gaps = [times.times[index][0] - times.times[index - 1][1]
-            for index in range(steps_per_chunk, len(durations), steps_per_chunk)]
+            for index in range(per_chunk, len(durations), per_chunk)]
     return {"first": first, "others": others, "gaps": gaps,
             "start": [times.times[0][0] - called], "whole": [whole]}
 
@@ -103,8 +107,9 @@ def measure(task, strategy, plan, model, work_dir, steps_per_chunk, chunks, roun
 
 def summary(samples, steps_per_chunk, chunks, global_batch_size):
     """{loop: {"whole_s", "examples_per_s", "per_run_vs_model_garden" and, for the recipe's
-    loops, "others_ms", "first_ms", "first_vs_others", "gap_ms", "start_ms"}} (medians;
-    the per-run ratios pair each run with Model Garden's run of the same round)."""
+    loops, "first_ms", "gap_ms", "start_ms" and, with more than one execution per chunk,
+    "others_ms", "first_vs_others"}} (medians; the per-run ratios pair each run with Model
+    Garden's run of the same round)."""
     examples = steps_per_chunk * chunks * global_batch_size
     model_garden = samples.get(MODEL_GARDEN_LOOP, {}).get("whole")
     rows = {}
@@ -114,13 +119,14 @@ def summary(samples, steps_per_chunk, chunks, global_batch_size):
         if model_garden:
             row["per_run_vs_model_garden"] = [
                 theirs / ours for ours, theirs in zip(values["whole"], model_garden)]
-        if not values["others"]:
+        if not values["start"]:  # Model Garden's loop: only its whole runs are timed
             continue
-        others, first = statistics.median(values["others"]), statistics.median(values["first"])
-        row.update({"others_ms": others * 1e3, "first_ms": first * 1e3,
-                    "first_vs_others": first / others,
+        row.update({"first_ms": statistics.median(values["first"]) * 1e3,
                     "gap_ms": statistics.median(values["gaps"]) * 1e3,
                     "start_ms": statistics.median(values["start"]) * 1e3})
+        if values["others"]:  # not with one execution (steps_per_execution) per chunk
+            row["others_ms"] = statistics.median(values["others"]) * 1e3
+            row["first_vs_others"] = row["first_ms"] / row["others_ms"]
     return rows
 
 
@@ -133,10 +139,11 @@ def print_table(rows, steps_per_chunk, chunks, rounds):
           "| whole run (s) | examples/s over the run | vs Model Garden (per run) |")
     print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |")
     for loop, row in rows.items():
-        if "others_ms" in row:
-            cells = (f"{row['others_ms']:.1f} | {row['first_ms']:.1f} "
-                     f"| {row['first_vs_others']:.2f} | {row['gap_ms']:.0f} "
-                     f"| {row['start_ms']:.0f}")
+        if "start_ms" in row:
+            others = (f"{row['others_ms']:.1f}", f"{row['first_vs_others']:.2f}") \
+                if "others_ms" in row else ("–", "–")  # one execution per chunk
+            cells = (f"{others[0]} | {row['first_ms']:.1f} | {others[1]} "
+                     f"| {row['gap_ms']:.0f} | {row['start_ms']:.0f}")
         else:  # Model Garden's loop: its steps run inside Orbit's in-graph loop
             cells = "– | – | – | – | –"
         paired = row.get("per_run_vs_model_garden")
