@@ -49,8 +49,8 @@ class _StepTimes(tf_keras.callbacks.Callback):
 
 
 def _one_run(model, make_dataset, work_dir, steps_per_chunk, chunks, global_batch_size):
-    """{"first": [s], "others": [s], "gaps": [s], "start": [s], "whole": [s]} of one training
-    run in a fresh model_dir. Keras calls the batch callbacks once per execution of
+    """{"first": [s], "others": [s], "gaps": [s], "start": [s], "end": [s], "whole": [s]} of
+    one training run in a fresh model_dir ("end": from the last step to `train`'s return). Keras calls the batch callbacks once per execution of
     `steps_per_execution` steps: "first" and "others" are per step (an execution's time
     divided by its steps); with one execution per chunk there are no "others"."""
     times = _StepTimes()
@@ -68,12 +68,13 @@ def _one_run(model, make_dataset, work_dir, steps_per_chunk, chunks, global_batc
     gaps = [times.times[index][0] - times.times[index - 1][1]
             for index in range(per_chunk, len(durations), per_chunk)]
     return {"first": first, "others": others, "gaps": gaps,
-            "start": [times.times[0][0] - called], "whole": [whole]}
+            "start": [times.times[0][0] - called], "end": [called + whole - times.times[-1][1]],
+            "whole": [whole]}
 
 
 def measure(task, strategy, plan, model, work_dir, steps_per_chunk, chunks, rounds,
             model_garden_run=None):
-    """{loop: {"first"|"others"|"gaps"|"start"|"whole": [seconds, every timed round]}};
+    """{loop: {"first"|"others"|"gaps"|"start"|"end"|"whole": [seconds, every timed round]}};
     round 0 is a warm-up and is not kept. The model keeps training across runs (its step
     count goes on; each run starts from a fresh model_dir). `model_garden_run(steps_per_chunk,
     chunks, directory)`, if given, is a third loop (MODEL_GARDEN_LOOP): only its "whole"."""
@@ -101,13 +102,13 @@ def measure(task, strategy, plan, model, work_dir, steps_per_chunk, chunks, roun
         loops[MODEL_GARDEN_LOOP] = run_model_garden
     runs = alternation.alternate(loops, rounds)
     return {loop: {key: [value for run in loop_runs for value in run.get(key, [])]
-                   for key in ("first", "others", "gaps", "start", "whole")}
+                   for key in ("first", "others", "gaps", "start", "end", "whole")}
             for loop, loop_runs in runs.items()}
 
 
 def summary(samples, steps_per_chunk, chunks, global_batch_size):
     """{loop: {"whole_s", "examples_per_s", "per_run_vs_model_garden" and, for the recipe's
-    loops, "first_ms", "gap_ms", "start_ms" and, with more than one execution per chunk,
+    loops, "first_ms", "gap_ms", "start_ms", "end_ms" and, with more than one execution per chunk,
     "others_ms", "first_vs_others"}} (medians; the per-run ratios pair each run with Model
     Garden's run of the same round)."""
     examples = steps_per_chunk * chunks * global_batch_size
@@ -123,7 +124,8 @@ def summary(samples, steps_per_chunk, chunks, global_batch_size):
             continue
         row.update({"first_ms": statistics.median(values["first"]) * 1e3,
                     "gap_ms": statistics.median(values["gaps"]) * 1e3,
-                    "start_ms": statistics.median(values["start"]) * 1e3})
+                    "start_ms": statistics.median(values["start"]) * 1e3,
+                    "end_ms": statistics.median(values["end"]) * 1e3})
         if values["others"]:  # not with one execution (steps_per_execution) per chunk
             row["others_ms"] = statistics.median(values["others"]) * 1e3
             row["first_vs_others"] = row["first_ms"] / row["others_ms"]
@@ -136,16 +138,17 @@ def print_table(rows, steps_per_chunk, chunks, rounds):
           "loop after 1 warm-up, alternated")
     print("| loop | step (ms, median) | first step of a chunk (ms) | first ÷ others "
           "| between chunks (ms: checkpoint, callbacks, fit set-up) | start of a run (ms) "
-          "| whole run (s) | examples/s over the run | vs Model Garden (per run) |")
-    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |")
+          "| end of a run (ms) | whole run (s) | examples/s over the run "
+          "| vs Model Garden (per run) |")
+    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |")
     for loop, row in rows.items():
         if "start_ms" in row:
             others = (f"{row['others_ms']:.1f}", f"{row['first_vs_others']:.2f}") \
                 if "others_ms" in row else ("–", "–")  # one execution per chunk
             cells = (f"{others[0]} | {row['first_ms']:.1f} | {others[1]} "
-                     f"| {row['gap_ms']:.0f} | {row['start_ms']:.0f}")
+                     f"| {row['gap_ms']:.0f} | {row['start_ms']:.0f} | {row['end_ms']:.0f}")
         else:  # Model Garden's loop: its steps run inside Orbit's in-graph loop
-            cells = "– | – | – | – | –"
+            cells = "– | – | – | – | – | –"
         paired = row.get("per_run_vs_model_garden")
         versus = (f"{statistics.median(paired):.2f}× ("
                   + ", ".join(f"{ratio:.2f}" for ratio in paired) + ")") if paired else "–"

@@ -61,9 +61,13 @@ def _assert_both_sides_timed(report, stdout, steps_per_execution=1):
         counts = (0, 0, 0, 0) if loop not in recipe_loops else (
             (1, 2, 1, 1) if steps_per_execution == 1 else (1, 0, 1, 1))
         assert (len(samples["first"]), len(samples["others"]), len(samples["gaps"]),
-                len(samples["start"])) == counts, samples
+                len(samples["start"]), len(samples["end"])) == (*counts, counts[-1]), samples
         assert len(samples["whole"]) == 1
         assert all(seconds > 0 for values in samples.values() for seconds in values)
+        if loop in recipe_loops:  # the run's parts fit in its whole time
+            parts = (samples["start"][0] + samples["end"][0] + samples["gaps"][0]
+                     + steps_per_execution * samples["first"][0])
+            assert parts < samples["whole"][0]
         row = report["chunk_boundaries"][loop]
         # the run's examples/s is its 2 x 2 steps of the batch over its whole time
         assert row["examples_per_s"] == pytest.approx(4 * report["batch"] / samples["whole"][0])
