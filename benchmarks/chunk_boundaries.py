@@ -50,9 +50,11 @@ class _StepTimes(tf_keras.callbacks.Callback):
 
 def _one_run(model, make_dataset, work_dir, steps_per_chunk, chunks, global_batch_size):
     """{"first": [s], "others": [s], "gaps": [s], "start": [s], "end": [s], "whole": [s]} of
-    one training run in a fresh model_dir ("end": from the last step to `train`'s return). Keras calls the batch callbacks once per execution of
-    `steps_per_execution` steps: "first" and "others" are per step (an execution's time
-    divided by its steps); with one execution per chunk there are no "others"."""
+    one training run in a fresh model_dir ("end": from the last step to `train`'s return).
+
+    Keras calls the batch callbacks once per execution of `steps_per_execution` steps:
+    "first" and "others" are per step (an execution's time divided by its steps); with one
+    execution per chunk there are no "others"."""
     times = _StepTimes()
     model_dir = tempfile.mkdtemp(dir=work_dir)
     called = time.perf_counter()
@@ -108,9 +110,9 @@ def measure(task, strategy, plan, model, work_dir, steps_per_chunk, chunks, roun
 
 def summary(samples, steps_per_chunk, chunks, global_batch_size):
     """{loop: {"whole_s", "examples_per_s", "per_run_vs_model_garden" and, for the recipe's
-    loops, "first_ms", "gap_ms", "start_ms", "end_ms" and, with more than one execution per chunk,
-    "others_ms", "first_vs_others"}} (medians; the per-run ratios pair each run with Model
-    Garden's run of the same round)."""
+    loops, "first_ms", "gap_ms", "start_ms", "end_ms" and, with more than one execution per
+    chunk, "others_ms", "first_vs_others"}} (medians; the per-run ratios pair each run with
+    Model Garden's run of the same round)."""
     examples = steps_per_chunk * chunks * global_batch_size
     model_garden = samples.get(MODEL_GARDEN_LOOP, {}).get("whole")
     rows = {}
