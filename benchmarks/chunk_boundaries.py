@@ -122,7 +122,7 @@ def summary(samples, steps_per_chunk, chunks, global_batch_size):
         if model_garden:
             row["per_run_vs_model_garden"] = [
                 theirs / ours for ours, theirs in zip(values["whole"], model_garden)]
-        if not values["start"]:  # Model Garden's loop: only its whole runs are timed
+        if loop == MODEL_GARDEN_LOOP:  # only its whole runs are timed
             continue
         row.update({"first_ms": statistics.median(values["first"]) * 1e3,
                     "gap_ms": statistics.median(values["gaps"]) * 1e3,
@@ -144,7 +144,7 @@ def print_table(rows, steps_per_chunk, chunks, rounds):
           "| vs Model Garden (per run) |")
     print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |")
     for loop, row in rows.items():
-        if "start_ms" in row:
+        if loop != MODEL_GARDEN_LOOP:
             others = (f"{row['others_ms']:.1f}", f"{row['first_vs_others']:.2f}") \
                 if "others_ms" in row else ("–", "–")  # one execution per chunk
             cells = (f"{others[0]} | {row['first_ms']:.1f} | {others[1]} "

@@ -58,6 +58,7 @@ writes every sample.
 """
 import argparse
 import datetime
+import functools
 import json
 import os
 import platform
@@ -197,11 +198,8 @@ def _timers(args, task_class, config, model_garden_side):
         ("Model Garden", "train"): lambda: alternation.seconds(mg_train, args.steps),
         ("Model Garden", "update"): lambda: alternation.seconds(mg_update),
     }
-    def measure_boundaries(steps, chunks, rounds):
-        return boundaries(steps, chunks, rounds, mg_run_with_checkpoints)
-
     return (timers, {"recipe": recipe_parameters, "Model Garden": mg_parameters},
-            measure_boundaries)
+            functools.partial(boundaries, model_garden_run=mg_run_with_checkpoints))
 
 
 def _report(args, config_file, config, parameters, samples, boundaries):
