@@ -99,6 +99,24 @@ def test_one_dataset_and_one_fit_run_through_the_chunks_with_a_checkpoint_each(t
     assert saved == ["ckpt-2", "ckpt-4", "ckpt-6"]
 
 
+def test_the_train_graph_reaches_tensorboard_once_per_run_not_once_per_fit(tmp_path, monkeypatch):
+    """Keras' TensorBoard callback writes the model and its train graph at the start of every
+    `fit`; the loop runs a `fit` per CHUNKS_PER_FIT chunks and writes them once."""
+    monkeypatch.setattr(training, "CHUNKS_PER_FIT", 1)
+    fits = []
+    make = _dataset_maker()
+    training.train(_model(), lambda start, end: fits.append(start) or make(start, end),
+                   model_dir=str(tmp_path), total_steps=6, checkpoint_every=2,
+                   global_batch_size=BATCH, verbose=0)
+    assert fits == [0, 2, 4]  # three fits
+    graphs, model_summaries = 0, 0
+    for path in tf.io.gfile.glob(str(tmp_path / "train" / "events.out.tfevents.*")):
+        for event in tf.compat.v1.train.summary_iterator(path):
+            graphs += bool(event.graph_def)
+            model_summaries += any(value.tag == "keras" for value in event.summary.value)
+    assert (graphs, model_summaries) == (1, 1)
+
+
 def test_fits_finish_a_stopped_chunk_alone_then_take_up_to_chunks_per_fit():
     every, per_fit = 4, training.CHUNKS_PER_FIT
     total = (2 * per_fit + 1) * every

@@ -203,13 +203,14 @@ class _Loop:
         self.skipped_steps = callbacks_lib.SkippedSteps(model_dir)
         self.chunk = None  # (start, end) of the chunk in progress, for error messages
         self._chunks = {}  # epoch -> (start, end) of the current `fit`
+        self._tensorboard = tf_keras.callbacks.TensorBoard(log_dir=model_dir, update_freq=every)
         self.callbacks = [
             tf_keras.callbacks.LambdaCallback(
                 on_epoch_begin=lambda epoch, logs: setattr(self, "chunk", self._chunks[epoch])),
             callbacks_lib.StepCounterFromOptimizer(),
             self.skipped_steps,
             callbacks_lib.CheckpointEachEpoch(manager),
-            tf_keras.callbacks.TensorBoard(log_dir=model_dir, update_freq=every),
+            self._tensorboard,
             callbacks_lib.TrainingScalars(model_dir, global_batch_size, every),
             callbacks_lib.LastLogs(history),
             history,
@@ -233,6 +234,8 @@ class _Loop:
             callbacks=self.callbacks + [self.preemption],
             verbose=0,
         )
+        # Keras writes the model and its train graph at every `fit`'s start: once is enough
+        self._tensorboard.write_graph = False
         self.epochs.extend(range(first, first + len(chunks)))
         self.history.epoch = self.epochs
 
