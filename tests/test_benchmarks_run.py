@@ -6,6 +6,9 @@ import math
 import os
 
 import pytest
+import yaml
+
+import tiny_bert_data
 
 from conftest import REPO_ROOT
 
@@ -125,3 +128,34 @@ def test_update_anatomy_by_size_times_kernel_and_plain_ops(capsys):
     for row in rows:
         kernel, plain, ratio = float(row[2]), float(row[3]), float(row[4].rstrip(" |"))
         assert kernel > 0 and plain > 0 and ratio > 0
+
+
+@pytest.mark.slow  # reads the tiny BERT's training input for a second
+def test_input_teardown_times_deletions_with_autotuning_on_and_off(tmp_path, capsys):
+    (tmp_path / "data").mkdir()
+    data = tiny_bert_data.prepare(tmp_path / "data")
+    config_file = tmp_path / "tiny.yaml"
+    config_file.write_text(yaml.safe_dump(tiny_bert_data.config(
+        data, micro_batch_size=8, steps=2, checkpoint_every=2, dropout_rate=0.0)))
+    report_path = tmp_path / "teardown.json"
+    assert _load("input_teardown").main([
+        "--config_file", str(config_file), "--work_dir", str(tmp_path / "work"),
+        "--seconds", "0.5", "--step_ms", "10", "--trials", "2", "--json", str(report_path),
+    ]) == 0
+    deletions = json.loads(report_path.read_text())["deletion_s"]
+    assert set(deletions) == {"on", "off"}
+    assert all(len(values) == 2 and all(value > 0 for value in values)
+               for values in deletions.values())
+    out = capsys.readouterr().out
+    assert "| on | 2 |" in out and "| off | 2 |" in out
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--trials", "0"], "--trials=0 must be at least 1"),
+    (["--seconds", "0"], "--seconds=0 must be above 0"),
+    (["--json", "/no/such/directory/teardown.json"], "its directory does not exist"),
+])
+def test_input_teardown_refuses_bad_arguments_with_status_2(argv, message, tmp_path, capsys):
+    assert _load("input_teardown").main([*argv, "--work_dir", str(tmp_path / "work")]) == 2
+    assert message in capsys.readouterr().err
+    assert not (tmp_path / "work").exists()  # found before any work
