@@ -1,6 +1,8 @@
 """Checkpointed training resumes exactly; divergence and export never corrupt outputs."""
 
 import os
+import threading
+import weakref
 
 import numpy as np
 import pytest
@@ -115,6 +117,39 @@ def test_the_train_graph_reaches_tensorboard_once_per_run_not_once_per_fit(tmp_p
             graphs += bool(event.graph_def)
             model_summaries += any(value.tag == "keras" for value in event.summary.value)
     assert (graphs, model_summaries) == (1, 1)
+
+
+def test_each_fits_input_iterator_is_deleted_after_the_fit_on_a_thread_of_its_own(
+        tmp_path, monkeypatch):
+    """A fit's iterator is deleted off the main thread (a tf.data deletion can wait for its
+    autotuning thread: benchmarks/input_teardown.py), after that fit's last step; Keras' own
+    train function is left in place."""
+    monkeypatch.setattr(training, "CHUNKS_PER_FIT", 1)
+    events = []
+    original_iter = tf.data.Dataset.__iter__
+
+    def iter_and_watch(dataset):
+        iterator = original_iter(dataset)
+        weakref.finalize(iterator, lambda: events.append(
+            ("deleted", threading.current_thread() is threading.main_thread())))
+        return iterator
+
+    class Steps(tf_keras.callbacks.Callback):
+        def on_train_batch_end(self, batch, logs=None):
+            events.append(("step", int(self.model.optimizer.iterations.numpy())))
+
+    monkeypatch.setattr(tf.data.Dataset, "__iter__", iter_and_watch)
+    model = _model()
+    threads_before = set(threading.enumerate())
+    training.train(model, _dataset_maker(), model_dir=str(tmp_path), total_steps=4,
+                   checkpoint_every=2, global_batch_size=BATCH, verbose=0, callbacks=[Steps()])
+    for thread in set(threading.enumerate()) - threads_before:
+        thread.join(timeout=120)
+    assert [value for what, value in events if what == "step"] == [1, 2, 3, 4]
+    deletions = [index for index, (what, _) in enumerate(events) if what == "deleted"]
+    assert len(deletions) == 2 and deletions[0] > events.index(("step", 2)), events
+    assert not any(events[index][1] for index in deletions), "deleted on the main thread"
+    assert isinstance(model.train_function, tf.types.experimental.GenericFunction)
 
 
 def test_fits_finish_a_stopped_chunk_alone_then_take_up_to_chunks_per_fit():

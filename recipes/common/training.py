@@ -10,6 +10,13 @@ uninterrupted run and a run restarted from any checkpoint consume exactly the sa
 with the same augmentation draws. Gradient accumulation happens inside one optimizer step,
 so a checkpoint never holds a partial accumulation.
 
+Each `fit`'s input iterator is deleted on a thread of its own once the `fit` returns, not in
+`fit` itself: with tf.data's autotuning on, deleting an iterator sometimes waits until the
+autotuning thread's next scheduled optimisation (up to a minute; 15.8 s in 2 of 8 deletions
+of the tiny BERT's pipeline, none with autotuning off: benchmarks/input_teardown.py,
+docs/performance.md). The deletion releases Python's lock while it waits, so the next
+`fit`, the evaluation and the export go on meanwhile; the process waits for it at exit.
+
 Non-finite values never reach a checkpoint: a non-finite loss stops training at once
 (unless a LossScaleOptimizer skips such steps: float16), and before each save every
 variable is checked to be finite. SIGTERM (a preemptible TPU VM or cloud instance being
@@ -17,6 +24,8 @@ reclaimed) saves a checkpoint of the current step and stops with `Preempted`; th
 resumes from that step (recipes/common/preemption.py). See docs/reliability.md for the
 guarantees.
 """
+
+import threading
 
 import tensorflow as tf
 import tf_keras
@@ -226,14 +235,20 @@ class _Loop:
         chunks = list(checkpoint_chunks(start, end, checkpoint_every))
         first = len(self.epochs)
         self._chunks = dict(enumerate(chunks, start=first))
-        self.model.fit(
-            dataset,
-            initial_epoch=first,
-            epochs=first + len(chunks),
-            steps_per_epoch=chunks[0][1] - chunks[0][0],  # the others are no longer
-            callbacks=self.callbacks + [self.preemption],
-            verbose=0,
-        )
+        train_function = KeepsItsIterator(self.model.make_train_function())
+        self.model.train_function = train_function  # what `fit` calls (Keras reuses it)
+        try:
+            self.model.fit(
+                dataset,
+                initial_epoch=first,
+                epochs=first + len(chunks),
+                steps_per_epoch=chunks[0][1] - chunks[0][0],  # the others are no longer
+                callbacks=self.callbacks + [self.preemption],
+                verbose=0,
+            )
+        finally:
+            self.model.train_function = train_function.function
+            train_function.delete_iterator_in_background()
         # Keras writes the model and its train graph at every `fit`'s start: once is enough
         self._tensorboard.write_graph = False
         self.epochs.extend(range(first, first + len(chunks)))
@@ -246,6 +261,26 @@ class _Loop:
                 "gradients in this run",
                 flush=True,
             )
+
+
+class KeepsItsIterator:
+    """A Keras train function that keeps the input iterator `fit` passes it, so that the
+    iterator outlives `fit` and `delete_iterator_in_background` deletes it (see the module
+    docstring)."""
+
+    def __init__(self, function):
+        self.function, self.iterator = function, None
+
+    def __call__(self, iterator):
+        self.iterator = iterator
+        return self.function(iterator)
+
+    def delete_iterator_in_background(self):
+        """Drops the last reference to the iterator on a new (non-daemon) thread; returns it."""
+        held, self.iterator = [self.iterator], None
+        thread = threading.Thread(target=held.clear, name="delete the input iterator")
+        thread.start()
+        return thread
 
 
 def _worker_lost(model, error, chunk, checkpoint_dir):
