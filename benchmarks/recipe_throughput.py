@@ -89,18 +89,25 @@ RECIPES = {
 }
 
 
-def recipe_side(task_class, config, work_dir):
-    """(task, train(steps), step_only(steps), optimizer_update(), input_pipeline(steps),
-    first_batch(), boundaries(steps, chunks, rounds, model_garden_run), parameter count)."""
+def build_recipe(task_class, config, work_dir):
+    """(task, strategy, plan, compiled model, the first chunk's training dataset, endless)
+    as `recipes/common/driver.py` builds them, the data prepared in `work_dir`."""
     task = task_class(config)
     task.check_config()
     task.prepare(work_dir, "train")
     strategy = tf.distribute.get_strategy()
     plan = driver.plan_batch(config, strategy.num_replicas_in_sync)
     model, _ = driver.compile_model(task, strategy, plan)
-    # the first chunk's pipeline, endless (the rounds below read past any chunk's end)
+    # the rounds of the benchmarks read past any chunk's end
     dataset = strategy.distribute_datasets_from_function(
         lambda context: task.train_replica_dataset(context, plan, config.train.seed, 0))
+    return task, strategy, plan, model, dataset
+
+
+def recipe_side(task_class, config, work_dir):
+    """(task, train(steps), step_only(steps), optimizer_update(), input_pipeline(steps),
+    first_batch(), boundaries(steps, chunks, rounds, model_garden_run), parameter count)."""
+    task, strategy, plan, model, dataset = build_recipe(task_class, config, work_dir)
 
     def train(steps):
         model.fit(dataset, epochs=1, steps_per_epoch=steps, verbose=0)

@@ -130,13 +130,19 @@ def test_update_anatomy_by_size_times_kernel_and_plain_ops(capsys):
         assert kernel > 0 and plain > 0 and ratio > 0
 
 
-@pytest.mark.slow  # reads the tiny BERT's training input for a second
-def test_input_teardown_times_deletions_with_autotuning_on_and_off(tmp_path, capsys):
+def _tiny_bert_config_file(tmp_path):
+    """A config of the tiny BERT on a few prepared documents (tests/tiny_bert_data.py)."""
     (tmp_path / "data").mkdir()
     data = tiny_bert_data.prepare(tmp_path / "data")
     config_file = tmp_path / "tiny.yaml"
     config_file.write_text(yaml.safe_dump(tiny_bert_data.config(
         data, micro_batch_size=8, steps=2, checkpoint_every=2, dropout_rate=0.0)))
+    return config_file
+
+
+@pytest.mark.slow  # reads the tiny BERT's training input for a second
+def test_input_teardown_times_deletions_with_autotuning_on_and_off(tmp_path, capsys):
+    config_file = _tiny_bert_config_file(tmp_path)
     report_path = tmp_path / "teardown.json"
     assert _load("input_teardown").main([
         "--config_file", str(config_file), "--work_dir", str(tmp_path / "work"),
@@ -159,3 +165,23 @@ def test_input_teardown_refuses_bad_arguments_with_status_2(argv, message, tmp_p
     assert _load("input_teardown").main([*argv, "--work_dir", str(tmp_path / "work")]) == 2
     assert message in capsys.readouterr().err
     assert not (tmp_path / "work").exists()  # found before any work
+
+
+@pytest.mark.slow  # trains the tiny BERT for 6 steps
+def test_loop_callbacks_times_each_hook_of_the_training_loop(tmp_path, capsys):
+    assert _load("loop_callbacks").main([
+        "--config_file", str(_tiny_bert_config_file(tmp_path)), "--work_dir",
+        str(tmp_path / "work"), "--steps", "1", "--chunks", "3", "--rounds", "1",
+        "--log_every", "1"]) == 0
+    rows = {line.split(" | ")[0].lstrip("| "): line for line in capsys.readouterr().out.splitlines()
+            if line.startswith("| ") and not line.startswith("| ---")}
+    # a checkpoint after each chunk; the TensorBoard scalars written after each step
+    assert "CheckpointEachEpoch.on_epoch_end" in rows and "all hooks" in rows
+    assert "TrainingScalars.on_train_batch_end" in rows
+    assert "--log_every=0 must be at least 1" in _refusal(["--log_every", "0"], tmp_path, capsys)
+
+
+def _refusal(argv, tmp_path, capsys):
+    assert _load("loop_callbacks").main([*argv, "--work_dir", str(tmp_path / "refused")]) == 2
+    assert not (tmp_path / "refused").exists()  # found before any work
+    return capsys.readouterr().err

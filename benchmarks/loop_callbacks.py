@@ -1,0 +1,128 @@
+"""Host time spent inside each callback of the recipes' training loop, against the whole `fit`.
+
+`recipes.common.training` runs `model.fit` with its own callbacks (checkpoint per chunk
+after a finite check, float16 skipped steps, Keras' TensorBoard, the extra TensorBoard
+scalars, the last logs, the progress line). Their hooks run on the host between two steps,
+so every millisecond in them is a millisecond the step waits. This runs the loop's own
+`fit` (one epoch per checkpoint chunk, a checkpoint after each) on the recipe's model and
+data at k = 1, with every hook of every callback timed, `--rounds` times after one warm-up
+round (tracing; the train graph is written to TensorBoard in it, once per run).
+
+Usage:
+  python benchmarks/loop_callbacks.py --work_dir /tmp/loop_callbacks        # tiny BERT
+  python benchmarks/loop_callbacks.py --steps 2 --chunks 2 --rounds 1 --work_dir /tmp/c  # CI
+Prints a Markdown table: milliseconds per round in each hook that took any, its share of
+the `fit`, and per step.
+"""
+import argparse
+import collections
+import contextlib
+import io
+import os
+import statistics
+import sys
+import tempfile
+import time
+
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if REPO_ROOT not in sys.path:
+    sys.path.insert(0, REPO_ROOT)
+
+from recipes.common import startup  # noqa: E402,F401  (legacy Keras, quiet C++)
+
+import tensorflow as tf  # noqa: E402
+import tf_keras  # noqa: E402
+
+from benchmarks.recipe_throughput import RECIPES, build_recipe  # noqa: E402
+from recipes.common import callbacks as callbacks_lib  # noqa: E402
+from recipes.common import config as config_lib  # noqa: E402
+from recipes.common import training  # noqa: E402
+
+HOOKS = ("on_train_begin", "on_epoch_begin", "on_train_batch_begin", "on_train_batch_end",
+         "on_epoch_end", "on_train_end")
+
+
+def _parse_arguments(argv):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--recipe", choices=sorted(RECIPES), default="bert")
+    parser.add_argument("--config_file",
+                        help="the recipe's config (default: configs/<recipe>/tiny_cpu.yaml)")
+    parser.add_argument("--work_dir", default="/tmp/loop_callbacks",
+                        help="where the recipe's data are prepared or reused, and the "
+                             "checkpoints written")
+    parser.add_argument("--steps", type=int, default=10, help="steps per checkpoint chunk")
+    parser.add_argument("--chunks", type=int, default=3, help="checkpoint chunks per round")
+    parser.add_argument("--rounds", type=int, default=3, help="timed rounds after one warm-up")
+    parser.add_argument("--log_every", type=int, default=5,
+                        help="train.log_every: steps between TensorBoard scalar writes")
+    return parser.parse_args(argv)
+
+
+def _time_every_hook(callbacks, spent):
+    """Wraps each hook of each callback to add its seconds to `spent[(class name, hook)]`."""
+    for callback in callbacks:
+        for hook in HOOKS:
+            def timed(*args, _hook=getattr(callback, hook),
+                      _key=(type(callback).__name__, hook), **kwargs):
+                started = time.perf_counter()
+                try:
+                    return _hook(*args, **kwargs)
+                finally:
+                    spent[_key] += time.perf_counter() - started
+            setattr(callback, hook, timed)
+
+
+def main(argv=None):
+    args = _parse_arguments(argv)
+    for flag in ("steps", "chunks", "rounds", "log_every"):
+        if getattr(args, flag) < 1:
+            print(f"--{flag}={getattr(args, flag)} must be at least 1", file=sys.stderr)
+            return 2
+    task_class, default_config = RECIPES[args.recipe][:2]
+    config = config_lib.load_config(task_class.config_class, [args.config_file or default_config])
+    config.train.global_batch_size = config.train.micro_batch_size  # k = 1
+    config.train.steps = max(config.train.steps, (args.rounds + 1) * args.chunks * args.steps)
+    os.makedirs(args.work_dir, exist_ok=True)
+    _, _, _, model, dataset = build_recipe(task_class, config, args.work_dir)
+    model_dir = tempfile.mkdtemp(dir=args.work_dir)
+    history = tf_keras.callbacks.History()
+    history.last_logs = {}
+    loop = training._Loop(  # pylint: disable=protected-access  (the loop's own callbacks)
+        model, training.make_checkpoint_manager(model, model_dir), history, model_dir,
+        config.train.global_batch_size, args.log_every,
+        [callbacks_lib.ProgressLine(config.train.steps, args.log_every)])
+    loop.preemption = tf_keras.callbacks.Callback()  # no SIGTERM handling here
+    spent = collections.defaultdict(float)
+    _time_every_hook(loop.callbacks, spent)
+    steps = args.chunks * args.steps
+    fit_s, hooks_s = [], collections.defaultdict(list)
+    for round_index in range(args.rounds + 1):
+        spent.clear()
+        started = time.perf_counter()
+        with contextlib.redirect_stdout(io.StringIO()):  # the progress lines
+            loop.fit_chunks(dataset, round_index * steps, (round_index + 1) * steps, args.steps)
+        if round_index:  # round 0: tracing, the train graph written
+            fit_s.append(time.perf_counter() - started)
+            for key in set(spent) | set(hooks_s):
+                hooks_s[key].append(spent.get(key, 0.0))
+    fit = statistics.median(fit_s)
+    print(f"{args.recipe} recipe's training loop, batch {config.train.micro_batch_size} "
+          f"(k = 1), {args.chunks} chunks of {args.steps} steps per round, log_every "
+          f"{args.log_every}; {args.rounds} timed rounds after 1 warm-up; {os.cpu_count()} "
+          f"CPU cores, TensorFlow {tf.__version__}; load average {os.getloadavg()[0]:.1f}")
+    print(f"fit: {fit:.2f} s per round (median), {fit / steps * 1e3:.0f} ms per step")
+    print("| callback hook | ms per round (median) | share of the fit | ms per step |")
+    print("| --- | ---: | ---: | ---: |")
+    total = 0.0
+    for (name, hook), values in sorted(hooks_s.items(), key=lambda item: -sum(item[1])):
+        median = statistics.median(values)
+        total += median
+        if median >= 1e-3:
+            print(f"| {name}.{hook} | {median * 1e3:.1f} | {median / fit:.1%} "
+                  f"| {median / steps * 1e3:.2f} |")
+    print(f"| all hooks | {total * 1e3:.1f} | {total / fit:.1%} | {total / steps * 1e3:.2f} |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
