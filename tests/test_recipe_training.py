@@ -101,6 +101,19 @@ def test_one_dataset_and_one_fit_run_through_the_chunks_with_a_checkpoint_each(t
     assert saved == ["ckpt-2", "ckpt-4", "ckpt-6"]
 
 
+def test_keras_step_scalars_reach_tensorboard_every_log_interval(tmp_path):
+    """Keras' batch-level scalars (`batch_loss`) at the steps of every `every` (here
+    checkpoint_every = 2), whatever step a fit starts at."""
+    model_dir = str(tmp_path)
+    _train(_model(), model_dir, steps=2)
+    _train(_model(), model_dir, steps=6)  # a resumed run: its own fit from step 2
+    steps = sorted(event.step
+                   for path in tf.io.gfile.glob(os.path.join(model_dir, "train", "events.*"))
+                   for event in tf.compat.v1.train.summary_iterator(path)
+                   for value in event.summary.value if value.tag == "batch_loss")
+    assert steps == [2, 4, 6]
+
+
 def test_the_train_graph_reaches_tensorboard_once_per_run_not_once_per_fit(tmp_path, monkeypatch):
     """Keras' TensorBoard callback writes the model and its train graph at the start of every
     `fit`; the loop runs a `fit` per CHUNKS_PER_FIT chunks and writes them once."""

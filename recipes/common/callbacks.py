@@ -125,6 +125,22 @@ class StepCounterFromOptimizer(tf_keras.callbacks.Callback):
         counter.assign(tf.cast(self.model.optimizer.iterations, counter.dtype))
 
 
+class TensorBoard(tf_keras.callbacks.TensorBoard):
+    """Keras' TensorBoard callback, a step's scalars handed to it only on the steps it
+    writes them (every `update_freq` steps).
+
+    Keras decides inside each `tf.summary.scalar` of each step's logs, by an eager
+    `record_if(step % update_freq == 0)`: on the main job's tiny BERT 5.8 ms of every step
+    (benchmarks/loop_callbacks.py). This asks once per step, the same question of the same
+    step counter (Keras' `_train_step`, the model's train counter), and leaves everything
+    else to Keras."""
+
+    def on_train_batch_end(self, batch, logs=None):
+        if self._should_write_train_graph or not (
+                int(self._train_step.numpy()) % self.update_freq):
+            super().on_train_batch_end(batch, logs)
+
+
 class TrainingScalars(tf_keras.callbacks.Callback):
     """TensorBoard scalars Keras does not write: learning rate, examples/s, and the model's
     own diagnostics (global gradient norm, per-layer trust ratios) when it exposes them."""

@@ -212,7 +212,7 @@ class _Loop:
         self.skipped_steps = callbacks_lib.SkippedSteps(model_dir)
         self.chunk = None  # (start, end) of the chunk in progress, for error messages
         self._chunks = {}  # epoch -> (start, end) of the current `fit`
-        self._tensorboard = tf_keras.callbacks.TensorBoard(log_dir=model_dir, update_freq=every)
+        self._tensorboard = callbacks_lib.TensorBoard(log_dir=model_dir, update_freq=every)
         self.callbacks = [
             tf_keras.callbacks.LambdaCallback(
                 on_epoch_begin=lambda epoch, logs: setattr(self, "chunk", self._chunks[epoch])),
