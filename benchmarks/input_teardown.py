@@ -35,8 +35,7 @@ from recipes.common import startup  # noqa: E402,F401  (legacy Keras, quiet C++)
 
 import tensorflow as tf  # noqa: E402
 
-from benchmarks.recipe_throughput import RECIPES  # noqa: E402
-from recipes.common import config as config_lib  # noqa: E402
+from benchmarks import recipe_throughput  # noqa: E402
 from recipes.common import driver  # noqa: E402
 
 SLOW_S = 1.0  # a deletion slower than this is counted as a wait
@@ -44,9 +43,7 @@ SLOW_S = 1.0  # a deletion slower than this is counted as a wait
 
 def _parse_arguments(argv):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--recipe", choices=sorted(RECIPES), default="bert")
-    parser.add_argument("--config_file",
-                        help="the recipe's config (default: configs/<recipe>/tiny_cpu.yaml)")
+    recipe_throughput.add_recipe_flags(parser)
     parser.add_argument("--work_dir", default="/tmp/input_teardown",
                         help="where the recipe's data are prepared or reused")
     parser.add_argument("--seconds", type=float, default=25.0,
@@ -102,8 +99,7 @@ def main(argv=None):
     if problem:
         print(problem, file=sys.stderr)
         return 2
-    task_class, default_config = RECIPES[args.recipe][:2]
-    config = config_lib.load_config(task_class.config_class, [args.config_file or default_config])
+    task_class, _, config = recipe_throughput.load_recipe_config(args)
     config.train.global_batch_size = config.train.micro_batch_size
     task = task_class(config)
     task.check_config()

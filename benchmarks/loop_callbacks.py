@@ -33,9 +33,8 @@ from recipes.common import startup  # noqa: E402,F401  (legacy Keras, quiet C++)
 import tensorflow as tf  # noqa: E402
 import tf_keras  # noqa: E402
 
-from benchmarks.recipe_throughput import RECIPES, build_recipe  # noqa: E402
+from benchmarks import recipe_throughput  # noqa: E402
 from recipes.common import callbacks as callbacks_lib  # noqa: E402
-from recipes.common import config as config_lib  # noqa: E402
 from recipes.common import training  # noqa: E402
 
 HOOKS = ("on_train_begin", "on_epoch_begin", "on_train_batch_begin", "on_train_batch_end",
@@ -44,9 +43,7 @@ HOOKS = ("on_train_begin", "on_epoch_begin", "on_train_batch_begin", "on_train_b
 
 def _parse_arguments(argv):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--recipe", choices=sorted(RECIPES), default="bert")
-    parser.add_argument("--config_file",
-                        help="the recipe's config (default: configs/<recipe>/tiny_cpu.yaml)")
+    recipe_throughput.add_recipe_flags(parser)
     parser.add_argument("--work_dir", default="/tmp/loop_callbacks",
                         help="where the recipe's data are prepared or reused, and the "
                              "checkpoints written")
@@ -78,12 +75,11 @@ def main(argv=None):
         if getattr(args, flag) < 1:
             print(f"--{flag}={getattr(args, flag)} must be at least 1", file=sys.stderr)
             return 2
-    task_class, default_config = RECIPES[args.recipe][:2]
-    config = config_lib.load_config(task_class.config_class, [args.config_file or default_config])
+    task_class, _, config = recipe_throughput.load_recipe_config(args)
     config.train.global_batch_size = config.train.micro_batch_size  # k = 1
     config.train.steps = max(config.train.steps, (args.rounds + 1) * args.chunks * args.steps)
     os.makedirs(args.work_dir, exist_ok=True)
-    _, _, _, model, dataset = build_recipe(task_class, config, args.work_dir)
+    _, _, _, model, dataset = recipe_throughput.build_recipe(task_class, config, args.work_dir)
     model_dir = tempfile.mkdtemp(dir=args.work_dir)
     history = tf_keras.callbacks.History()
     history.last_logs = {}

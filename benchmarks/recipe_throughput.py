@@ -151,11 +151,24 @@ def _summary(samples):
             "max": max(samples), "samples": samples}
 
 
-def _parse_arguments(argv):
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def add_recipe_flags(parser):
+    """--recipe and --config_file, as every benchmark of a recipe takes them."""
     parser.add_argument("--recipe", choices=sorted(RECIPES), default="bert")
     parser.add_argument("--config_file",
                         help="the recipe's config (default: configs/<recipe>/tiny_cpu.yaml)")
+
+
+def load_recipe_config(args, params_override=""):
+    """(task class, config file, config) of --recipe and --config_file."""
+    task_class, default_config = RECIPES[args.recipe][:2]
+    config_file = args.config_file or default_config
+    return (task_class, config_file,
+            config_lib.load_config(task_class.config_class, [config_file], params_override))
+
+
+def _parse_arguments(argv):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    add_recipe_flags(parser)
     parser.add_argument("--params_override", default="",
                         help="recipe config overrides, as the recipe's flag")
     parser.add_argument("--work_dir", default="/tmp/recipe_throughput",
@@ -294,10 +307,8 @@ def _print_report(report):
 
 def main(argv=None):
     args = _parse_arguments(argv)
-    task_class, default_config, model_garden_side = RECIPES[args.recipe]
-    config_file = args.config_file or default_config
-    config = config_lib.load_config(task_class.config_class, [config_file],
-                                    args.params_override)
+    task_class, config_file, config = load_recipe_config(args, args.params_override)
+    model_garden_side = RECIPES[args.recipe][2]
     problem = _incomparable(args, config)
     if problem:
         print(problem, file=sys.stderr)
