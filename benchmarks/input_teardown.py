@@ -36,7 +36,6 @@ from recipes.common import startup  # noqa: E402,F401  (legacy Keras, quiet C++)
 import tensorflow as tf  # noqa: E402
 
 from benchmarks import recipe_throughput  # noqa: E402
-from recipes.common import driver  # noqa: E402
 
 SLOW_S = 1.0  # a deletion slower than this is counted as a wait
 
@@ -101,12 +100,8 @@ def main(argv=None):
         return 2
     task_class, _, config = recipe_throughput.load_recipe_config(args)
     config.train.global_batch_size = config.train.micro_batch_size
-    task = task_class(config)
-    task.check_config()
     os.makedirs(args.work_dir, exist_ok=True)
-    task.prepare(args.work_dir, "train")
-    strategy = tf.distribute.get_strategy()
-    plan = driver.plan_batch(config, strategy.num_replicas_in_sync)
+    task, strategy, plan = recipe_throughput.prepare_recipe(task_class, config, args.work_dir)
     stop = threading.Event()
     busy = threading.Thread(target=_keep_cores_busy, args=(stop,), daemon=True)
     busy.start()

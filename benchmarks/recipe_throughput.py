@@ -89,14 +89,20 @@ RECIPES = {
 }
 
 
-def build_recipe(task_class, config, work_dir):
-    """(task, strategy, plan, compiled model, the first chunk's training dataset, endless)
-    as `recipes/common/driver.py` builds them, the data prepared in `work_dir`."""
+def prepare_recipe(task_class, config, work_dir):
+    """(task, strategy, batch plan) as `recipes/common/driver.py` makes them, the data
+    prepared in `work_dir`."""
     task = task_class(config)
     task.check_config()
     task.prepare(work_dir, "train")
     strategy = tf.distribute.get_strategy()
-    plan = driver.plan_batch(config, strategy.num_replicas_in_sync)
+    return task, strategy, driver.plan_batch(config, strategy.num_replicas_in_sync)
+
+
+def build_recipe(task_class, config, work_dir):
+    """(task, strategy, plan, compiled model, the first chunk's training dataset, endless)
+    as `recipes/common/driver.py` builds them, the data prepared in `work_dir`."""
+    task, strategy, plan = prepare_recipe(task_class, config, work_dir)
     model, _ = driver.compile_model(task, strategy, plan)
     # the rounds of the benchmarks read past any chunk's end
     dataset = strategy.distribute_datasets_from_function(

@@ -127,18 +127,24 @@ class StepCounterFromOptimizer(tf_keras.callbacks.Callback):
 
 class TensorBoard(tf_keras.callbacks.TensorBoard):
     """Keras' TensorBoard callback, a step's scalars handed to it only on the steps it
-    writes them (every `update_freq` steps).
+    writes them (every `update_freq` steps), and the model and its train graph written at
+    the first `fit` only.
 
     Keras decides inside each `tf.summary.scalar` of each step's logs, by an eager
     `record_if(step % update_freq == 0)`: on the main job's tiny BERT 5.8 ms of every step
     (benchmarks/loop_callbacks.py). This asks once per step, the same question of the same
     step counter (Keras' `_train_step`, the model's train counter), and leaves everything
-    else to Keras."""
+    else to Keras. Keras also writes the graph at the start of every `fit` (about 180 ms
+    each on the tiny BERT); the loop runs a `fit` per `CHUNKS_PER_FIT` chunks."""
 
     def on_train_batch_end(self, batch, logs=None):
         if self._should_write_train_graph or not (
                 int(self._train_step.numpy()) % self.update_freq):
             super().on_train_batch_end(batch, logs)
+
+    def on_train_end(self, logs=None):
+        super().on_train_end(logs)
+        self.write_graph = False  # written once
 
 
 class TrainingScalars(tf_keras.callbacks.Callback):

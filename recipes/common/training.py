@@ -212,14 +212,13 @@ class _Loop:
         self.skipped_steps = callbacks_lib.SkippedSteps(model_dir)
         self.chunk = None  # (start, end) of the chunk in progress, for error messages
         self._chunks = {}  # epoch -> (start, end) of the current `fit`
-        self._tensorboard = callbacks_lib.TensorBoard(log_dir=model_dir, update_freq=every)
         self.callbacks = [
             tf_keras.callbacks.LambdaCallback(
                 on_epoch_begin=lambda epoch, logs: setattr(self, "chunk", self._chunks[epoch])),
             callbacks_lib.StepCounterFromOptimizer(),
             self.skipped_steps,
             callbacks_lib.CheckpointEachEpoch(manager),
-            self._tensorboard,
+            callbacks_lib.TensorBoard(log_dir=model_dir, update_freq=every),
             callbacks_lib.TrainingScalars(model_dir, global_batch_size, every),
             callbacks_lib.LastLogs(history),
             history,
@@ -249,8 +248,6 @@ class _Loop:
         finally:
             self.model.train_function = train_function.function
             train_function.delete_iterator_in_background()
-        # Keras writes the model and its train graph at every `fit`'s start: once is enough
-        self._tensorboard.write_graph = False
         self.epochs.extend(range(first, first + len(chunks)))
         self.history.epoch = self.epochs
 
@@ -276,11 +273,9 @@ class KeepsItsIterator:
         return self.function(iterator)
 
     def delete_iterator_in_background(self):
-        """Drops the last reference to the iterator on a new (non-daemon) thread; returns it."""
+        """Drops the last reference to the iterator on a new (non-daemon) thread."""
         held, self.iterator = [self.iterator], None
-        thread = threading.Thread(target=held.clear, name="delete the input iterator")
-        thread.start()
-        return thread
+        threading.Thread(target=held.clear, name="delete the input iterator").start()
 
 
 def _worker_lost(model, error, chunk, checkpoint_dir):
