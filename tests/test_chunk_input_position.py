@@ -15,7 +15,10 @@ import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
+import tiny_bert_data  # noqa: E402
 from recipes.bert import finetune_data  # noqa: E402
+from recipes.bert import pretrain as bert_pretrain  # noqa: E402
+from recipes.bert.config import BertPretrainingConfig  # noqa: E402
 from recipes.common import task as task_lib  # noqa: E402
 from recipes.common.task import chunk_input_position  # noqa: E402
 from recipes.resnet import convert  # noqa: E402
@@ -103,6 +106,35 @@ def test_one_dataset_over_chunks_holds_each_chunks_own_pipeline_batches(digits_p
               + _chunk_labels(task, seed + 3 * CHECKPOINT_EVERY, 0, 1))
     assert len(joined) == len(afresh) == 3 * CHECKPOINT_EVERY - 1
     np.testing.assert_array_equal(np.stack(joined), np.stack(afresh))
+
+
+def test_bert_one_dataset_over_chunks_holds_each_chunks_own_pipeline_batches(tmp_path):
+    """The BERT pipeline (Model Garden's reader) of each chunk, joined into the one dataset
+    of a `fit`: from mid-chunk 0 (a resumed run) into chunk 2."""
+    config = BertPretrainingConfig()
+    config.data.seq_length = tiny_bert_data.SEQ_LENGTH
+    config.data.max_predictions_per_seq = tiny_bert_data.MAX_PREDICTIONS_PER_SEQ
+    config.train.global_batch_size = config.train.micro_batch_size = 4
+    config.train.checkpoint_every, config.train.steps = CHECKPOINT_EVERY, 4 * CHECKPOINT_EVERY
+    task = bert_pretrain.BertPretraining(config)
+    task.data = tiny_bert_data.prepare(tmp_path)
+    seed = config.train.seed
+
+    def word_ids(dataset, steps):
+        return [batch[0]["input_word_ids"].numpy() for batch in dataset.take(steps)]
+
+    def chunk(seed, steps_to_skip, steps):
+        return word_ids(task.train_replica_dataset(tf.distribute.InputContext(), PLAN, seed,
+                                                   steps_to_skip), steps)
+
+    joined = word_ids(task_lib.train_dataset(task, tf.distribute.get_strategy(), PLAN, 1,
+                                             2 * CHECKPOINT_EVERY + 2), 2 * CHECKPOINT_EVERY + 1)
+    afresh = (chunk(seed, 1, CHECKPOINT_EVERY - 1)
+              + chunk(seed + CHECKPOINT_EVERY, 0, CHECKPOINT_EVERY)
+              + chunk(seed + 2 * CHECKPOINT_EVERY, 0, 2))
+    np.testing.assert_array_equal(np.stack(joined), np.stack(afresh))
+    # and the chunks differ: each is shuffled with its own seed
+    assert not np.array_equal(np.stack(afresh[:3]), np.stack(afresh[3:6]))
 
 
 def test_the_dataset_of_a_fit_goes_on_with_its_last_chunk_like_a_chunk_pipeline(

@@ -114,6 +114,42 @@ def test_keras_step_scalars_reach_tensorboard_every_log_interval(tmp_path):
     assert steps == [2, 4, 6]
 
 
+def test_training_scalars_hold_the_learning_rate_and_the_optimizers_trust_ratios(tmp_path):
+    """`train_scalars`: every `log_every` steps the learning rate of that step's update,
+    examples/s and each variable's trust ratio as the optimizer reports it."""
+    from lamb_tf import tf_keras_optimizers
+
+    model = _model()
+    schedule = tf_keras.optimizers.schedules.PolynomialDecay(0.1, 10, 0.0)
+    model.compile(optimizer=tf_keras_optimizers.LAMB(schedule), loss="mse")
+    reported = {}
+
+    class TrustRatios(tf_keras.callbacks.Callback):
+        def on_train_batch_end(self, batch, logs=None):
+            step = int(self.model.optimizer.iterations.numpy())
+            reported[step] = self.model.optimizer.trust_ratios()
+
+    training.train(model, _dataset_maker(), model_dir=str(tmp_path), total_steps=6,
+                   checkpoint_every=2, log_every=2, global_batch_size=BATCH, verbose=0,
+                   callbacks=[TrustRatios()])
+    written = {}
+    for path in tf.io.gfile.glob(os.path.join(tmp_path, "train_scalars", "events.*")):
+        for event in tf.compat.v1.train.summary_iterator(path):
+            for value in event.summary.value:
+                written.setdefault(event.step, {})[value.tag] = float(
+                    tf.make_ndarray(value.tensor))
+    assert sorted(written) == [3, 5]  # every 2 steps from the first step this run saw
+    for step, scalars in written.items():
+        # the rate of the step's own update: the schedule at the step count before it
+        assert scalars.pop("learning_rate") == pytest.approx(0.1 * (1 - (step - 1) / 10),
+                                                             rel=1e-6)
+        assert 0 < scalars.pop("examples_per_second") < float("inf")
+        assert scalars.pop("global_gradient_norm", None) is None  # not a GradientAccumulationModel
+        assert scalars == pytest.approx(
+            {f"trust_ratio/{path}": ratio for path, ratio in reported[step].items()}, rel=1e-6)
+        assert len(scalars) == 4 and all(ratio > 0 for ratio in scalars.values())
+
+
 def test_the_train_graph_reaches_tensorboard_once_per_run_not_once_per_fit(tmp_path, monkeypatch):
     """Keras' TensorBoard callback writes the model and its train graph at the start of every
     `fit`; the loop runs a `fit` per CHUNKS_PER_FIT chunks and writes them once."""
