@@ -60,7 +60,8 @@ def trust_ratio(x_norm, u_norm, coefficient=1.0, phi_bounds=None):
       from zero, or the ratio would be undefined).
     """
     # φ(‖x‖): the identity, or the paper's clip to [γ_l, γ_u]
-    phi = x_norm if phi_bounds is None else tf.clip_by_value(x_norm, phi_bounds[0], phi_bounds[1])
+    phi = (x_norm if phi_bounds is None
+           else tf.clip_by_value(x_norm, phi_bounds[0], phi_bounds[1]))
     # both norms positive: the ratio is defined and meaningful
     defined = tf.logical_and(x_norm > 0, u_norm > 0)
     # divide by ‖u‖ only where it is positive, so no inf/nan is ever formed (XLA-safe)
@@ -139,7 +140,8 @@ def lamb_step(x, g, m, v, t, eta, beta_1, beta_2, epsilon, weight_decay_rate, *,
     # u_t = r_t + λ x_t
     u = r + weight_decay_rate * x if decay else r
     # φ(‖x_t‖) / ‖u_t‖, or 1 for a variable excluded from layer adaptation
-    ratio = trust_ratio(l2_norm(x), l2_norm(u), phi_bounds=phi_bounds) if adapt else tf.ones([], dtype)
+    ratio = (trust_ratio(l2_norm(x), l2_norm(u), phi_bounds=phi_bounds) if adapt
+             else tf.ones([], dtype))
     # x_{t+1} = x_t - η_t · ratio · u_t
     x = x - tf.cast(eta, dtype) * ratio * u
     return x, m, v, ratio
@@ -169,7 +171,8 @@ def lars_step(x, g, velocity, eta, momentum, weight_decay_rate, eeta, *,
     g = g + weight_decay_rate * x if decay else g
     if classic_momentum:
         # ρ = eeta · ‖x_t‖ / ‖g_t‖
-        ratio = trust_ratio(l2_norm(x), l2_norm(g), coefficient=eeta) if adapt else tf.ones([], dtype)
+        ratio = (trust_ratio(l2_norm(x), l2_norm(g), coefficient=eeta) if adapt
+                 else tf.ones([], dtype))
         # v_t = μ v_{t-1} + η_t ρ g_t
         velocity = momentum * velocity + eta * ratio * g
         # step: μ v_t + η_t ρ g_t (Nesterov) or v_t
@@ -180,7 +183,8 @@ def lars_step(x, g, velocity, eta, momentum, weight_decay_rate, eeta, *,
         # d_t = μ v_t + g_t (Nesterov) or v_t
         direction = momentum * velocity + g if nesterov else velocity
         # ρ = eeta · ‖x_t‖ / ‖d_t‖
-        ratio = trust_ratio(l2_norm(x), l2_norm(direction), coefficient=eeta) if adapt else tf.ones([], dtype)
+        ratio = (trust_ratio(l2_norm(x), l2_norm(direction), coefficient=eeta) if adapt
+                 else tf.ones([], dtype))
         # step: η_t ρ d_t
         step = eta * ratio * direction
     # x_{t+1} = x_t - step

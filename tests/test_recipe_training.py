@@ -201,6 +201,34 @@ def test_each_fits_input_iterator_is_deleted_after_the_fit_on_a_thread_of_its_ow
     assert isinstance(model.train_function, tf.types.experimental.GenericFunction)
 
 
+def test_an_evaluations_input_iterator_is_deleted_after_it_on_a_thread_of_its_own(
+        monkeypatch):
+    """The driver's evaluation (`input_iterator_deleted_in_background(model,
+    "test_function")` around `task.evaluate`): the iterator is deleted off the main thread,
+    after `evaluate` returned its results; Keras' own test function is put back."""
+    events = []
+    original_iter = tf.data.Dataset.__iter__
+
+    def iter_and_watch(dataset):
+        iterator = original_iter(dataset)
+        weakref.finalize(iterator, lambda: events.append(
+            ("deleted", threading.current_thread() is threading.main_thread())))
+        return iterator
+
+    monkeypatch.setattr(tf.data.Dataset, "__iter__", iter_and_watch)
+    model = _model()
+    threads_before = set(threading.enumerate())
+    with training.input_iterator_deleted_in_background(model, "test_function"):
+        loss = model.evaluate(_dataset_maker()(0).take(3), verbose=0)
+        events.append(("evaluated", np.isfinite(loss)))
+    for thread in set(threading.enumerate()) - threads_before:
+        thread.join(timeout=120)
+    # (Keras makes a first iterator of a finite dataset and drops it unread for a new one)
+    evaluated = events.index(("evaluated", True))
+    assert events[evaluated:] == [("evaluated", True), ("deleted", False)], events
+    assert isinstance(model.test_function, tf.types.experimental.GenericFunction)
+
+
 def test_fits_finish_a_stopped_chunk_alone_then_take_up_to_chunks_per_fit():
     every, per_fit = 4, training.CHUNKS_PER_FIT
     total = (2 * per_fit + 1) * every

@@ -184,9 +184,10 @@ def write_scalars(writer, step, scalars):
     """Writes `scalars` ({tag: float}) at `step` as one TensorBoard event: the Summary of
     one `tf.summary.scalar` per tag (TensorBoard's own `scalar_pb`), in one eager op.
 
-    The recipes write about 50 scalars every `log_every` steps (the trust ratios); one
-    `tf.summary.scalar` each took 36-39 ms per write on the main job's machine, this 1-2 ms.
-    Keras' TensorBoard callback keeps a `record_if(step % update_freq == 0)` in force
+    The recipes write about 50 scalars every `log_every` steps (the trust ratios); with
+    one eager `tf.summary.scalar` each, `TrainingScalars` took 10.0 ms of every step of the
+    main job's tiny BERT at `log_every` 5, and 1.6 ms this way (benchmarks/loop_callbacks.py,
+    docs/performance.md). Keras' TensorBoard callback keeps a `record_if(step % update_freq == 0)` in force
     during fit, and these writes may fall on other steps: recorded regardless."""
     summary = summary_pb2.Summary()
     for tag, value in sorted(scalars.items()):

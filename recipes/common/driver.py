@@ -265,7 +265,9 @@ class _Run:
     def evaluate(self, when):
         """Held-out metrics: printed on one line, TensorBoard `eval/`, returned as floats."""
         try:
-            results = self.task.evaluate(self.model, self.strategy)
+            # the input iterator deleted after evaluate returns, not inside it (as in training)
+            with training.input_iterator_deleted_in_background(self.model, "test_function"):
+                results = self.task.evaluate(self.model, self.strategy)
         except _INPUT_ERRORS as error:
             raise self.task.explain_input_error(error, "eval") or error
         results = {name: float(value) for name, value in results.items()}

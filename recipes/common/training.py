@@ -16,6 +16,7 @@ autotuning thread's next scheduled optimisation (up to a minute; 15.8 s in 2 of 
 of the tiny BERT's pipeline, none with autotuning off: benchmarks/input_teardown.py,
 docs/performance.md). The deletion releases Python's lock while it waits, so the next
 `fit`, the evaluation and the export go on meanwhile; the process waits for it at exit.
+The driver does the same with the evaluation's iterator (`input_iterator_deleted_in_background`).
 
 Non-finite values never reach a checkpoint: a non-finite loss stops training at once
 (unless a LossScaleOptimizer skips such steps: float16), and before each save every
@@ -25,6 +26,7 @@ resumes from that step (recipes/common/preemption.py). See docs/reliability.md f
 guarantees.
 """
 
+import contextlib
 import threading
 
 import tensorflow as tf
@@ -234,9 +236,7 @@ class _Loop:
         chunks = list(checkpoint_chunks(start, end, checkpoint_every))
         first = len(self.epochs)
         self._chunks = dict(enumerate(chunks, start=first))
-        train_function = KeepsItsIterator(self.model.make_train_function())
-        self.model.train_function = train_function  # what `fit` calls (Keras reuses it)
-        try:
+        with input_iterator_deleted_in_background(self.model, "train_function"):
             self.model.fit(
                 dataset,
                 initial_epoch=first,
@@ -245,9 +245,6 @@ class _Loop:
                 callbacks=self.callbacks + [self.preemption],
                 verbose=0,
             )
-        finally:
-            self.model.train_function = train_function.function
-            train_function.delete_iterator_in_background()
         self.epochs.extend(range(first, first + len(chunks)))
         self.history.epoch = self.epochs
 
@@ -260,10 +257,26 @@ class _Loop:
             )
 
 
+@contextlib.contextmanager
+def input_iterator_deleted_in_background(model, function_name):
+    """Within it, the input iterator of `model.fit` (`function_name="train_function"`) or
+    `model.evaluate` (`"test_function"`) is deleted on a thread of its own after the call
+    instead of inside it (see the module docstring); Keras' own function is put back."""
+    make_function = {"train_function": model.make_train_function,
+                     "test_function": model.make_test_function}[function_name]
+    function = KeepsItsIterator(make_function())
+    setattr(model, function_name, function)  # what fit / evaluate call (Keras reuses it)
+    try:
+        yield
+    finally:
+        setattr(model, function_name, function.function)
+        function.delete_iterator_in_background()
+
+
 class KeepsItsIterator:
-    """A Keras train function that keeps the input iterator `fit` passes it, so that the
-    iterator outlives `fit` and `delete_iterator_in_background` deletes it (see the module
-    docstring)."""
+    """A Keras train or test function that keeps the input iterator `fit` or `evaluate`
+    passes it, so that the iterator outlives the call and `delete_iterator_in_background`
+    deletes it."""
 
     def __init__(self, function):
         self.function, self.iterator = function, None
