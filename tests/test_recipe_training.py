@@ -168,13 +168,8 @@ def test_the_train_graph_reaches_tensorboard_once_per_run_not_once_per_fit(tmp_p
     assert (graphs, model_summaries) == (1, 1)
 
 
-def test_each_fits_input_iterator_is_deleted_after_the_fit_on_a_thread_of_its_own(
-        tmp_path, monkeypatch):
-    """A fit's iterator is deleted off the main thread (a tf.data deletion can wait for its
-    autotuning thread: benchmarks/input_teardown.py), after that fit's last step; Keras' own
-    train function is left in place."""
-    monkeypatch.setattr(training, "CHUNKS_PER_FIT", 1)
-    events = []
+def _record_iterator_deletions(monkeypatch, events):
+    """Appends ("deleted", on the main thread?) to `events` as each dataset iterator goes."""
     original_iter = tf.data.Dataset.__iter__
 
     def iter_and_watch(dataset):
@@ -183,17 +178,31 @@ def test_each_fits_input_iterator_is_deleted_after_the_fit_on_a_thread_of_its_ow
             ("deleted", threading.current_thread() is threading.main_thread())))
         return iterator
 
+    monkeypatch.setattr(tf.data.Dataset, "__iter__", iter_and_watch)
+
+
+def _join_new_threads(threads_before):
+    for thread in set(threading.enumerate()) - threads_before:
+        thread.join(timeout=120)
+
+
+def test_each_fits_input_iterator_is_deleted_after_the_fit_on_a_thread_of_its_own(
+        tmp_path, monkeypatch):
+    """A fit's iterator is deleted off the main thread (a tf.data deletion can wait for its
+    autotuning thread: benchmarks/input_teardown.py), after that fit's last step; Keras' own
+    train function is left in place."""
+    monkeypatch.setattr(training, "CHUNKS_PER_FIT", 1)
+    events = []
     class Steps(tf_keras.callbacks.Callback):
         def on_train_batch_end(self, batch, logs=None):
             events.append(("step", int(self.model.optimizer.iterations.numpy())))
 
-    monkeypatch.setattr(tf.data.Dataset, "__iter__", iter_and_watch)
+    _record_iterator_deletions(monkeypatch, events)
     model = _model()
     threads_before = set(threading.enumerate())
     training.train(model, _dataset_maker(), model_dir=str(tmp_path), total_steps=4,
                    checkpoint_every=2, global_batch_size=BATCH, verbose=0, callbacks=[Steps()])
-    for thread in set(threading.enumerate()) - threads_before:
-        thread.join(timeout=120)
+    _join_new_threads(threads_before)
     assert [value for what, value in events if what == "step"] == [1, 2, 3, 4]
     deletions = [index for index, (what, _) in enumerate(events) if what == "deleted"]
     assert len(deletions) == 2 and deletions[0] > events.index(("step", 2)), events
@@ -207,22 +216,13 @@ def test_an_evaluations_input_iterator_is_deleted_after_it_on_a_thread_of_its_ow
     "test_function")` around `task.evaluate`): the iterator is deleted off the main thread,
     after `evaluate` returned its results; Keras' own test function is put back."""
     events = []
-    original_iter = tf.data.Dataset.__iter__
-
-    def iter_and_watch(dataset):
-        iterator = original_iter(dataset)
-        weakref.finalize(iterator, lambda: events.append(
-            ("deleted", threading.current_thread() is threading.main_thread())))
-        return iterator
-
-    monkeypatch.setattr(tf.data.Dataset, "__iter__", iter_and_watch)
+    _record_iterator_deletions(monkeypatch, events)
     model = _model()
     threads_before = set(threading.enumerate())
     with training.input_iterator_deleted_in_background(model, "test_function"):
         loss = model.evaluate(_dataset_maker()(0).take(3), verbose=0)
         events.append(("evaluated", np.isfinite(loss)))
-    for thread in set(threading.enumerate()) - threads_before:
-        thread.join(timeout=120)
+    _join_new_threads(threads_before)
     # (Keras makes a first iterator of a finite dataset and drops it unread for a new one)
     evaluated = events.index(("evaluated", True))
     assert events[evaluated:] == [("evaluated", True), ("deleted", False)], events
