@@ -187,8 +187,9 @@ def write_scalars(writer, step, scalars):
     The recipes write about 50 scalars every `log_every` steps (the trust ratios); with
     one eager `tf.summary.scalar` each, `TrainingScalars` took 10.0 ms of every step of the
     main job's tiny BERT at `log_every` 5, and 1.6 ms this way (benchmarks/loop_callbacks.py,
-    docs/performance.md). Keras' TensorBoard callback keeps a `record_if(step % update_freq == 0)` in force
-    during fit, and these writes may fall on other steps: recorded regardless."""
+    docs/performance.md). Keras' TensorBoard callback keeps a `record_if(step %
+    update_freq == 0)` in force during fit, and these writes may fall on other steps:
+    recorded regardless."""
     summary = summary_pb2.Summary()
     for tag, value in sorted(scalars.items()):
         summary.value.extend(scalar_summary.scalar_pb(tag, value).value)
