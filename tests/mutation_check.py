@@ -106,8 +106,8 @@ MUTATIONS = [
         "lamb_decay_outside_trust_ratio", "LAMB: the trust ratio is taken from ‖r‖ without λx "
         "(weight decay outside the ratio, as keras.optimizers.Lamb does)",
         "lamb_tf/update_rules.py",
-        "    ratio = trust_ratio(l2_norm(x), l2_norm(u), phi_bounds=phi_bounds) if adapt else tf.ones([], dtype)",
-        "    ratio = trust_ratio(l2_norm(x), l2_norm(r), phi_bounds=phi_bounds) if adapt else tf.ones([], dtype)",
+        "    ratio = (trust_ratio(l2_norm(x), l2_norm(u), phi_bounds=phi_bounds) if adapt",
+        "    ratio = (trust_ratio(l2_norm(x), l2_norm(r), phi_bounds=phi_bounds) if adapt",
         ["tests/test_matches_numpy_reference.py", "tests/test_keras_lamb_difference.py"],
         [rf"test_lamb_matches_reference\[.*{flavour}\]" for flavour in BOTH]),
     Mutation(
