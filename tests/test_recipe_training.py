@@ -193,6 +193,7 @@ def test_each_fits_input_iterator_is_deleted_after_the_fit_on_a_thread_of_its_ow
     train function is left in place."""
     monkeypatch.setattr(training, "CHUNKS_PER_FIT", 1)
     events = []
+
     class Steps(tf_keras.callbacks.Callback):
         def on_train_batch_end(self, batch, logs=None):
             events.append(("step", int(self.model.optimizer.iterations.numpy())))

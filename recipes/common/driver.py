@@ -21,6 +21,7 @@ from absl import logging as absl_logging
 
 from lamb_tf import accumulation
 from lamb_tf.noise_scale import NOISE_SCALE_LOG
+from recipes.common import callbacks as callbacks_lib
 from recipes.common import checkpoints, config_help, errors, exclusion_report
 from recipes.common import config as config_lib
 from recipes.common import native_log
@@ -272,11 +273,8 @@ class _Run:
             raise self.task.explain_input_error(error, "eval") or error
         results = {name: float(value) for name, value in results.items()}
         step = int(self.model.optimizer.iterations.numpy())
-        writer = tf.summary.create_file_writer(os.path.join(self.model_dir, "eval"))
-        with writer.as_default(step=step):
-            for name, value in results.items():
-                tf.summary.scalar(name, value)
-        writer.flush()
+        callbacks_lib.write_scalars(
+            tf.summary.create_file_writer(os.path.join(self.model_dir, "eval")), step, results)
         if not math.isfinite(results.get("loss", 0.0)):
             raise TrainingDiverged(f"eval loss is {results['loss']}; the model diverged")
         print(f"held-out {self.task.describe_evaluation(results)}  [{when}]", flush=True)
