@@ -93,6 +93,12 @@ def test_float16_loss_scaling_skips_and_counts_a_nan_batch(tmp_path, capsys, ini
     out = capsys.readouterr().out
     assert "float16: non-finite gradients, step 3 skipped" in out
     assert "float16: 1 step(s) were skipped" in out
+    # and reaches TensorBoard at its step, though Keras' TensorBoard writes only every 2
+    skipped = [(event.step, float(tf.make_ndarray(value.tensor)))
+               for path in tf.io.gfile.glob(str(tmp_path / "train_scalars" / "events.*"))
+               for event in tf.compat.v1.train.summary_iterator(path)
+               for value in event.summary.value if value.tag == "skipped_steps"]
+    assert skipped == [(3, 1.0)], skipped
     # The skipped step changed no weight; the others did; everything saved is finite.
     for before, after in zip(weights.after[2], weights.after[3]):
         np.testing.assert_array_equal(before, after)

@@ -111,9 +111,7 @@ class SkippedSteps(tf_keras.callbacks.Callback):
                 f"{self.skipped} step(s) skipped in this run",
                 flush=True,
             )
-            with self._writer.as_default(step=step):
-                tf.summary.scalar("skipped_steps", self.skipped)
-            self._writer.flush()
+            write_scalars(self._writer, step, {"skipped_steps": self.skipped})
         self._scale = scale
 
 
