@@ -3,7 +3,8 @@ Model Garden's own experiment, task, input pipeline, LAMB and `base_trainer.Trai
 
 Each `*_side(config, task)` takes the recipe's config and its prepared `Task` (after
 `task.prepare`) and returns (train(steps), optimizer_update(),
-run_with_checkpoints(steps_per_chunk, chunks, directory), parameter count):
+run_with_checkpoints(steps_per_chunk, chunks, directory, build_pipeline=False), parameter
+count):
 
   train(steps)   Orbit's `Trainer.train(steps)`: `steps` training steps in Model Garden's
                  in-graph loop (what `train_lib.run_experiment` runs `steps_per_loop` steps
@@ -11,13 +12,17 @@ run_with_checkpoints(steps_per_chunk, chunks, directory), parameter count):
                  accumulate);
   update()       one `apply_gradients` of fixed gradients by Model Garden's optimizer to
                  its model's variables, in a `tf.function`;
-  run_with_checkpoints(steps_per_chunk, chunks, directory)
+  run_with_checkpoints(steps_per_chunk, chunks, directory, build_pipeline=False)
                  Model Garden's training loop as `train_lib.run_experiment` runs it in
                  "train" mode: an Orbit `Controller` over the same trainer, `chunks` loops
                  of `steps_per_chunk` steps, a checkpoint (`tf.train.CheckpointManager`)
                  after each, in `directory` (fresh: nothing is restored). No summaries and
                  no extra checkpoint at completion (the last loop's is that step's), as the
-                 recipe's loop it is timed against.
+                 recipe's loop it is timed against. The trainer's input iterator is kept
+                 from run to run; with `build_pipeline` the run first builds its input
+                 pipeline as `Trainer.__init__` does once per real run, so it also pays
+                 the pipeline's start (the iterator made, its first batch), as each run
+                 of the recipe's loop does.
 
 The optimizer is Model Garden's `lamb` (`official.modeling.optimization.lamb.LAMB`) with
 the recipe's betas, epsilon, weight decay, exclusions and global clipnorm at a constant
@@ -96,7 +101,13 @@ def train_experiment(experiment, override):
         logs = trainer.train(tf.constant(steps, tf.int32))
         tf.nest.map_structure(lambda t: getattr(t, "numpy", lambda: t)(), logs)
 
-    def run_with_checkpoints(steps_per_chunk, chunks, directory):
+    replaced = []  # iterators replaced by `build_pipeline`: deleted at exit, not in a run
+
+    def run_with_checkpoints(steps_per_chunk, chunks, directory, build_pipeline=False):
+        if build_pipeline:
+            replaced.append(trainer._train_iter)  # pylint: disable=protected-access
+            trainer.train_dataset = trainer.distribute_dataset(
+                task.build_inputs, params.task.train_data)
         manager = tf.train.CheckpointManager(
             trainer.checkpoint, directory, max_to_keep=params.trainer.max_to_keep,
             step_counter=trainer.global_step, checkpoint_interval=steps_per_chunk,
