@@ -9,7 +9,9 @@ per update (k = 1: Model Garden's trainer does not accumulate):
                 schedule, the recipe's input pipeline, and one `model.fit` of `--steps`
                 steps per round on a fresh iterator (what the recipe's loop pays once per
                 `training.CHUNKS_PER_FIT` checkpoint chunks), with the config's
-                `train.steps_per_execution`;
+                `train.steps_per_execution`; the iterator is deleted after the `fit` on a
+                thread of its own, as the recipe's loop deletes it
+                (`training.input_iterator_deleted_in_background`);
   Model Garden  its own experiment for the same model (`bert/pretraining` with the same
                 encoder sizes, or `resnet_imagenet` with the same ResNet depth, width,
                 batch norm and image size), its own LAMB
@@ -75,7 +77,7 @@ import tensorflow as tf  # noqa: E402
 
 from recipes.bert import pretrain  # noqa: E402
 from recipes.common import config as config_lib  # noqa: E402
-from recipes.common import driver  # noqa: E402
+from recipes.common import driver, training  # noqa: E402
 from recipes.resnet import train as resnet_train  # noqa: E402
 from benchmarks import alternation, chunk_boundaries, model_garden_loops  # noqa: E402
 
@@ -116,7 +118,10 @@ def recipe_side(task_class, config, work_dir):
     task, strategy, plan, model, dataset = build_recipe(task_class, config, work_dir)
 
     def train(steps):
-        model.fit(dataset, epochs=1, steps_per_epoch=steps, verbose=0)
+        # Deleted inside `fit`, the iterator would wait for tf.data's autotuning thread:
+        # rounds of 5.1 s where the steps took under 3 (docs/performance.md)
+        with training.input_iterator_deleted_in_background(model, "train_function"):
+            model.fit(dataset, epochs=1, steps_per_epoch=steps, verbose=0)
 
     kept = []  # the compiled train function and one iterator, made in the warm-up round
 
