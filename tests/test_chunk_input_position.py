@@ -17,6 +17,7 @@ import tensorflow as tf  # noqa: E402
 
 import tiny_bert_data  # noqa: E402
 from recipes.bert import finetune_data  # noqa: E402
+from recipes.bert import input as input_lib  # noqa: E402
 from recipes.bert import pretrain as bert_pretrain  # noqa: E402
 from recipes.bert.config import BertPretrainingConfig  # noqa: E402
 from recipes.common import task as task_lib  # noqa: E402
@@ -135,6 +136,38 @@ def test_bert_one_dataset_over_chunks_holds_each_chunks_own_pipeline_batches(tmp
     np.testing.assert_array_equal(np.stack(joined), np.stack(afresh))
     # and the chunks differ: each is shuffled with its own seed
     assert not np.array_equal(np.stack(afresh[:3]), np.stack(afresh[3:6]))
+
+
+def test_bert_chunk_pipeline_is_the_readers_batches_after_the_skipped_ones_split_for_keras(
+        tmp_path):
+    """A BERT chunk pipeline that skips 2 steps yields the reader's 3rd, 4th, ... batches
+    (`make_pretraining_dataset`, the same seed) as Keras' (inputs, targets, sample_weights):
+    the features as inputs, the masked-LM ids and next-sentence labels as targets, the
+    masked-LM weights and ones as weights."""
+    config = BertPretrainingConfig()
+    config.data.seq_length = tiny_bert_data.SEQ_LENGTH
+    config.data.max_predictions_per_seq = tiny_bert_data.MAX_PREDICTIONS_PER_SEQ
+    config.train.global_batch_size = config.train.micro_batch_size = 4
+    task = bert_pretrain.BertPretraining(config)
+    task.data = tiny_bert_data.prepare(tmp_path)
+    seed, skipped, steps = 7, 2, 3
+    chunk = list(task.train_replica_dataset(tf.distribute.InputContext(), PLAN, seed,
+                                            skipped).take(steps))
+    reader = list(input_lib.make_pretraining_dataset(
+        task.data.train_files, seq_length=config.data.seq_length,
+        max_predictions_per_seq=config.data.max_predictions_per_seq, batch_size=4,
+        is_training=True, input_context=tf.distribute.InputContext(),
+        seed=seed).skip(skipped).take(steps))
+    assert len(chunk) == len(reader) == steps
+    for (inputs, targets, weights), (features, labels) in zip(chunk, reader):
+        assert sorted(inputs) == sorted(features)
+        for name in features:
+            np.testing.assert_array_equal(inputs[name], features[name])
+        np.testing.assert_array_equal(targets["masked_lm"], labels["masked_lm_ids"])
+        np.testing.assert_array_equal(targets["next_sentence"],
+                                      np.reshape(labels["next_sentence_labels"], [-1]))
+        np.testing.assert_array_equal(weights["masked_lm"], labels["masked_lm_weights"])
+        np.testing.assert_array_equal(weights["next_sentence"], np.ones([4], np.float32))
 
 
 def test_the_dataset_of_a_fit_goes_on_with_its_last_chunk_like_a_chunk_pipeline(
