@@ -37,6 +37,9 @@ MODEL_GARDEN_LOOP = "Model Garden's Controller"
 # The same, building its input pipeline in each run, as a real run does once
 MODEL_GARDEN_BUILDING_LOOP = "Model Garden's Controller, building its pipeline"
 MODEL_GARDEN_LOOPS = {MODEL_GARDEN_LOOP: False, MODEL_GARDEN_BUILDING_LOOP: True}
+# summary's per-run ratios: each run against the run of the same round of that loop
+PER_RUN_RATIOS = {"per_run_vs_model_garden": MODEL_GARDEN_LOOP,
+                  "per_run_vs_model_garden_building": MODEL_GARDEN_BUILDING_LOOP}
 
 
 class _StepTimes(tf_keras.callbacks.Callback):
@@ -127,13 +130,11 @@ def summary(samples, steps_per_chunk, chunks, global_batch_size):
     "first_vs_others"}} (medians; the per-run ratios pair each run with the run of the same
     round of MODEL_GARDEN_LOOP, and of MODEL_GARDEN_BUILDING_LOOP)."""
     examples = steps_per_chunk * chunks * global_batch_size
-    references = {"per_run_vs_model_garden": MODEL_GARDEN_LOOP,
-                  "per_run_vs_model_garden_building": MODEL_GARDEN_BUILDING_LOOP}
     rows = {}
     for loop, values in samples.items():
         whole = statistics.median(values["whole"])
         row = rows[loop] = {"whole_s": whole, "examples_per_s": examples / whole}
-        for key, reference in references.items():
+        for key, reference in PER_RUN_RATIOS.items():
             theirs = samples.get(reference, {}).get("whole")
             if theirs:
                 row[key] = [their / ours for ours, their in zip(values["whole"], theirs)]
@@ -166,10 +167,9 @@ def print_table(rows, steps_per_chunk, chunks, rounds):
                      f"| {row['gap_ms']:.0f} | {row['start_ms']:.0f} | {row['end_ms']:.0f}")
         else:  # Model Garden's loop: its steps run inside Orbit's in-graph loop
             cells = "– | – | – | – | – | –"
-        versus = [_paired(row.get(key)) for key in (
-            "per_run_vs_model_garden", "per_run_vs_model_garden_building")]
+        versus = " | ".join(_paired(row.get(key)) for key in PER_RUN_RATIOS)
         print(f"| {loop} | {cells} | {row['whole_s']:.1f} | {row['examples_per_s']:.0f} "
-              f"| {versus[0]} | {versus[1]} |")
+              f"| {versus} |")
 
 
 def _paired(ratios):

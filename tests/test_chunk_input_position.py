@@ -109,9 +109,8 @@ def test_one_dataset_over_chunks_holds_each_chunks_own_pipeline_batches(digits_p
     np.testing.assert_array_equal(np.stack(joined), np.stack(afresh))
 
 
-def test_bert_one_dataset_over_chunks_holds_each_chunks_own_pipeline_batches(tmp_path):
-    """The BERT pipeline (Model Garden's reader) of each chunk, joined into the one dataset
-    of a `fit`: from mid-chunk 0 (a resumed run) into chunk 2."""
+def _bert_task(tmp_path):
+    """The BERT pretraining task on tiny TFRecords in `tmp_path`, batch 4."""
     config = BertPretrainingConfig()
     config.data.seq_length = tiny_bert_data.SEQ_LENGTH
     config.data.max_predictions_per_seq = tiny_bert_data.MAX_PREDICTIONS_PER_SEQ
@@ -119,7 +118,14 @@ def test_bert_one_dataset_over_chunks_holds_each_chunks_own_pipeline_batches(tmp
     config.train.checkpoint_every, config.train.steps = CHECKPOINT_EVERY, 4 * CHECKPOINT_EVERY
     task = bert_pretrain.BertPretraining(config)
     task.data = tiny_bert_data.prepare(tmp_path)
-    seed = config.train.seed
+    return task
+
+
+def test_bert_one_dataset_over_chunks_holds_each_chunks_own_pipeline_batches(tmp_path):
+    """The BERT pipeline (Model Garden's reader) of each chunk, joined into the one dataset
+    of a `fit`: from mid-chunk 0 (a resumed run) into chunk 2."""
+    task = _bert_task(tmp_path)
+    seed = task.config.train.seed
 
     def word_ids(dataset, steps):
         return [batch[0]["input_word_ids"].numpy() for batch in dataset.take(steps)]
@@ -144,12 +150,8 @@ def test_bert_chunk_pipeline_is_the_readers_batches_after_the_skipped_ones_split
     (`make_pretraining_dataset`, the same seed) as Keras' (inputs, targets, sample_weights):
     the features as inputs, the masked-LM ids and next-sentence labels as targets, the
     masked-LM weights and ones as weights."""
-    config = BertPretrainingConfig()
-    config.data.seq_length = tiny_bert_data.SEQ_LENGTH
-    config.data.max_predictions_per_seq = tiny_bert_data.MAX_PREDICTIONS_PER_SEQ
-    config.train.global_batch_size = config.train.micro_batch_size = 4
-    task = bert_pretrain.BertPretraining(config)
-    task.data = tiny_bert_data.prepare(tmp_path)
+    task = _bert_task(tmp_path)
+    config = task.config
     seed, skipped, steps = 7, 2, 3
     chunk = list(task.train_replica_dataset(tf.distribute.InputContext(), PLAN, seed,
                                             skipped).take(steps))
