@@ -14,6 +14,7 @@ import pytest
 import tensorflow as tf
 import yaml
 
+import tensorboard_events
 import tiny_bert_data
 
 pytestmark = pytest.mark.slow  # real command-line / multi-process runs
@@ -135,11 +136,8 @@ def test_export_writes_the_model_garden_checkpoint_and_hub_pair_of_the_trained_e
 
 def summary_tags(model_dir):
     """Every TensorBoard scalar tag written under model_dir."""
-    tags = set()
-    for path in tf.io.gfile.glob(os.path.join(model_dir, "*", "events.*")):
-        for event in tf.compat.v1.train.summary_iterator(path):
-            tags.update(value.tag for value in event.summary.value)
-    return tags
+    return {value.tag for log_dir in tf.io.gfile.glob(os.path.join(model_dir, "*"))
+            for event in tensorboard_events.events(log_dir) for value in event.summary.value}
 
 
 def test_accumulation_k4_equals_k1_through_the_cli(trained_runs):

@@ -17,10 +17,10 @@ import sys
 import types
 
 import pytest
-import tensorflow as tf
 import tf_keras
 import yaml
 
+import tensorboard_events
 from conftest import REPO_ROOT
 from recipes.bert import ecosystem_export
 from recipes.bert import finetune, finetune_compare, finetune_data
@@ -136,10 +136,7 @@ def test_squad_trains_scores_and_serves_the_scored_answers_in_a_fresh_process(
     assert results["accumulation_steps"] == 2
     assert re.search(r"held-out exact_match=[\d.]+ f1=[\d.]+", done.stdout)
     # the held-out scores reach TensorBoard `eval/` (the last write: after training)
-    written = {value.tag: float(tf.make_ndarray(value.tensor))
-               for path in sorted(tf.io.gfile.glob(str(model_dir / "eval" / "events.*")))
-               for event in tf.compat.v1.train.summary_iterator(path)
-               for value in event.summary.value}
+    written = {tag: value for _, tag, value in tensorboard_events.scalars(model_dir / "eval")}
     assert written == pytest.approx(results["eval"], rel=1e-6) and written, written
     predictions = json.loads((model_dir / finetune.PREDICTIONS_FILE).read_text())
     # The 8 training questions in their own contexts: the span head has memorised them.

@@ -9,6 +9,7 @@ import pytest
 import tensorflow as tf
 import tf_keras
 
+import tensorboard_events
 from recipes.common import training
 from recipes.common.errors import UserError
 from step_weights import WeightsAfterEachStep
@@ -108,8 +109,7 @@ def test_keras_step_scalars_reach_tensorboard_every_log_interval(tmp_path):
     _train(_model(), model_dir, steps=2)
     _train(_model(), model_dir, steps=6)  # a resumed run: its own fit from step 2
     steps = sorted(event.step
-                   for path in tf.io.gfile.glob(os.path.join(model_dir, "train", "events.*"))
-                   for event in tf.compat.v1.train.summary_iterator(path)
+                   for event in tensorboard_events.events(os.path.join(model_dir, "train"))
                    for value in event.summary.value if value.tag == "batch_loss")
     assert steps == [2, 4, 6]
 
@@ -133,11 +133,8 @@ def test_training_scalars_hold_the_learning_rate_and_the_optimizers_trust_ratios
                    checkpoint_every=2, log_every=2, global_batch_size=BATCH, verbose=0,
                    callbacks=[TrustRatios()])
     written = {}
-    for path in tf.io.gfile.glob(os.path.join(tmp_path, "train_scalars", "events.*")):
-        for event in tf.compat.v1.train.summary_iterator(path):
-            for value in event.summary.value:
-                written.setdefault(event.step, {})[value.tag] = float(
-                    tf.make_ndarray(value.tensor))
+    for step, tag, value in tensorboard_events.scalars(tmp_path / "train_scalars"):
+        written.setdefault(step, {})[tag] = value
     assert sorted(written) == [3, 5]  # every 2 steps from the first step this run saw
     for step, scalars in written.items():
         # the rate of the step's own update: the schedule at the step count before it
@@ -161,10 +158,9 @@ def test_the_train_graph_reaches_tensorboard_once_per_run_not_once_per_fit(tmp_p
                    global_batch_size=BATCH, verbose=0)
     assert fits == [0, 2, 4]  # three fits
     graphs, model_summaries = 0, 0
-    for path in tf.io.gfile.glob(str(tmp_path / "train" / "events.out.tfevents.*")):
-        for event in tf.compat.v1.train.summary_iterator(path):
-            graphs += bool(event.graph_def)
-            model_summaries += any(value.tag == "keras" for value in event.summary.value)
+    for event in tensorboard_events.events(tmp_path / "train"):
+        graphs += bool(event.graph_def)
+        model_summaries += any(value.tag == "keras" for value in event.summary.value)
     assert (graphs, model_summaries) == (1, 1)
 
 

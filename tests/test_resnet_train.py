@@ -13,6 +13,7 @@ import pytest
 import tensorflow as tf
 import tf_keras
 
+import tensorboard_events
 from lamb_tf import accumulation
 from recipes.common import config as config_lib
 from recipes.resnet import convert
@@ -257,8 +258,6 @@ def test_training_scalars_are_written_every_log_every_steps(small_digits, tmp_pa
         "export.enabled": "false"}))
     assert result.returncode == 0, result.stderr[-3000:]
     steps = {}
-    for path in tf.io.gfile.glob(os.path.join(tmp_path, "train_scalars", "events.*")):
-        for event in tf.compat.v1.train.summary_iterator(path):
-            for value in event.summary.value:
-                steps.setdefault(value.tag, set()).add(event.step)
+    for step, tag, _ in tensorboard_events.scalars(tmp_path / "train_scalars"):
+        steps.setdefault(tag, set()).add(step)
     assert steps.get("learning_rate") and steps.get("examples_per_second"), sorted(steps)
