@@ -15,6 +15,7 @@ import tf_keras
 
 import tensorboard_events
 from recipes.common import training
+from recipes.common.callbacks import first_non_finite
 from step_weights import WeightsAfterEachStep
 
 BATCH = 4
@@ -104,3 +105,14 @@ def test_float16_loss_scaling_skips_and_counts_a_nan_batch(tmp_path, capsys, ini
     assert any(not np.array_equal(a, b) for a, b in zip(weights.after[3], weights.after[4]))
     assert training.latest_checkpoint(str(tmp_path)).endswith("ckpt-6")
     assert all(np.isfinite(w).all() for w in model.get_weights())
+
+
+def test_the_finite_check_names_the_first_nan_or_inf_variable_and_skips_integers():
+    step = tf.Variable(7, dtype=tf.int64, name="step")  # not floating: never reported
+    finite = tf.Variable([1.0, -2.0], name="finite")
+    half = tf.Variable(np.array([np.inf], "float16"), name="half_inf")
+    nan = tf.Variable([[0.0, np.nan]], name="has_nan")
+    assert first_non_finite([]) is None
+    assert first_non_finite([step, finite]) is None
+    assert first_non_finite([step, finite, nan, half]) == nan.name
+    assert first_non_finite([half, nan]) == half.name

@@ -14,13 +14,16 @@ from recipes.common.errors import TrainingDiverged
 
 
 def first_non_finite(variables):
-    """Name of the first floating-point variable holding a NaN or Inf, or None."""
-    for variable in variables:
-        if variable.dtype.is_floating and not bool(
-            tf.reduce_all(tf.math.is_finite(tf.convert_to_tensor(variable)))
-        ):
-            return variable.name
-    return None
+    """Name of the first floating-point variable holding a NaN or Inf, or None.
+
+    One flag per variable, brought to the host in one read: over the tiny BERT's 186
+    variables 16 instead of 22 ms with a read per variable (docs/performance.md)."""
+    floating = [variable for variable in variables if variable.dtype.is_floating]
+    if not floating:
+        return None
+    finite = tf.stack([tf.reduce_all(tf.math.is_finite(tf.convert_to_tensor(variable)))
+                       for variable in floating]).numpy()
+    return next((variable.name for variable, ok in zip(floating, finite) if not ok), None)
 
 
 class CheckpointEachEpoch(tf_keras.callbacks.Callback):
