@@ -57,12 +57,14 @@ class _StepTimes(tf_keras.callbacks.Callback):
         self.times.append((self._begin, time.perf_counter()))
 
 
-def _one_run(model, make_dataset, work_dir, steps_per_chunk, chunks, global_batch_size):
+def _one_run(model, make_dataset, work_dir, steps_per_chunk, chunks, global_batch_size,
+             steps_per_execution):
     """{"first": [s], "others": [s], "gaps": [s], "start": [s], "end": [s], "whole": [s]} of
     one training run in a fresh model_dir ("end": from the last step to `train`'s return).
 
-    Keras calls the batch callbacks once per execution of `steps_per_execution` steps:
-    "first" and "others" are per step (an execution's time divided by its steps); with one
+    Keras calls the batch callbacks once per execution of `steps_per_execution` steps (the
+    last of a chunk may be shorter: Keras stops each execution at the chunk's end): "first"
+    and "others" are per step (an execution's time divided by its steps); with one
     execution per chunk there are no "others"."""
     times = _StepTimes()
     model_dir = tempfile.mkdtemp(dir=work_dir)
@@ -71,9 +73,12 @@ def _one_run(model, make_dataset, work_dir, steps_per_chunk, chunks, global_batc
                    total_steps=steps_per_chunk * chunks, checkpoint_every=steps_per_chunk,
                    global_batch_size=global_batch_size, verbose=0, callbacks=[times])
     whole = time.perf_counter() - called
-    per_chunk = len(times.times) // chunks  # executions per chunk
-    steps_per_execution = steps_per_chunk // per_chunk
-    durations = [(end - begin) / steps_per_execution for begin, end in times.times]
+    full, rest = divmod(steps_per_chunk, steps_per_execution)
+    chunk_executions = [steps_per_execution] * full + [rest] * bool(rest)  # steps of each
+    per_chunk = len(chunk_executions)
+    assert len(times.times) == per_chunk * chunks, (len(times.times), chunk_executions)
+    durations = [(end - begin) / chunk_executions[index % per_chunk]
+                 for index, (begin, end) in enumerate(times.times)]
     first = durations[per_chunk::per_chunk]  # not the run's very first step
     others = [d for index, d in enumerate(durations) if index % per_chunk]
     gaps = [times.times[index][0] - times.times[index - 1][1]
@@ -99,7 +104,7 @@ def measure(task, strategy, plan, model, work_dir, steps_per_chunk, chunks, roun
             default, training.CHUNKS_PER_FIT = training.CHUNKS_PER_FIT, chunks_per_fit
             try:
                 return _one_run(model, make_dataset, work_dir, steps_per_chunk, chunks,
-                                plan.global_batch_size)
+                                plan.global_batch_size, task.config.train.steps_per_execution)
             finally:
                 training.CHUNKS_PER_FIT = default
         return run
