@@ -15,7 +15,9 @@ loop as it is, and the same loop with `CHUNKS_PER_FIT = 1` (a `fit` and a fresh 
 pipeline per chunk, as the recipes ran before). With Model Garden's loop over the same
 model, steps and checkpoints (`model_garden_loops`: Orbit's `Controller`), each run's whole
 time (from the call to its return, every checkpoint included) gives the recipe's loop
-against Model Garden's in examples/s. Model Garden's loop runs twice per round: with the
+against Model Garden's in examples/s; Model Garden's loops (`Trainer.train`, a chunk's steps
+in one in-graph loop) are timed too, giving its step, its time between chunks, and its
+start and end of a run beside the recipe's. Model Garden's loop runs twice per round: with the
 input iterator its trainer keeps from run to run (no pipeline start at all), and building
 its input pipeline in the run, as a real run (`train_lib.run_experiment`) does once, as
 each run of the recipe's loop builds its own. Used by benchmarks/recipe_throughput.py,
@@ -37,6 +39,9 @@ MODEL_GARDEN_LOOP = "Model Garden's Controller"
 # The same, building its input pipeline in each run, as a real run does once
 MODEL_GARDEN_BUILDING_LOOP = "Model Garden's Controller, building its pipeline"
 MODEL_GARDEN_LOOPS = {MODEL_GARDEN_LOOP: False, MODEL_GARDEN_BUILDING_LOOP: True}
+# What `measure` gives per loop: the recipe's loops all but "chunk_steps", Model Garden's
+# all but "first" and "others"
+SAMPLE_KEYS = ("first", "others", "chunk_steps", "gaps", "start", "end", "whole")
 # summary's per-run ratios: each run against the run of the same round of that loop
 PER_RUN_RATIOS = {"per_run_vs_model_garden": MODEL_GARDEN_LOOP,
                   "per_run_vs_model_garden_building": MODEL_GARDEN_BUILDING_LOOP}
@@ -90,12 +95,13 @@ def _one_run(model, make_dataset, work_dir, steps_per_chunk, chunks, global_batc
 
 def measure(task, strategy, plan, model, work_dir, steps_per_chunk, chunks, rounds,
             model_garden_run=None):
-    """{loop: {"first"|"others"|"gaps"|"start"|"end"|"whole": [seconds, every timed round]}};
-    round 0 is a warm-up and is not kept. The model keeps training across runs (its step
-    count goes on; each run starts from a fresh model_dir). `model_garden_run(steps_per_chunk,
-    chunks, directory, build_pipeline)`, if given, gives two more loops (MODEL_GARDEN_LOOPS:
-    its input iterator kept from run to run, and its input pipeline built in each run): only
-    their "whole"."""
+    """{loop: {SAMPLE_KEYS: [seconds, every timed round]}}; round 0 is a warm-up and is not
+    kept. The model keeps training across runs (its step count goes on; each run starts from
+    a fresh model_dir). `model_garden_run(steps_per_chunk, chunks, directory,
+    build_pipeline)`, if given, gives two more loops (MODEL_GARDEN_LOOPS: its input iterator
+    kept from run to run, and its input pipeline built in each run), returning the (begin,
+    end) of each of its loops: their "chunk_steps" (a loop's time per step, the run's first
+    loop left out, as it waits for the input), "gaps", "start", "end" and "whole"."""
     def make_dataset(start, end):
         return task_lib.train_dataset(task, strategy, plan, start, end)
 
@@ -112,9 +118,14 @@ def measure(task, strategy, plan, model, work_dir, steps_per_chunk, chunks, roun
     def run_model_garden(build_pipeline):
         def run():
             called = time.perf_counter()
-            model_garden_run(steps_per_chunk, chunks, tempfile.mkdtemp(dir=work_dir),
-                             build_pipeline)
-            return {"whole": [time.perf_counter() - called]}
+            loops = model_garden_run(steps_per_chunk, chunks, tempfile.mkdtemp(dir=work_dir),
+                                     build_pipeline)
+            returned = time.perf_counter()
+            return {"chunk_steps": [(end - begin) / steps_per_chunk  # not the run's first
+                                    for begin, end in loops[1:]],
+                    "gaps": [begin - end for (_, end), (begin, _) in zip(loops, loops[1:])],
+                    "start": [loops[0][0] - called], "end": [returned - loops[-1][1]],
+                    "whole": [returned - called]}
         return run
 
     os.makedirs(work_dir, exist_ok=True)
@@ -124,16 +135,17 @@ def measure(task, strategy, plan, model, work_dir, steps_per_chunk, chunks, roun
             loops[loop] = run_model_garden(build_pipeline)
     runs = alternation.alternate(loops, rounds)
     return {loop: {key: [value for run in loop_runs for value in run.get(key, [])]
-                   for key in ("first", "others", "gaps", "start", "end", "whole")}
+                   for key in SAMPLE_KEYS}
             for loop, loop_runs in runs.items()}
 
 
 def summary(samples, steps_per_chunk, chunks, global_batch_size):
     """{loop: {"whole_s", "examples_per_s", "per_run_vs_model_garden",
-    "per_run_vs_model_garden_building" and, for the recipe's loops, "first_ms", "gap_ms",
-    "start_ms", "end_ms" and, with more than one execution per chunk, "others_ms",
-    "first_vs_others"}} (medians; the per-run ratios pair each run with the run of the same
-    round of MODEL_GARDEN_LOOP, and of MODEL_GARDEN_BUILDING_LOOP)."""
+    "per_run_vs_model_garden_building", "gap_ms", "start_ms", "end_ms" and, for the recipe's
+    loops, "first_ms" and, with more than one execution per chunk, "others_ms",
+    "first_vs_others"; for Model Garden's, "chunk_step_ms"}} (medians; the per-run ratios
+    pair each run with the run of the same round of MODEL_GARDEN_LOOP, and of
+    MODEL_GARDEN_BUILDING_LOOP)."""
     examples = steps_per_chunk * chunks * global_batch_size
     rows = {}
     for loop, values in samples.items():
@@ -143,12 +155,13 @@ def summary(samples, steps_per_chunk, chunks, global_batch_size):
             theirs = samples.get(reference, {}).get("whole")
             if theirs:
                 row[key] = [their / ours for ours, their in zip(values["whole"], theirs)]
-        if loop in MODEL_GARDEN_LOOPS:  # only its whole runs are timed
-            continue
-        row.update({"first_ms": statistics.median(values["first"]) * 1e3,
-                    "gap_ms": statistics.median(values["gaps"]) * 1e3,
+        row.update({"gap_ms": statistics.median(values["gaps"]) * 1e3,
                     "start_ms": statistics.median(values["start"]) * 1e3,
                     "end_ms": statistics.median(values["end"]) * 1e3})
+        if loop in MODEL_GARDEN_LOOPS:  # its steps are timed per loop (= chunk), in-graph
+            row["chunk_step_ms"] = statistics.median(values["chunk_steps"]) * 1e3
+            continue
+        row["first_ms"] = statistics.median(values["first"]) * 1e3
         if values["others"]:  # not with one execution (steps_per_execution) per chunk
             row["others_ms"] = statistics.median(values["others"]) * 1e3
             row["first_vs_others"] = row["first_ms"] / row["others_ms"]
@@ -168,10 +181,10 @@ def print_table(rows, steps_per_chunk, chunks, rounds):
         if loop not in MODEL_GARDEN_LOOPS:
             others = (f"{row['others_ms']:.1f}", f"{row['first_vs_others']:.2f}") \
                 if "others_ms" in row else ("–", "–")  # one execution per chunk
-            cells = (f"{others[0]} | {row['first_ms']:.1f} | {others[1]} "
-                     f"| {row['gap_ms']:.0f} | {row['start_ms']:.0f} | {row['end_ms']:.0f}")
-        else:  # Model Garden's loop: its steps run inside Orbit's in-graph loop
-            cells = "– | – | – | – | – | –"
+            steps = f"{others[0]} | {row['first_ms']:.1f} | {others[1]}"
+        else:  # Model Garden's loop: a chunk's steps in one call of Orbit's in-graph loop
+            steps = f"{row['chunk_step_ms']:.1f} (a chunk's mean) | – | –"
+        cells = f"{steps} | {row['gap_ms']:.0f} | {row['start_ms']:.0f} | {row['end_ms']:.0f}"
         versus = " | ".join(_paired(row.get(key)) for key in PER_RUN_RATIOS)
         print(f"| {loop} | {cells} | {row['whole_s']:.1f} | {row['examples_per_s']:.0f} "
               f"| {versus} |")

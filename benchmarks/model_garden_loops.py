@@ -30,6 +30,7 @@ learning rate (no warmup): the recipe's schedule is a few scalar ops per step ei
 """
 import contextlib
 import io
+import time
 
 import tensorflow as tf
 
@@ -104,6 +105,17 @@ def train_experiment(experiment, override):
     replaced = []  # iterators replaced by `build_pipeline`: deleted at exit, not in a run
 
     def run_with_checkpoints(steps_per_chunk, chunks, directory, build_pipeline=False):
+        """Orbit's `Controller` over `chunks` loops of `steps_per_chunk` steps, a checkpoint
+        after each; returns the (begin, end) wall times of every loop (`Trainer.train`)."""
+        loops = []
+
+        def timed_train(num_steps):  # what the Controller calls once per loop
+            begin = time.perf_counter()
+            logs = type(trainer).train(trainer, num_steps)
+            tf.nest.map_structure(lambda t: getattr(t, "numpy", lambda: t)(), logs)
+            loops.append((begin, time.perf_counter()))
+            return logs
+
         if build_pipeline:
             replaced.append(trainer._train_iter)  # pylint: disable=protected-access
             trainer.train_dataset = trainer.distribute_dataset(
@@ -113,12 +125,17 @@ def train_experiment(experiment, override):
             step_counter=trainer.global_step, checkpoint_interval=steps_per_chunk,
             init_fn=trainer.initialize)
         # Orbit prints a line per loop and per checkpoint; the benchmark prints its tables
-        with contextlib.redirect_stdout(io.StringIO()):
-            controller = orbit.Controller(global_step=trainer.global_step, trainer=trainer,
-                                          steps_per_loop=steps_per_chunk,
-                                          checkpoint_manager=manager)
-            controller.train(int(trainer.global_step.numpy()) + steps_per_chunk * chunks,
-                             checkpoint_at_completion=False)
+        trainer.train = timed_train
+        try:
+            with contextlib.redirect_stdout(io.StringIO()):
+                controller = orbit.Controller(global_step=trainer.global_step,
+                                              trainer=trainer, steps_per_loop=steps_per_chunk,
+                                              checkpoint_manager=manager)
+                controller.train(int(trainer.global_step.numpy()) + steps_per_chunk * chunks,
+                                 checkpoint_at_completion=False)
+        finally:
+            del trainer.train  # the class's own again
+        return loops
 
     update = update_function(optimizer, model.trainable_variables)
     return train, update, run_with_checkpoints, parameter_count(model.trainable_variables)

@@ -41,7 +41,7 @@ a checkpoint per chunk), `--chunks` chunks of `--steps` steps, the loop as it is
 and one dataset over the chunks) alternated with a `fit` and a fresh pipeline per chunk and
 with Model Garden's loop over the same steps and checkpoints (Orbit's `Controller`, as
 `train_lib.run_experiment` drives it): each run's examples/s from the call to its return,
-and for the recipe's loops what a chunk boundary costs (benchmarks/chunk_boundaries.py).
+and for each loop what a chunk boundary costs (benchmarks/chunk_boundaries.py).
 
 Where the models differ, both parameter counts are printed: Model Garden's BERT
 next-sentence head has its own `inner_dim` dense layer (hidden x hidden more parameters;

@@ -59,17 +59,20 @@ def _assert_both_sides_timed(report, stdout, steps_per_execution=1):
     for loop, samples in boundaries.items():
         # steps 1-2 | 3-4: step 3 starts a chunk, 2 and 4 do not (step 1 starts the run); with
         # steps_per_execution=2 Keras' batch callbacks come once per chunk: no "others".
-        # Model Garden's steps run inside Orbit's loop: only its whole run is timed
-        counts = (0, 0, 0, 0) if loop not in recipe_loops else (
-            (1, 2, 1, 1) if steps_per_execution == 1 else (1, 0, 1, 1))
-        assert (len(samples["first"]), len(samples["others"]), len(samples["gaps"]),
-                len(samples["start"]), len(samples["end"])) == (*counts, counts[-1]), samples
-        assert len(samples["whole"]) == 1
+        # Model Garden's steps run inside Orbit's loop, timed per loop (= chunk), the run's
+        # first loop left out
+        counts = (0, 0, 1) if loop not in recipe_loops else (
+            (1, 2, 0) if steps_per_execution == 1 else (1, 0, 0))
+        assert (len(samples["first"]), len(samples["others"]), len(samples["chunk_steps"]),
+                len(samples["gaps"]), len(samples["start"]), len(samples["end"]),
+                len(samples["whole"])) == (*counts, 1, 1, 1, 1), samples
         assert all(seconds > 0 for values in samples.values() for seconds in values)
-        if loop in recipe_loops:  # the run's parts fit in its whole time
-            parts = (samples["start"][0] + samples["end"][0] + samples["gaps"][0]
-                     + steps_per_execution * samples["first"][0])
-            assert parts < samples["whole"][0]
+        # the run's parts fit in its whole time: start, gap, end and the steps timed (the
+        # recipe's per step or per execution, Model Garden's per step of a 2-step loop)
+        timed_steps = (steps_per_execution * sum(samples["first"]) + sum(samples["others"])
+                       + 2 * sum(samples["chunk_steps"]))
+        parts = samples["start"][0] + samples["end"][0] + samples["gaps"][0] + timed_steps
+        assert parts < samples["whole"][0]
         row = report["chunk_boundaries"][loop]
         # the run's examples/s is its 2 x 2 steps of the batch over its whole time
         assert row["examples_per_s"] == pytest.approx(4 * report["batch"] / samples["whole"][0])
