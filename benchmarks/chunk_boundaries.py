@@ -17,10 +17,10 @@ model, steps and checkpoints (`model_garden_loops`: Orbit's `Controller`), each 
 time (from the call to its return, every checkpoint included) gives the recipe's loop
 against Model Garden's in examples/s; Model Garden's loops (`Trainer.train`, a chunk's steps
 in one in-graph loop) are timed too, giving its step, its time between chunks, and its
-start and end of a run beside the recipe's. Model Garden's loop runs twice per round: with the
-input iterator its trainer keeps from run to run (no pipeline start at all), and building
-its input pipeline in the run, as a real run (`train_lib.run_experiment`) does once, as
-each run of the recipe's loop builds its own. Used by benchmarks/recipe_throughput.py,
+start and end of a run beside the recipe's. Model Garden's loop runs twice per round: with
+the input iterator its trainer keeps from run to run (no pipeline start at all), and
+building its input pipeline in the run, as a real run (`train_lib.run_experiment`) does
+once, as each run of the recipe's loop builds its own. Used by benchmarks/recipe_throughput.py,
 which prints the table.
 """
 import os
