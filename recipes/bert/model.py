@@ -125,8 +125,8 @@ class MaskedLMCrossEntropy(tf_keras.metrics.Mean):
     cross-entropy op had other inputs than the loss's and ran a second time over every
     masked position's logits (13% of the tiny BERT's step). Given the loss's own labels and
     logits, the two ops are the same computation, and TensorFlow's graph optimizer (Grappler's
-    common-subexpression elimination; XLA's under `jit_compile`) runs it once: the step 6%
-    faster (docs/performance.md, "The masked-LM cross-entropy once")."""
+    common-subexpression elimination; XLA's under `jit_compile`) runs it once: the step in
+    0.93× the time (docs/performance.md, "The masked-LM cross-entropy once")."""
 
     def __init__(self, name="cross_entropy", dtype=None):
         super().__init__(name=name, dtype=dtype)
