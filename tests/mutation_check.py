@@ -236,6 +236,24 @@ MUTATIONS = [
         ["tests/test_distribution_and_xla.py"],
         # (2 replicas == 1 device cannot see it: neither run clips)
         [r"test_global_clipnorm_clips_the_summed_gradient\[keras3\]"]),
+    # ---- the recipes: the finite check before a save, the masked-LM metric -------------------
+    Mutation(
+        "finite_check_names_the_next_variable", "the finite check before a save names the "
+        "variable after the one holding a NaN or Inf (its names and flags out of step)",
+        "recipes/common/callbacks.py",
+        "    return next((variable.name for variable, ok in zip(floating, finite) if not ok), None)",
+        "    return next((variable.name for variable, ok in zip(floating[1:], finite) if not ok), "
+        "None)",
+        ["tests/test_non_finite.py"],
+        [r"test_the_finite_check_names_the_first_nan_or_inf_variable"]),
+    Mutation(
+        "masked_lm_metric_casts_its_labels", "the masked-LM cross-entropy metric casts its "
+        "labels to float first, as Keras' own metric does: a second cross-entropy each step",
+        "recipes/bert/model.py",
+        "            y_true, y_pred, from_logits=True)",
+        "            tf.cast(y_true, self.dtype), y_pred, from_logits=True)",
+        ["tests/test_bert_masked_lm_metric.py"],
+        [r"test_the_training_step_gives_the_loss_and_the_metric_one_cross_entropy"]),
 ]
 
 
