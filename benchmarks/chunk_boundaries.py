@@ -67,10 +67,10 @@ def _one_run(model, make_dataset, work_dir, steps_per_chunk, chunks, global_batc
     """{"first": [s], "others": [s], "gaps": [s], "start": [s], "end": [s], "whole": [s]} of
     one training run in a fresh model_dir ("end": from the last step to `train`'s return).
 
-    Keras calls the batch callbacks once per execution of `steps_per_execution` steps (the
-    last of a chunk may be shorter: Keras stops each execution at the chunk's end): "first"
-    and "others" are per step (an execution's time divided by its steps); with one
-    execution per chunk there are no "others"."""
+    Keras calls the batch callbacks once per execution of `steps_per_execution` steps (a
+    divisor of `steps_per_chunk`: recipe_throughput checks it): "first" and "others" are per
+    step (an execution's time divided by its steps); with one execution per chunk there are
+    no "others"."""
     times = _StepTimes()
     model_dir = tempfile.mkdtemp(dir=work_dir)
     called = time.perf_counter()
@@ -78,12 +78,9 @@ def _one_run(model, make_dataset, work_dir, steps_per_chunk, chunks, global_batc
                    total_steps=steps_per_chunk * chunks, checkpoint_every=steps_per_chunk,
                    global_batch_size=global_batch_size, verbose=0, callbacks=[times])
     whole = time.perf_counter() - called
-    full, rest = divmod(steps_per_chunk, steps_per_execution)
-    chunk_executions = [steps_per_execution] * full + [rest] * bool(rest)  # steps of each
-    per_chunk = len(chunk_executions)
-    assert len(times.times) == per_chunk * chunks, (len(times.times), chunk_executions)
-    durations = [(end - begin) / chunk_executions[index % per_chunk]
-                 for index, (begin, end) in enumerate(times.times)]
+    per_chunk = steps_per_chunk // steps_per_execution  # executions per chunk
+    assert len(times.times) == per_chunk * chunks, (len(times.times), per_chunk, chunks)
+    durations = [(end - begin) / steps_per_execution for begin, end in times.times]
     first = durations[per_chunk::per_chunk]  # not the run's very first step
     others = [d for index, d in enumerate(durations) if index % per_chunk]
     gaps = [times.times[index][0] - times.times[index - 1][1]
