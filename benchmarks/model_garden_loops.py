@@ -35,6 +35,7 @@ import time
 import tensorflow as tf
 
 from lamb_tf import exclusions
+from recipes.bert import input as bert_input
 from recipes.common import optimizer as optimizer_lib
 
 
@@ -145,7 +146,8 @@ def bert_side(config, task):
     """Model Garden's `bert/pretraining` with the recipe's encoder sizes and TFRecords.
 
     Its next-sentence head has its own `inner_dim` dense layer (hidden x hidden more
-    parameters); the recipe's reuses the encoder's pooler."""
+    parameters); the recipe's reuses the encoder's pooler. Its reader is the recipe's own
+    (`BertPretrainDataLoader`) with the recipe's shuffle buffer."""
     model, data = config.model, config.data
     return train_experiment("bert/pretraining", {
         "runtime": runtime_override(config),
@@ -167,7 +169,10 @@ def bert_side(config, task):
             "train_data": {"input_path": task.data.train_files, "seq_length": data.seq_length,
                            "max_predictions_per_seq": data.max_predictions_per_seq,
                            "global_batch_size": config.train.micro_batch_size,
-                           "use_next_sentence_label": True, "seed": config.train.seed},
+                           "use_next_sentence_label": True, "seed": config.train.seed,
+                           # the recipe's reader shuffles this many records (Model
+                           # Garden's default is 100): the same pipeline on both sides
+                           "shuffle_buffer_size": bert_input.SHUFFLE_BUFFER_SIZE},
         },
         "trainer": lamb_trainer_override(config.optimizer,
                                          list(exclusions.BERT_EXCLUDE_PATTERNS)),
