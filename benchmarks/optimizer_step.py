@@ -17,8 +17,14 @@ contender's "floor" is the time to move its one-pass bytes at that bandwidth: 28
 parameter for LAMB, AdamW and the Keras Lamb (read x, g, m, v; write x, m, v), 20 for LARS
 (read x, g, velocity; write x, velocity).
 
+`--passes` instead prints, for each contender's step compiled with `jit_compile`, the loops
+over memory of its XLA program and the bytes per parameter they read and write, counted
+from the optimized HLO (benchmarks/hlo_passes.py), against the same one-pass bytes: what
+the code XLA generates must move at least, before anything is timed.
+
 Usage:
   python benchmarks/optimizer_step.py --size base --json /tmp/step_base.json
+  python benchmarks/optimizer_step.py --size mini --passes   # no timing
   python benchmarks/optimizer_step.py --size tiny --steps 2 --warmup 1   # seconds, for CI
 Prints a Markdown table (median and min–max over the timed steps, after warm-up) and
 writes every sample to the JSON file.
@@ -36,7 +42,7 @@ REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if REPO_ROOT not in sys.path:
     sys.path.insert(0, REPO_ROOT)  # benchmarks.alternation, when run as a script
 
-from benchmarks import alternation  # noqa: E402
+from benchmarks import alternation, hlo_passes  # noqa: E402
 
 # BERT encoder shapes (Devlin et al. 2019, Table 1 / Google's bert_config.json), without the
 # pooler: vocabulary 30522, 512 positions, 2 token types.
@@ -249,6 +255,9 @@ def parse_arguments(argv):
                         help="comma-separated subset of: " + ", ".join(CONTENDERS))
     parser.add_argument("--modes", default=",".join(MODES), help="graph, jit_compile or both")
     parser.add_argument("--json", help="write the samples and the table's numbers here")
+    parser.add_argument("--passes", action="store_true",
+                        help="print each contender's loops over memory with jit_compile "
+                             "(from the optimized HLO) instead of timing")
     args = parser.parse_args(argv)
     args.contenders = [c.strip() for c in args.contenders.split(",") if c.strip()]
     args.modes = [m.strip() for m in args.modes.split(",") if m.strip()]
@@ -265,6 +274,25 @@ def parse_arguments(argv):
     return args
 
 
+def print_passes(contenders, gradients, parameters, size, tensors):
+    """Each contender's `jit_compile` step: its XLA program's loops over memory and the bytes
+    per parameter they move (benchmarks/hlo_passes.py), against its one-pass bytes."""
+    print(f"BERT-{size} shapes: {parameters / 1e6:.1f}M parameters in {tensors} tensors; each "
+          "contender's update with jit_compile as one XLA program (optimized HLO), each array "
+          "operand read once and each output written once, in bytes per parameter")
+    print("| contender | loops | of them copies | read | written | total | × one-pass bytes |")
+    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: |")
+    for name, (family, optimizer, variables) in contenders.items():
+        step = step_functions(optimizer, variables)["jit_compile"]
+        step(gradients)  # builds the optimizer's slots before the step is traced for its IR
+        loops = hlo_passes.passes(step.experimental_get_compiler_ir(gradients)(
+            stage="optimized_hlo"))
+        read, written = (sum(loop[index] for loop in loops) / parameters for index in (2, 3))
+        copies = sum(1 for loop in loops if loop[1] == "copy")
+        print(f"| {name} | {len(loops)} | {copies} | {read:.1f} | {written:.1f} | "
+              f"{read + written:.1f} | {(read + written) / ONE_PASS_BYTES[family]:.2f}× |")
+
+
 def main(argv=None):
     args = parse_arguments(sys.argv[1:] if argv is None else argv)
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -276,6 +304,9 @@ def main(argv=None):
     parameters = sum(int(_product(shape)) for _, shape in specs)
     contenders = build_contenders(args.contenders, specs)
     gradients = [tf.constant(g) for g in _initial_values(specs, seed=1)]
+    if args.passes:
+        print_passes(contenders, gradients, parameters, args.size, len(specs))
+        return 0
     samples = measure(contenders, args.modes, gradients, args.steps, args.warmup)
     bandwidth, rows = summarise(samples, contenders, parameters)
     print(f"BERT-{args.size} shapes: {parameters / 1e6:.1f}M parameters in {len(specs)} tensors; "

@@ -15,6 +15,11 @@ script times, on one variable of a given shape, alternated step by step in one p
 and prints each against the memory pass. The gap between "LAMB, no ratio" and "LAMB" is
 what the layer-wise trust ratio costs; "norm ‖x‖" shows what one reduction costs on its own.
 
+`--passes` instead prints, for each job, the loops over memory of its XLA program and the
+bytes per parameter they read and write, counted from the optimized HLO
+(benchmarks/hlo_passes.py): how far above the 28-byte floor the code XLA generates for the
+update is before anything is timed.
+
 `--by_size` instead times, for each size, one graph step (a `tf.function` without XLA)
 updating several variables of that size, once with each update as its XLA kernel and once
 as plain TensorFlow ops, alternated: where `compiled_updates.SMALLEST_COMPILED` comes from.
@@ -22,6 +27,7 @@ as plain TensorFlow ops, alternated: where `compiled_updates.SMALLEST_COMPILED` 
 Usage:
   python benchmarks/update_anatomy.py --shape 30522,768   # BERT's word embedding
   python benchmarks/update_anatomy.py --by_size 256,4096,32768,131072,1048576
+  python benchmarks/update_anatomy.py --shape 30522,768 --passes   # no timing
   python benchmarks/update_anatomy.py --shape 8,8 --steps 2 --warmup 1   # seconds, for CI
 """
 import argparse
@@ -33,7 +39,7 @@ REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if REPO_ROOT not in sys.path:
     sys.path.insert(0, REPO_ROOT)  # benchmarks.alternation, when run as a script
 
-from benchmarks import alternation  # noqa: E402
+from benchmarks import alternation, hlo_passes  # noqa: E402
 
 JOBS = ("memory pass", "norm ‖x‖", "tf.norm(x)", "LAMB, no ratio", "LAMB")
 # `compiled_updates.LambUpdate`'s arguments besides the variables: BERT's pretraining values
@@ -119,6 +125,9 @@ def parse_arguments(argv):
     parser.add_argument("--variables", type=int, default=0,
                         help="--by_size: variables per step (default: up to 64, fewer for "
                              "large sizes)")
+    parser.add_argument("--passes", action="store_true",
+                        help="print each job's loops over memory (from its optimized HLO) "
+                             "instead of timing the jobs")
     parser.add_argument("--steps", type=int, default=9, help="timed calls per job")
     parser.add_argument("--warmup", type=int, default=2, help="untimed rounds first")
     args = parser.parse_args(argv)
@@ -156,16 +165,49 @@ def print_by_size(sizes, variables, steps, warmup):
               flush=True)
 
 
+def print_passes(shape, parameters):
+    """Each job of `make_jobs(shape)` compiled as one XLA program: its loops over memory and
+    the bytes per parameter they move (benchmarks/hlo_passes.py)."""
+    import tensorflow as tf
+
+    def optimized_hlo(job):
+        program = tf.function(lambda: job(), jit_compile=True)  # pylint: disable=unnecessary-lambda
+        return program.experimental_get_compiler_ir()(stage="optimized_hlo")
+
+    found = {}
+    for name, job in make_jobs(shape).items():
+        hlo = optimized_hlo(job)
+        # a hundredth of the variable's bytes: the scalar arithmetic is left out
+        found[name] = hlo_passes.passes(hlo, smallest_bytes=4 * parameters / 100)
+    print(f"one variable of shape {shape} ({parameters:,} float32 parameters): the loops over "
+          "memory of each job's XLA program (optimized HLO), each array operand read once "
+          "and each output written once, in bytes per parameter")
+    print("| job | loops | read | written | total | × 28-byte floor |")
+    print("| --- | ---: | ---: | ---: | ---: | ---: |")
+    for name, loops in found.items():
+        read, written = (sum(loop[index] for loop in loops) / parameters for index in (2, 3))
+        print(f"| {name} | {len(loops)} | {read:.1f} | {written:.1f} | {read + written:.1f} | "
+              f"{(read + written) / 28:.2f}× |")
+    print("\nLAMB's loops, in program order:")
+    print("| instruction | op | read | written |")
+    print("| --- | --- | ---: | ---: |")
+    for name, op, read, written in found["LAMB"]:
+        print(f"| {name} | {op} | {read / parameters:.1f} | {written / parameters:.1f} |")
+
+
 def main(argv=None):
     args = parse_arguments(sys.argv[1:] if argv is None else argv)
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     if args.by_size:
         print_by_size(args.by_size, args.variables, args.steps, args.warmup)
         return 0
-    samples = measure(make_jobs(args.shape), args.steps, args.warmup)
     parameters = 1
     for dimension in args.shape:
         parameters *= dimension
+    if args.passes:
+        print_passes(args.shape, parameters)
+        return 0
+    samples = measure(make_jobs(args.shape), args.steps, args.warmup)
     reference = statistics.median(samples["memory pass"])
     print(f"one variable of shape {args.shape} ({parameters:,} parameters), each job one XLA "
           f"kernel; {args.steps} timed calls after {args.warmup} warm-up, alternated in one "

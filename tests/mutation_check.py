@@ -254,6 +254,14 @@ MUTATIONS = [
         "            tf.cast(y_true, self.dtype), y_pred, from_logits=True)",
         ["tests/test_bert_masked_lm_metric.py"],
         [r"test_the_training_step_gives_the_loss_and_the_metric_one_cross_entropy"]),
+    Mutation(
+        "hlo_passes_reads_one_operand", "the count of an XLA program's passes over memory "
+        "reads only the first operand of each loop",
+        "benchmarks/hlo_passes.py",
+        "        read = sum(type_bytes(types[operand]) for operand in operands)",
+        "        read = sum(type_bytes(types[operand]) for operand in operands[:1])",
+        ["tests/test_hlo_passes.py"],
+        [r"test_passes_are_the_entry_loops_with_their_operands_and_outputs"]),
 ]
 
 

@@ -96,6 +96,22 @@ def test_accumulation_memory_tiny_reports_every_k(tmp_path):
     assert "examples/s in one process" in result.stdout
 
 
+@pytest.mark.slow  # compiles every contender's step
+def test_optimizer_step_passes_counts_at_least_each_contenders_one_pass_bytes(capsys):
+    contenders = ["lamb_tf.LAMB (tf_keras)", "keras.optimizers.AdamW", "lamb_tf.LARS (tf_keras)"]
+    assert optimizer_step.main(["--size", "tiny", "--passes",
+                                "--contenders", ",".join(contenders)]) == 0
+    rows = [line.split(" | ") for line in capsys.readouterr().out.splitlines()
+            if line.startswith("| ") and not line.startswith("| contender") and "---" not in line]
+    totals = {row[0][2:]: float(row[5]) for row in rows}
+    assert list(totals) == contenders
+    for name, total in totals.items():
+        # an Adam-like update reads x, g, m, v and writes x, m, v (LARS: x, g, v; x, v)
+        assert total >= (20 if "LARS" in name else 28), (name, total)
+    # LAMB's two norms read x and the update direction once more than a plain Adam step
+    assert totals["lamb_tf.LAMB (tf_keras)"] >= totals["keras.optimizers.AdamW"] + 8
+
+
 def test_update_anatomy_tiny_times_every_job(capsys):
     update_anatomy = _load("update_anatomy")
     assert update_anatomy.main(["--shape", "8,8", "--steps", "2", "--warmup", "1"]) == 0
@@ -105,6 +121,25 @@ def test_update_anatomy_tiny_times_every_job(capsys):
     for row in rows:
         median = float(row.split(" | ")[1])
         assert math.isfinite(median) and median > 0
+
+
+def test_update_anatomy_passes_counts_at_least_the_one_pass_bytes(capsys):
+    update_anatomy = _load("update_anatomy")
+    assert update_anatomy.main(["--shape", "64,256", "--passes"]) == 0
+    out = capsys.readouterr().out
+    totals = {row.split(" | ")[0][2:]: float(row.split(" | ")[4])
+              for row in out.split("LAMB's loops")[0].splitlines()
+              if row.startswith("| ") and not row.startswith("| job") and "---" not in row}
+    assert list(totals) == list(update_anatomy.JOBS)
+    # each of these reads x, g, m, v and writes x, m, v: at least 7 float32 arrays
+    for job in ("memory pass", "LAMB, no ratio", "LAMB"):
+        assert totals[job] >= 28, (job, out)
+    # the norms read x and u once more, at least
+    assert totals["LAMB"] >= totals["LAMB, no ratio"] + 8, out
+    loops = [row for row in out.split("LAMB's loops")[1].splitlines()
+             if row.startswith("| ") and not row.startswith("| instruction") and "---" not in row]
+    assert sum(float(row.split(" | ")[2]) + float(row.split(" | ")[3].rstrip(" |"))
+               for row in loops) == pytest.approx(totals["LAMB"], abs=0.2)
 
 
 @pytest.mark.parametrize("argv, flag", [
