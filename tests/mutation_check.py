@@ -29,7 +29,7 @@ import tempfile
 import time
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-COPIED = ("lamb_tf", "tests", "recipes", "configs", "setup.py")
+COPIED = ("lamb_tf", "tests", "recipes", "configs", "benchmarks", "setup.py")
 
 Mutation = collections.namedtuple("Mutation", ["name", "bug", "path", "old", "new", "tests", "caught_by"])
 
