@@ -69,3 +69,9 @@ def passes(hlo_text, smallest_bytes=0):
         if max(read, written) >= smallest_bytes:
             found.append((name, op, read, written))
     return found
+
+
+def bytes_per_parameter(loops, parameters):
+    """(bytes read, bytes written) of `passes`' loops, per parameter."""
+    return (sum(read for _, _, read, _ in loops) / parameters,
+            sum(written for _, _, _, written in loops) / parameters)

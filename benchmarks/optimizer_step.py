@@ -287,7 +287,7 @@ def print_passes(contenders, gradients, parameters, size, tensors):
         step(gradients)  # builds the optimizer's slots before the step is traced for its IR
         loops = hlo_passes.passes(step.experimental_get_compiler_ir(gradients)(
             stage="optimized_hlo"))
-        read, written = (sum(loop[index] for loop in loops) / parameters for index in (2, 3))
+        read, written = hlo_passes.bytes_per_parameter(loops, parameters)
         copies = sum(1 for loop in loops if loop[1] == "copy")
         print(f"| {name} | {len(loops)} | {copies} | {read:.1f} | {written:.1f} | "
               f"{read + written:.1f} | {(read + written) / ONE_PASS_BYTES[family]:.2f}× |")

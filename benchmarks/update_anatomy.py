@@ -171,6 +171,7 @@ def print_passes(shape, parameters):
     import tensorflow as tf
 
     def optimized_hlo(job):
+        # called without arguments: the jobs' own default arguments stay out of the trace
         program = tf.function(lambda: job(), jit_compile=True)  # pylint: disable=unnecessary-lambda
         return program.experimental_get_compiler_ir()(stage="optimized_hlo")
 
@@ -185,7 +186,7 @@ def print_passes(shape, parameters):
     print("| job | loops | read | written | total | × 28-byte floor |")
     print("| --- | ---: | ---: | ---: | ---: | ---: |")
     for name, loops in found.items():
-        read, written = (sum(loop[index] for loop in loops) / parameters for index in (2, 3))
+        read, written = hlo_passes.bytes_per_parameter(loops, parameters)
         print(f"| {name} | {len(loops)} | {read:.1f} | {written:.1f} | {read + written:.1f} | "
               f"{(read + written) / 28:.2f}× |")
     print("\nLAMB's loops, in program order:")

@@ -54,3 +54,8 @@ def test_small_loops_are_left_out_below_smallest_bytes():
 def test_a_text_without_entry_computation_is_refused():
     with pytest.raises(ValueError, match="ENTRY"):
         hlo_passes.passes("HloModule m\n")
+
+
+def test_bytes_per_parameter_sums_the_loops_reads_and_writes():
+    # by hand, from the loops above: read 256 + 128 + 20 + 128, written 128 + 16 + 4 + 132
+    assert hlo_passes.bytes_per_parameter(hlo_passes.passes(HLO), 32) == (532 / 32, 280 / 32)
