@@ -83,7 +83,7 @@ def main(argv=None):
     model_dir = tempfile.mkdtemp(dir=args.work_dir)
     history = tf_keras.callbacks.History()
     history.last_logs = {}
-    loop = training._Loop(  # pylint: disable=protected-access  (the loop's own callbacks)
+    loop = training.ChunkLoop(
         model, training.make_checkpoint_manager(model, model_dir), history, model_dir,
         config.train.global_batch_size, args.log_every,
         [callbacks_lib.ProgressLine(config.train.steps, args.log_every)])

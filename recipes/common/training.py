@@ -133,7 +133,7 @@ def train(
         callbacks = [*callbacks, callbacks_lib.ProgressLine(total_steps, every)]
     if config is not None:  # once the first chunk of this run is checkpointed
         callbacks = [*callbacks, _SaveConfigOnce(config, model_dir)]
-    loop = _Loop(model, manager, history, model_dir, global_batch_size, every, callbacks)
+    loop = ChunkLoop(model, manager, history, model_dir, global_batch_size, every, callbacks)
     with preemption.StopOnSigterm() as stop:
         loop.preemption = preemption.make_preemption(model, manager, stop, model_dir)
         for fit_start, fit_end in _fits(first_step, total_steps, checkpoint_every):
@@ -206,8 +206,11 @@ class _SaveConfigOnce(tf_keras.callbacks.Callback):
             self._config = None
 
 
-class _Loop:
-    """The callbacks of one `train` call and its `fit` calls (one epoch per chunk)."""
+class ChunkLoop:
+    """The callbacks of one `train` call and its `fit` calls (one epoch per chunk).
+
+    `train` makes one; benchmarks/loop_callbacks.py makes its own to time these callbacks.
+    Set `preemption` (a Keras callback) before `fit_chunks`."""
 
     def __init__(self, model, manager, history, model_dir, global_batch_size, every, extra):
         self.model, self.manager, self.history, self.preemption = model, manager, history, None
