@@ -236,7 +236,7 @@ MUTATIONS = [
         ["tests/test_distribution_and_xla.py"],
         # (2 replicas == 1 device cannot see it: neither run clips)
         [r"test_global_clipnorm_clips_the_summed_gradient\[keras3\]"]),
-    # ---- the recipes: the finite check before a save, the masked-LM metric -------------------
+    # ---- the recipes (the finite check before a save, the masked-LM metric), a benchmark helper
     Mutation(
         "finite_check_names_the_next_variable", "the finite check before a save names the "
         "variable after the one holding a NaN or Inf (its names and flags out of step)",
