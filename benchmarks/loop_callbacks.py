@@ -8,8 +8,13 @@ so every millisecond in them is a millisecond the step waits. This runs the loop
 data at k = 1, with every hook of every callback timed, `--rounds` times after one warm-up
 round (tracing; the train graph is written to TensorBoard in it, once per run).
 
+`--async_checkpoint` writes the checkpoints as `train.async_checkpoint: true` does, and
+`--intra_op_threads 1` leaves one core free for the host's own work (the writer thread),
+as an accelerator's host has while the accelerator steps.
+
 Usage:
   python benchmarks/loop_callbacks.py --work_dir /tmp/loop_callbacks        # tiny BERT
+  python benchmarks/loop_callbacks.py --work_dir /tmp/loop_callbacks --async_checkpoint
   python benchmarks/loop_callbacks.py --steps 2 --chunks 2 --rounds 1 --work_dir /tmp/c  # CI
 Prints a Markdown table: milliseconds per round in each hook that took any, its share of
 the `fit`, and per step.
@@ -52,6 +57,13 @@ def _parse_arguments(argv):
     parser.add_argument("--rounds", type=int, default=3, help="timed rounds after one warm-up")
     parser.add_argument("--log_every", type=int, default=5,
                         help="train.log_every: steps between TensorBoard scalar writes")
+    parser.add_argument("--async_checkpoint", action="store_true",
+                        help="train.async_checkpoint: checkpoints written on TensorFlow's "
+                             "background thread")
+    parser.add_argument("--intra_op_threads", type=int, default=0,
+                        help="threads of one TensorFlow op (0: TensorFlow's default, one per "
+                             "core); 1 leaves a core of this machine free, as the host of an "
+                             "accelerator is while the accelerator steps")
     return parser.parse_args(argv)
 
 
@@ -75,6 +87,12 @@ def main(argv=None):
         if getattr(args, flag) < 1:
             print(f"--{flag}={getattr(args, flag)} must be at least 1", file=sys.stderr)
             return 2
+    if args.intra_op_threads < 0:
+        print(f"--intra_op_threads={args.intra_op_threads} must be 0 (TensorFlow's default) "
+              "or more", file=sys.stderr)
+        return 2
+    if args.intra_op_threads:
+        tf.config.threading.set_intra_op_parallelism_threads(args.intra_op_threads)
     task_class, _, config = recipe_throughput.load_recipe_config(args)
     config.train.global_batch_size = config.train.micro_batch_size  # k = 1
     config.train.steps = max(config.train.steps, (args.rounds + 1) * args.chunks * args.steps)
@@ -86,7 +104,8 @@ def main(argv=None):
     loop = training.ChunkLoop(
         model, training.make_checkpoint_manager(model, model_dir), history, model_dir,
         config.train.global_batch_size, args.log_every,
-        [callbacks_lib.ProgressLine(config.train.steps, args.log_every)])
+        [callbacks_lib.ProgressLine(config.train.steps, args.log_every)],
+        async_checkpoint=args.async_checkpoint)
     loop.preemption = tf_keras.callbacks.Callback()  # no SIGTERM handling here
     spent = collections.defaultdict(float)
     _time_every_hook(loop.callbacks, spent)
@@ -104,7 +123,9 @@ def main(argv=None):
     fit = statistics.median(fit_s)
     print(f"{args.recipe} recipe's training loop, batch {config.train.micro_batch_size} "
           f"(k = 1), {args.chunks} chunks of {args.steps} steps per round, log_every "
-          f"{args.log_every}; {args.rounds} timed rounds after 1 warm-up; {os.cpu_count()} "
+          f"{args.log_every}, {'asynchronous' if args.async_checkpoint else 'synchronous'} "
+          f"checkpoints, intra-op threads {args.intra_op_threads or 'default'}; "
+          f"{args.rounds} timed rounds after 1 warm-up; {os.cpu_count()} "
           f"CPU cores, TensorFlow {tf.__version__}; load average {os.getloadavg()[0]:.1f}")
     print(f"fit: {fit:.2f} s per round (median), {fit / steps * 1e3:.0f} ms per step")
     print("| callback hook | ms per round (median) | share of the fit | ms per step |")

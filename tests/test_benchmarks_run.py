@@ -207,13 +207,17 @@ def test_loop_callbacks_times_each_hook_of_the_training_loop(tmp_path, capsys):
     assert _load("loop_callbacks").main([
         "--config_file", str(_tiny_bert_config_file(tmp_path)), "--work_dir",
         str(tmp_path / "work"), "--steps", "1", "--chunks", "3", "--rounds", "1",
-        "--log_every", "1"]) == 0
-    rows = {line.split(" | ")[0].lstrip("| "): line for line in capsys.readouterr().out.splitlines()
+        "--log_every", "1", "--async_checkpoint"]) == 0
+    out = capsys.readouterr().out
+    rows = {line.split(" | ")[0].lstrip("| "): line for line in out.splitlines()
             if line.startswith("| ") and not line.startswith("| ---")}
+    assert "log_every 1, asynchronous checkpoints" in out
     # a checkpoint after each chunk; the TensorBoard scalars written after each step
     assert "CheckpointEachEpoch.on_epoch_end" in rows and "all hooks" in rows
     assert "TrainingScalars.on_train_batch_end" in rows
     assert "--log_every=0 must be at least 1" in _refusal(["--log_every", "0"], tmp_path, capsys)
+    assert "--intra_op_threads=-1 must be 0" in _refusal(["--intra_op_threads", "-1"], tmp_path,
+                                                         capsys)
 
 
 def _refusal(argv, tmp_path, capsys):

@@ -3,7 +3,8 @@
 Two workers of the tiny BERT recipe (MultiWorkerMirroredStrategy from TF_CONFIG, 1 replica
 each, 8 sequences per replica, no accumulation) and one single process (1 replica, 2
 accumulated micro-batches of 8) train the same 3 LAMB steps at a global batch of 16; the
-chief's final checkpoint must equal the single process' to float32 rounding. Only the chief
+chief's final checkpoint must equal the single process' to float32 rounding; the cluster
+writes its checkpoints (one per step) asynchronously (`train.async_checkpoint`). Only the chief
 writes into model_dir; the other worker's private directory is gone when it exits. The
 cluster is killed at a deadline (tests/multi_worker_harness.py), and tests below check that
 the harness really stops hung and failed clusters.
@@ -36,7 +37,7 @@ QUIET = {"TF_CPP_MIN_LOG_LEVEL": "2"}
 def _config(data):
     # one file: host h of N reads records h, h+N, ... (see the recipe wrapper); no dropout
     return tiny_bert_data.config(
-        data, micro_batch_size=8, steps=STEPS, checkpoint_every=STEPS, dropout_rate=0.0,
+        data, micro_batch_size=8, steps=STEPS, checkpoint_every=1, dropout_rate=0.0,
         train_files=data.train_files.replace("?????", "00000"))
 
 
@@ -69,8 +70,12 @@ def test_two_workers_on_loopback_equal_one_process(tmp_path):
                               env={**os.environ, **QUIET}, start_new_session=True)
     start = time.monotonic()
     try:
+        # the cluster writes its checkpoints on TensorFlow's background thread: the copy of
+        # the variables before each write is made on every worker alike
         workers = multi_worker_harness.run_cluster(
-            command + [f"--model_dir={multi_dir}"], num_workers=2, cwd=REPO_ROOT,
+            command + [f"--model_dir={multi_dir}",
+                       "--params_override=train.async_checkpoint=true"],
+            num_workers=2, cwd=REPO_ROOT,
             log_dir=str(tmp_path / "logs"), timeout=CLUSTER_TIMEOUT_SECONDS, env=QUIET)
         single.wait(timeout=max(1, CLUSTER_TIMEOUT_SECONDS - (time.monotonic() - start)))
     finally:

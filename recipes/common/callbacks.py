@@ -32,14 +32,27 @@ class CheckpointEachEpoch(tf_keras.callbacks.Callback):
 
     With a dynamic LossScaleOptimizer (float16) a non-finite loss is not fatal: the
     optimizer skips that step (`SkippedSteps` counts it); the variables are still checked.
+
+    `asynchronous=True` writes each checkpoint with TensorFlow's async checkpoint: `save`
+    copies the variables and returns, a thread of TensorFlow's writes the files and then
+    the manager's index, so the index still never names an incomplete checkpoint. Anything
+    that reads the index first waits for the write in flight (`manager.sync()`); at the end
+    of `fit` the last write is waited for, and if it failed its error is raised here.
     """
 
-    def __init__(self, manager):
+    def __init__(self, manager, asynchronous=False):
         super().__init__()
         self._manager = manager
+        self._options = tf.train.CheckpointOptions(
+            experimental_enable_async_checkpoint=asynchronous)
+        self._last_saved_step = None
 
     def _step(self):
         return int(self.model.optimizer.iterations.numpy())
+
+    def _last_good_checkpoint(self):
+        self._manager.sync()
+        return self._manager.latest_checkpoint
 
     def on_train_batch_end(self, batch, logs=None):
         loss = (logs or {}).get("loss")
@@ -48,7 +61,7 @@ class CheckpointEachEpoch(tf_keras.callbacks.Callback):
         self.model.stop_training = True
         raise TrainingDiverged(
             f"loss became {float(loss)} at step {self._step()}; stopped without saving, the "
-            f"last good checkpoint is {self._manager.latest_checkpoint}; lower the learning "
+            f"last good checkpoint is {self._last_good_checkpoint()}; lower the learning "
             "rate or check the input data"
         )
 
@@ -59,11 +72,20 @@ class CheckpointEachEpoch(tf_keras.callbacks.Callback):
         if bad is not None:
             raise TrainingDiverged(
                 f"variable {bad} is not finite after step {step}; stopped without saving, "
-                f"the last good checkpoint is {self._manager.latest_checkpoint}; lower the "
+                f"the last good checkpoint is {self._last_good_checkpoint()}; lower the "
                 "learning rate or check the input data"
             )
         if not (self._manager.latest_checkpoint or "").endswith(f"-{step}"):  # SIGTERM saved it
-            self._manager.save(checkpoint_number=step)
+            self._manager.save(checkpoint_number=step, options=self._options)
+            self._last_saved_step = step
+
+    def on_train_end(self, logs=None):
+        saved, self._last_saved_step = self._last_saved_step, None
+        if saved is None or self._last_good_checkpoint().endswith(f"-{saved}"):
+            return
+        if saved == self._step():  # the write failed; TF raises its error at the next save
+            self._manager.save(checkpoint_number=saved, options=self._options)
+            self._manager.sync()
 
 
 def loss_scaled(optimizer):

@@ -258,6 +258,7 @@ class _Run:
                 log_every=train.log_every,
                 restore_dir=self.options.model_dir,  # every worker resumes from the chief's
                 config=self.config,  # saved as config.yaml with this run's first checkpoint
+                async_checkpoint=train.async_checkpoint,
             )
         except _INPUT_ERRORS as error:
             raise self.task.explain_input_error(error, "train") or error

@@ -76,8 +76,10 @@ def make_preemption(model, manager, stop, model_dir):
 
 
 def save_unless_saved(model, manager, step):
-    """Saves the checkpoint of `step` if every variable is finite and it is not saved yet."""
+    """Saves the checkpoint of `step` if every variable is finite and it is not saved yet,
+    in this thread (an asynchronous save in flight lands first)."""
     variables = list(model.variables) + list(model.optimizer.variables())
+    manager.sync()
     latest = manager.latest_checkpoint or ""
     if first_non_finite(variables) is None and not latest.endswith(f"-{step}"):
         manager.save(checkpoint_number=step)

@@ -37,6 +37,9 @@ class TrainConfig:
     steps: int = 120
     # A checkpoint every this many updates; `steps` must be a multiple of it.
     checkpoint_every: int = 20
+    # Write each checkpoint on a background thread (TensorFlow's async checkpoint, as Orbit's
+    # `enable_async_checkpointing`): the step waits only for a copy of the variables.
+    async_checkpoint: bool = False
     # Micro-batches run inside one tf.function call (Keras' steps_per_execution).
     steps_per_execution: int = 1
     # TensorBoard scalars (loss, metrics, learning rate, examples/s, what the training step

@@ -22,8 +22,9 @@ Non-finite values never reach a checkpoint: a non-finite loss stops training at 
 (unless a LossScaleOptimizer skips such steps: float16), and before each save every
 variable is checked to be finite. SIGTERM (a preemptible TPU VM or cloud instance being
 reclaimed) saves a checkpoint of the current step and stops with `Preempted`; the rerun
-resumes from that step (recipes/common/preemption.py). See docs/reliability.md for the
-guarantees.
+resumes from that step (recipes/common/preemption.py). With `async_checkpoint` the files
+are written on TensorFlow's own thread (`callbacks.CheckpointEachEpoch`), and every write
+has landed when a `fit` ends. See docs/reliability.md for the guarantees.
 """
 
 import contextlib
@@ -95,6 +96,7 @@ def train(
     data_files=None,
     restore_dir=None,
     config=None,
+    async_checkpoint=False,
 ):
     """Trains `model` (compiled) to `total_steps`, resuming from `model_dir`. Args:
       model: a compiled tf_keras model whose optimizer counts applied updates.
@@ -117,6 +119,9 @@ def train(
       data_files: the training TFRecords (comma-separated globs); if given, a corrupt
         record, or a file that disappears while training, stops training with a
         `UserError` naming the file.
+      async_checkpoint: write each chunk's checkpoint on TensorFlow's background thread
+        (`callbacks.CheckpointEachEpoch`); every checkpoint is written before `train`
+        returns or raises.
     Returns the Keras History of this run (empty if already complete); `history.last_logs`
     holds the scalars of the last step's logs.
     """
@@ -132,8 +137,9 @@ def train(
     if verbose:  # one plain line per `every` steps instead of Keras' progress bar
         callbacks = [*callbacks, callbacks_lib.ProgressLine(total_steps, every)]
     if config is not None:  # once the first chunk of this run is checkpointed
-        callbacks = [*callbacks, _SaveConfigOnce(config, model_dir)]
-    loop = ChunkLoop(model, manager, history, model_dir, global_batch_size, every, callbacks)
+        callbacks = [*callbacks, _SaveConfigOnce(config, model_dir, manager)]
+    loop = ChunkLoop(model, manager, history, model_dir, global_batch_size, every, callbacks,
+                     async_checkpoint=async_checkpoint)
     with preemption.StopOnSigterm() as stop:
         loop.preemption = preemption.make_preemption(model, manager, stop, model_dir)
         for fit_start, fit_end in _fits(first_step, total_steps, checkpoint_every):
@@ -193,15 +199,17 @@ def _check_steps(total_steps, checkpoint_every):
 
 
 class _SaveConfigOnce(tf_keras.callbacks.Callback):
-    """Writes `model_dir/config.yaml` at the end of this run's first chunk, after the
-    chunk's checkpoint (a run that diverged or failed before it leaves the file as it was)."""
+    """Writes `model_dir/config.yaml` at the end of this run's first chunk, once the
+    chunk's checkpoint is written (a run that diverged or failed before it leaves the file
+    as it was)."""
 
-    def __init__(self, config, model_dir):
+    def __init__(self, config, model_dir, manager):
         super().__init__()
-        self._config, self._model_dir = config, model_dir
+        self._config, self._model_dir, self._manager = config, model_dir, manager
 
     def on_epoch_end(self, epoch, logs=None):
         if self._config is not None:
+            self._manager.sync()  # an asynchronous checkpoint write lands first
             config_lib.save_config(self._config, self._model_dir)
             self._config = None
 
@@ -212,7 +220,8 @@ class ChunkLoop:
     `train` makes one; benchmarks/loop_callbacks.py makes its own to time these callbacks.
     Set `preemption` (a Keras callback) before `fit_chunks`."""
 
-    def __init__(self, model, manager, history, model_dir, global_batch_size, every, extra):
+    def __init__(self, model, manager, history, model_dir, global_batch_size, every, extra,
+                 async_checkpoint=False):
         self.model, self.manager, self.history, self.preemption = model, manager, history, None
         self.skipped_steps = callbacks_lib.SkippedSteps(model_dir)
         self.chunk = None  # (start, end) of the chunk in progress, for error messages
@@ -222,7 +231,7 @@ class ChunkLoop:
                 on_epoch_begin=lambda epoch, logs: setattr(self, "chunk", self._chunks[epoch])),
             callbacks_lib.StepCounterFromOptimizer(),
             self.skipped_steps,
-            callbacks_lib.CheckpointEachEpoch(manager),
+            callbacks_lib.CheckpointEachEpoch(manager, asynchronous=async_checkpoint),
             callbacks_lib.TensorBoard(log_dir=model_dir, update_freq=every),
             callbacks_lib.TrainingScalars(model_dir, global_batch_size, every),
             callbacks_lib.LastLogs(history),
@@ -239,15 +248,18 @@ class ChunkLoop:
         chunks = list(checkpoint_chunks(start, end, checkpoint_every))
         first = len(self.epochs)
         self._chunks = dict(enumerate(chunks, start=first))
-        with input_iterator_deleted_in_background(self.model, "train_function"):
-            self.model.fit(
-                dataset,
-                initial_epoch=first,
-                epochs=first + len(chunks),
-                steps_per_epoch=chunks[0][1] - chunks[0][0],  # the others are no longer
-                callbacks=self.callbacks + [self.preemption],
-                verbose=0,
-            )
+        try:
+            with input_iterator_deleted_in_background(self.model, "train_function"):
+                self.model.fit(
+                    dataset,
+                    initial_epoch=first,
+                    epochs=first + len(chunks),
+                    steps_per_epoch=chunks[0][1] - chunks[0][0],  # the others are no longer
+                    callbacks=self.callbacks + [self.preemption],
+                    verbose=0,
+                )
+        finally:  # an asynchronous checkpoint write lands before anything reads the index
+            self.manager.sync()
         self.epochs.extend(range(first, first + len(chunks)))
         self.history.epoch = self.epochs
 
