@@ -97,7 +97,7 @@ def bert_variables(hidden, layers, heads, intermediate, vocabulary, positions):
     return specs
 
 
-def _initial_values(specs, seed):
+def initial_values(specs, seed):
     import numpy as np
 
     rng = np.random.default_rng(seed)
@@ -136,7 +136,7 @@ def build_contenders(names, specs):
     from lamb_tf import keras3_optimizers
     from lamb_tf import tf_keras_optimizers
 
-    values = _initial_values(specs, seed=0)
+    values = initial_values(specs, seed=0)
     # One variable set per Keras flavour, shared by that flavour's contenders (they update it
     # in turn; the values do not change the cost). Slots are each optimizer's own.
     tf_keras_set = tf_keras_variables(specs, values) if any(
@@ -303,7 +303,7 @@ def main(argv=None):
     specs = bert_variables(*SIZES[args.size])
     parameters = sum(int(_product(shape)) for _, shape in specs)
     contenders = build_contenders(args.contenders, specs)
-    gradients = [tf.constant(g) for g in _initial_values(specs, seed=1)]
+    gradients = [tf.constant(g) for g in initial_values(specs, seed=1)]
     if args.passes:
         print_passes(contenders, gradients, parameters, args.size, len(specs))
         return 0

@@ -262,6 +262,15 @@ MUTATIONS = [
         "        read = sum(type_bytes(types[operand]) for operand in operands[:1])",
         ["tests/test_hlo_passes.py"],
         [r"test_passes_are_the_entry_loops_with_their_operands_and_outputs"]),
+    # ---- asynchronous checkpoints --------------------------------------------------------------
+    Mutation(
+        "async_checkpoint_message_before_the_write", "train.async_checkpoint: a diverged run "
+        "names the last checkpoint without waiting for the write in flight",
+        "recipes/common/callbacks.py",
+        "        self._manager.sync()  # an asynchronous write in flight lands first",
+        "        pass",
+        ["tests/test_async_checkpoint.py"],
+        [r"test_a_diverged_run_names_its_last_asynchronous_checkpoint_once_written"]),
 ]
 
 

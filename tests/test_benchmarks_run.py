@@ -224,3 +224,36 @@ def _refusal(argv, tmp_path, capsys):
     assert _load("loop_callbacks").main([*argv, "--work_dir", str(tmp_path / "refused")]) == 2
     assert not (tmp_path / "refused").exists()  # found before any work
     return capsys.readouterr().err
+
+
+@pytest.mark.slow  # a benchmark run
+def test_checkpoint_write_times_synchronous_and_asynchronous_saves(tmp_path, capsys):
+    work = tmp_path / "work"
+    assert _load("checkpoint_write").main([
+        "--size", "tiny", "--steps", "1", "--rounds", "1", "--work_dir", str(work)]) == 0
+    rows = {line.split(" | ")[0].lstrip("| "): line.split(" | ")[1:]
+            for line in capsys.readouterr().out.splitlines()
+            if line.startswith("| ") and not line.startswith(("| ---", "| job"))}
+    assert set(rows) == {"steps only", "synchronous save, then the steps",
+                         "asynchronous save, then the steps"}
+    for name, (median, _, in_save, cost) in rows.items():
+        assert float(median) > 0 and float(in_save) >= 0
+        assert (cost.strip(" |") == "–") == (name == "steps only")
+    assert os.listdir(work) == []  # the checkpoints are deleted at the end
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--steps", "0"], "--steps=0 must be at least 1"),
+    (["--rounds", "0"], "--rounds=0 must be at least 1"),
+    (["--intra_op_threads", "-2"], "--intra_op_threads=-2 must be 0"),
+])
+def test_checkpoint_write_refuses_bad_arguments_with_status_2(argv, message, tmp_path, capsys):
+    assert _load("checkpoint_write").main([*argv, "--work_dir", str(tmp_path / "work")]) == 2
+    assert message in capsys.readouterr().err
+    assert not (tmp_path / "work").exists()  # found before any work
+
+
+def test_checkpoint_write_refuses_a_work_dir_whose_parent_is_missing(tmp_path, capsys):
+    work_dir = str(tmp_path / "missing" / "work")
+    assert _load("checkpoint_write").main(["--work_dir", work_dir]) == 2
+    assert "its parent directory does not exist" in capsys.readouterr().err

@@ -51,7 +51,7 @@ class CheckpointEachEpoch(tf_keras.callbacks.Callback):
         return int(self.model.optimizer.iterations.numpy())
 
     def _last_good_checkpoint(self):
-        self._manager.sync()
+        self._manager.sync()  # an asynchronous write in flight lands first
         return self._manager.latest_checkpoint
 
     def on_train_batch_end(self, batch, logs=None):
