@@ -135,12 +135,16 @@ def test_bert_kill_during_export_leaves_no_export_directory(bert_runs):
     assert glob.glob(os.path.join(resumed_dir, "export.tmp-*"))
 
 
+@pytest.mark.parametrize("asynchronous", [False, True], ids=["sync", "async_checkpoint"])
 def test_bert_sigterm_mid_chunk_saves_that_step_and_resumes_exactly(bert_args, bert_runs,
-                                                                      tmp_path):
+                                                                      tmp_path, asynchronous):
     """Preemption: SIGTERM after step 3 saves ckpt-3 (not a multiple of checkpoint_every)
     and exits 143; the same command resumes at step 3 and ends bitwise equal to the
-    uninterrupted run."""
+    uninterrupted run. With train.async_checkpoint=true the preempted and resumed runs write
+    their chunk checkpoints asynchronously (ckpt-2 may still be in flight at the SIGTERM)."""
     straight_dir = bert_runs[0]
+    if asynchronous:
+        bert_args = [*bert_args, "--params_override=train.async_checkpoint=true"]
     model_dir, log = str(tmp_path / "preempted"), str(tmp_path / "sigterm.log")
     process = cli.start(BERT, *bert_args, f"--model_dir={model_dir}", log_path=log,
                         env={cli.STEP_HOOK_ENV: "0.5"})
