@@ -62,7 +62,8 @@ def _refusal(args):
         if getattr(args, flag) < 1:
             return f"--{flag}={getattr(args, flag)} must be at least 1"
     if args.intra_op_threads < 0:
-        return f"--intra_op_threads={args.intra_op_threads} must be 0 (TensorFlow's default) or more"
+        return (f"--intra_op_threads={args.intra_op_threads} must be 0 (TensorFlow's default) "
+                "or more")
     parent = os.path.dirname(os.path.abspath(args.work_dir))
     if not os.path.isdir(parent):
         return f"--work_dir {args.work_dir}: its parent directory does not exist; create it first"

@@ -54,8 +54,8 @@ def _straight_and_interrupted(module, args, straight_dir, model_dir, log_dir,
                               kill_resumed_when=None, straight_args=None):
     """Runs `args` (`straight_args`, if given) uninterrupted in `straight_dir` and, at the
     same time, `args` in `model_dir` SIGKILLed right after step 3 (mid-chunk: the checkpoint
-    of step 2 exists, that of step 4 not yet); then `args` again in `model_dir`. The restart is killed too when
-    `kill_resumed_when(model_dir)` holds. Returns the logs of the killed and resumed runs."""
+    of step 2 exists, that of step 4 not yet); then `args` again in `model_dir`. The restart
+    is killed too when `kill_resumed_when(model_dir)` holds. Returns the logs of the killed and resumed runs."""
     killed_log = os.path.join(log_dir, "killed.log")
     process = cli.start(module, *args, f"--model_dir={model_dir}", log_path=killed_log,
                         env={cli.STEP_HOOK_ENV: "0.5"})
@@ -206,9 +206,11 @@ def resnet_args(tmp_path_factory):
 def test_resnet_killed_mid_chunk_resumes_to_the_same_weights(resnet_args, tmp_path,
                                                              asynchronous):
     straight_dir, resumed_dir = str(tmp_path / "straight"), str(tmp_path / "resumed")
-    interrupted_args = list(resnet_args)
-    if asynchronous:
-        interrupted_args[1] += ",train.async_checkpoint=true"
+    interrupted_args = [
+        arg + ",train.async_checkpoint=true"
+        if asynchronous and arg.startswith("--params_override=") else arg
+        for arg in resnet_args]
+    assert not asynchronous or interrupted_args != resnet_args
     killed_log, resumed_log = _straight_and_interrupted(
         RESNET, interrupted_args, straight_dir, resumed_dir, str(tmp_path),
         straight_args=resnet_args)
