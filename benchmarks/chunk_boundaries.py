@@ -13,7 +13,8 @@ calling `train` to its first step (the first `fit`'s dataset built, that call's 
 Two loops are alternated round by round in one process (benchmarks/alternation.py): the
 loop as it is, and the same loop with `CHUNKS_PER_FIT = 1` (a `fit` and a fresh input
 pipeline per chunk, as the recipes ran before). With Model Garden's loop over the same
-model, steps and checkpoints (`model_garden_loops`: Orbit's `Controller`), each run's whole
+model, steps, checkpoints and summaries (`model_garden_loops`: Orbit's `Controller`; both
+loops write their training scalars once a chunk), each run's whole
 time (from the call to its return, every checkpoint included) gives the recipe's loop
 against Model Garden's in examples/s; Model Garden's loops (`Trainer.train`, a chunk's steps
 in one in-graph loop) are timed too, giving its step, its time between chunks, and its
@@ -76,6 +77,7 @@ def _one_run(model, make_dataset, work_dir, steps_per_chunk, chunks, global_batc
     called = time.perf_counter()
     training.train(model, make_dataset, model_dir=model_dir,
                    total_steps=steps_per_chunk * chunks, checkpoint_every=steps_per_chunk,
+                   log_every=steps_per_chunk,  # scalars once a chunk, as Model Garden's loop
                    global_batch_size=global_batch_size, verbose=0, callbacks=[times])
     whole = time.perf_counter() - called
     per_chunk = steps_per_chunk // steps_per_execution  # executions per chunk

@@ -16,13 +16,16 @@ count):
                  Model Garden's training loop as `train_lib.run_experiment` runs it in
                  "train" mode: an Orbit `Controller` over the same trainer, `chunks` loops
                  of `steps_per_chunk` steps, a checkpoint (`tf.train.CheckpointManager`)
-                 after each, in `directory` (fresh: nothing is restored). No summaries and
-                 no extra checkpoint at completion (the last loop's is that step's), as the
-                 recipe's loop it is timed against. The trainer's input iterator is kept
-                 from run to run; with `build_pipeline` the run first builds its input
-                 pipeline as `Trainer.__init__` does once per real run, so it also pays
-                 the pipeline's start (the iterator made, its first batch), as each run
-                 of the recipe's loop does.
+                 after each, in `directory` (fresh: nothing is restored), and the
+                 training summaries after each loop in `directory/train`
+                 (`summary_interval` = a loop), as `run_experiment` writes them by default
+                 and as the recipe's loop writes its TensorBoard scalars every `log_every`
+                 (= a chunk, there) steps. No extra checkpoint at completion (the last
+                 loop's is that step's), as in the recipe's loop. The trainer's input
+                 iterator is kept from run to run; with `build_pipeline` the run first
+                 builds its input pipeline as `Trainer.__init__` does once per real run,
+                 so it also pays the pipeline's start (the iterator made, its first
+                 batch), as each run of the recipe's loop does.
 
 The optimizer is Model Garden's `lamb` (`official.modeling.optimization.lamb.LAMB`) with
 the recipe's betas, epsilon, weight decay, exclusions and global clipnorm at a constant
@@ -30,6 +33,7 @@ learning rate (no warmup): the recipe's schedule is a few scalar ops per step ei
 """
 import contextlib
 import io
+import os
 import time
 
 import tensorflow as tf
@@ -107,7 +111,8 @@ def train_experiment(experiment, override):
 
     def run_with_checkpoints(steps_per_chunk, chunks, directory, build_pipeline=False):
         """Orbit's `Controller` over `chunks` loops of `steps_per_chunk` steps, a checkpoint
-        after each; returns the (begin, end) wall times of every loop (`Trainer.train`)."""
+        and the training summaries after each; returns the (begin, end) wall times of every
+        loop (`Trainer.train`)."""
         loops = []
 
         def timed_train(num_steps):  # what the Controller calls once per loop
@@ -131,7 +136,9 @@ def train_experiment(experiment, override):
             with contextlib.redirect_stdout(io.StringIO()):
                 controller = orbit.Controller(global_step=trainer.global_step,
                                               trainer=trainer, steps_per_loop=steps_per_chunk,
-                                              checkpoint_manager=manager)
+                                              checkpoint_manager=manager,
+                                              summary_dir=os.path.join(directory, "train"),
+                                              summary_interval=steps_per_chunk)
                 controller.train(int(trainer.global_step.numpy()) + steps_per_chunk * chunks,
                                  checkpoint_at_completion=False)
         finally:

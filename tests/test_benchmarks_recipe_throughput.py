@@ -84,6 +84,19 @@ def _assert_both_sides_timed(report, stdout, steps_per_execution=1):
         assert f"| {loop} |" in stdout
 
 
+def _assert_every_loop_run_wrote_training_summaries(tmp_path):
+    """Each run of the four loops (warm-up and timed: 8) has its own directory, and in it
+    a `train` directory of TensorBoard events: the recipe's loop writes its scalars once a
+    chunk, and Model Garden's `Controller` is given a summary directory, as
+    `train_lib.run_experiment` gives it, so that both loops pay for their summaries."""
+    runs_dir = tmp_path / "work" / "chunk_boundaries"
+    runs = [path for path in runs_dir.iterdir() if path.is_dir()]
+    assert len(runs) == 8, sorted(path.name for path in runs)
+    for run in runs:
+        assert list((run / "train").glob("events.out.tfevents.*")), sorted(
+            str(path.relative_to(run)) for path in run.rglob("*"))
+
+
 def test_recipe_and_model_garden_loops_both_timed_on_tiny_data(tmp_path):
     (tmp_path / "data").mkdir()
     data = tiny_bert_data.prepare(tmp_path / "data")
@@ -92,6 +105,7 @@ def test_recipe_and_model_garden_loops_both_timed_on_tiny_data(tmp_path):
     report, stdout = _run_benchmark(tmp_path, config)
     assert report["batch"] == 8  # the micro-batch, k = 1
     _assert_both_sides_timed(report, stdout)
+    _assert_every_loop_run_wrote_training_summaries(tmp_path)
 
 
 def test_resnet_recipe_and_model_garden_loops_both_timed_on_tiny_images(tmp_path):
@@ -110,6 +124,7 @@ def test_resnet_recipe_and_model_garden_loops_both_timed_on_tiny_images(tmp_path
     assert report["batch"] == 4 and report["recipe"] == "resnet"
     assert report["steps_per_execution"] == 2
     _assert_both_sides_timed(report, stdout, steps_per_execution=2)
+    _assert_every_loop_run_wrote_training_summaries(tmp_path)
     # the same ResNet; Model Garden's head has one more class (label 0, never a target:
     # it has no label offset) of 512 x 0.25 inputs + 1 bias
     assert report["parameters"]["Model Garden"] - report["parameters"]["recipe"] == 128 + 1
