@@ -48,6 +48,15 @@ PER_RUN_RATIOS = {"per_run_vs_model_garden": MODEL_GARDEN_LOOP,
                   "per_run_vs_model_garden_building": MODEL_GARDEN_BUILDING_LOOP}
 
 
+def _delete_checkpoints(run_dir):
+    """Deletes the checkpoints of a timed run (written to be timed, not kept: a tiny ResNet
+    run leaves about 200 MB of them, a whole benchmark several GB); its summaries stay."""
+    for directory, _, files in os.walk(run_dir):
+        for name in files:
+            if name.startswith("ckpt-") or name == "checkpoint":
+                os.remove(os.path.join(directory, name))
+
+
 class _StepTimes(tf_keras.callbacks.Callback):
     """(begin, end) wall times of every step of every `fit`."""
 
@@ -80,6 +89,7 @@ def _one_run(model, make_dataset, work_dir, steps_per_chunk, chunks, global_batc
                    log_every=steps_per_chunk,  # scalars once a chunk, as Model Garden's loop
                    global_batch_size=global_batch_size, verbose=0, callbacks=[times])
     whole = time.perf_counter() - called
+    _delete_checkpoints(model_dir)
     per_chunk = steps_per_chunk // steps_per_execution  # executions per chunk
     assert len(times.times) == per_chunk * chunks, (len(times.times), per_chunk, chunks)
     durations = [(end - begin) / steps_per_execution for begin, end in times.times]
@@ -117,9 +127,10 @@ def measure(task, strategy, plan, model, work_dir, steps_per_chunk, chunks, roun
     def run_model_garden(build_pipeline):
         def run():
             called = time.perf_counter()
-            loops = model_garden_run(steps_per_chunk, chunks, tempfile.mkdtemp(dir=work_dir),
-                                     build_pipeline)
+            run_dir = tempfile.mkdtemp(dir=work_dir)
+            loops = model_garden_run(steps_per_chunk, chunks, run_dir, build_pipeline)
             returned = time.perf_counter()
+            _delete_checkpoints(run_dir)
             return {"chunk_steps": [(end - begin) / steps_per_chunk  # not the run's first
                                     for begin, end in loops[1:]],
                     "gaps": [begin - end for (_, end), (begin, _) in zip(loops, loops[1:])],

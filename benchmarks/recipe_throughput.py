@@ -183,8 +183,9 @@ def _parse_arguments(argv):
     parser.add_argument("--params_override", default="",
                         help="recipe config overrides, as the recipe's flag")
     parser.add_argument("--work_dir", default="/tmp/recipe_throughput",
-                        help="the recipe's model_dir here: where its data are prepared or "
-                             "reused (nothing else is written)")
+                        help="where the recipe's data are prepared or reused, and where "
+                             "each timed training-loop run writes its summaries "
+                             "(chunk_boundaries/; its checkpoints are deleted after the run)")
     parser.add_argument("--steps", type=int, default=20, help="training steps per round")
     parser.add_argument("--rounds", type=int, default=4,
                         help="timed rounds of each side, after one warm-up round")

@@ -88,13 +88,16 @@ def _assert_every_loop_run_wrote_training_summaries(tmp_path):
     """Each run of the four loops (warm-up and timed: 8) has its own directory, and in it
     a `train` directory of TensorBoard events: the recipe's loop writes its scalars once a
     chunk, and Model Garden's `Controller` is given a summary directory, as
-    `train_lib.run_experiment` gives it, so that both loops pay for their summaries."""
+    `train_lib.run_experiment` gives it, so that both loops pay for their summaries. No
+    checkpoint is left behind."""
     runs_dir = tmp_path / "work" / "chunk_boundaries"
     runs = [path for path in runs_dir.iterdir() if path.is_dir()]
     assert len(runs) == 8, sorted(path.name for path in runs)
     for run in runs:
         assert list((run / "train").glob("events.out.tfevents.*")), sorted(
             str(path.relative_to(run)) for path in run.rglob("*"))
+        # its checkpoints were written (and timed), then deleted: GBs over a whole benchmark
+        assert not list(run.rglob("ckpt-*")) and not list(run.rglob("checkpoint"))
 
 
 def test_recipe_and_model_garden_loops_both_timed_on_tiny_data(tmp_path):
