@@ -191,13 +191,18 @@ def test_input_teardown_times_deletions_with_autotuning_on_and_off(tmp_path, cap
     assert "| on | 2 |" in out and "| off | 2 |" in out
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["--trials", "0"], "--trials=0 must be at least 1"),
-    (["--seconds", "0"], "--seconds=0 must be above 0"),
-    (["--json", "/no/such/directory/teardown.json"], "its directory does not exist"),
+@pytest.mark.parametrize("script, argv, message", [
+    ("input_teardown", ["--trials", "0"], "--trials=0 must be at least 1"),
+    ("input_teardown", ["--seconds", "0"], "--seconds=0 must be above 0"),
+    ("input_teardown", ["--json", "/no/such/directory/teardown.json"],
+     "its directory does not exist"),
+    ("checkpoint_write", ["--steps", "0"], "--steps=0 must be at least 1"),
+    ("checkpoint_write", ["--rounds", "0"], "--rounds=0 must be at least 1"),
+    ("checkpoint_write", ["--intra_op_threads", "-2"], "--intra_op_threads=-2 must be 0"),
 ])
-def test_input_teardown_refuses_bad_arguments_with_status_2(argv, message, tmp_path, capsys):
-    assert _load("input_teardown").main([*argv, "--work_dir", str(tmp_path / "work")]) == 2
+def test_benchmark_refuses_bad_arguments_with_status_2_before_any_work(
+        script, argv, message, tmp_path, capsys):
+    assert _load(script).main([*argv, "--work_dir", str(tmp_path / "work")]) == 2
     assert message in capsys.readouterr().err
     assert not (tmp_path / "work").exists()  # found before any work
 
@@ -240,17 +245,6 @@ def test_checkpoint_write_times_synchronous_and_asynchronous_saves(tmp_path, cap
         assert float(median) > 0 and float(in_save) >= 0
         assert (cost.strip(" |") == "–") == (name == "steps only")
     assert os.listdir(work) == []  # the checkpoints are deleted at the end
-
-
-@pytest.mark.parametrize("argv, message", [
-    (["--steps", "0"], "--steps=0 must be at least 1"),
-    (["--rounds", "0"], "--rounds=0 must be at least 1"),
-    (["--intra_op_threads", "-2"], "--intra_op_threads=-2 must be 0"),
-])
-def test_checkpoint_write_refuses_bad_arguments_with_status_2(argv, message, tmp_path, capsys):
-    assert _load("checkpoint_write").main([*argv, "--work_dir", str(tmp_path / "work")]) == 2
-    assert message in capsys.readouterr().err
-    assert not (tmp_path / "work").exists()  # found before any work
 
 
 def test_checkpoint_write_refuses_a_work_dir_whose_parent_is_missing(tmp_path, capsys):
