@@ -55,7 +55,8 @@ def _straight_and_interrupted(module, args, straight_dir, model_dir, log_dir,
     """Runs `args` (`straight_args`, if given) uninterrupted in `straight_dir` and, at the
     same time, `args` in `model_dir` SIGKILLed right after step 3 (mid-chunk: the checkpoint
     of step 2 exists, that of step 4 not yet); then `args` again in `model_dir`. The restart
-    is killed too when `kill_resumed_when(model_dir)` holds. Returns the logs of the killed and resumed runs."""
+    is killed too when `kill_resumed_when(model_dir)` holds. Returns the logs of the killed
+    and resumed runs."""
     killed_log = os.path.join(log_dir, "killed.log")
     process = cli.start(module, *args, f"--model_dir={model_dir}", log_path=killed_log,
                         env={cli.STEP_HOOK_ENV: "0.5"})
