@@ -247,6 +247,14 @@ MUTATIONS = [
         ["tests/test_non_finite.py"],
         [r"test_the_finite_check_names_the_first_nan_or_inf_variable"]),
     Mutation(
+        "finite_check_sum_passes_an_inf", "the finite check's first sum lets an Inf through "
+        "(it looks for a NaN only)",
+        "recipes/common/callbacks.py",
+        "    if math.isfinite(float(total)):",
+        "    if not math.isnan(float(total)):",
+        ["tests/test_non_finite.py"],
+        [r"test_the_finite_check_names_the_first_nan_or_inf_variable"]),
+    Mutation(
         "masked_lm_metric_casts_its_labels", "the masked-LM cross-entropy metric casts its "
         "labels to float first, as Keras' own metric does: a second cross-entropy each step",
         "recipes/bert/model.py",

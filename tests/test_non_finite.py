@@ -116,3 +116,10 @@ def test_the_finite_check_names_the_first_nan_or_inf_variable_and_skips_integers
     assert first_non_finite([step, finite]) is None
     assert first_non_finite([step, finite, nan, half]) == nan.name
     assert first_non_finite([half, nan]) == half.name
+    assert first_non_finite([finite, half]) == half.name
+    # An Inf and a -Inf sum to NaN; finite values whose sum overflows are still finite.
+    plus, minus = tf.Variable([np.inf], name="plus_inf"), tf.Variable([-np.inf], name="minus")
+    assert first_non_finite([finite, minus, plus]) == minus.name
+    huge = tf.Variable([3e38, 3e38], name="huge")
+    assert first_non_finite([finite, huge, huge]) is None
+    assert first_non_finite([huge, tf.Variable(np.array([6e4, 6e4], "float16"))]) is None

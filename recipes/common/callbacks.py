@@ -16,10 +16,16 @@ from recipes.common.errors import TrainingDiverged
 def first_non_finite(variables):
     """Name of the first floating-point variable holding a NaN or Inf, or None.
 
-    One flag per variable, brought to the host in one read: over the tiny BERT's 186
-    variables 16 instead of 22 ms with a read per variable (docs/performance.md)."""
+    First one sum of every variable's sum: a NaN or Inf anywhere makes it NaN or Inf, so a
+    finite sum proves every value finite, with one op per variable brought to the host in
+    one read (19.5 instead of 28 ms over the tiny BERT's 184 variables with an `is_finite`
+    flag per variable, docs/performance.md). Only a sum that is not finite (a NaN or Inf,
+    or finite values overflowing it) has each variable checked, to name the first."""
     floating = [variable for variable in variables if variable.dtype.is_floating]
     if not floating:
+        return None
+    total = tf.add_n([tf.cast(tf.reduce_sum(variable), tf.float32) for variable in floating])
+    if math.isfinite(float(total)):
         return None
     finite = tf.stack([tf.reduce_all(tf.math.is_finite(tf.convert_to_tensor(variable)))
                        for variable in floating]).numpy()
