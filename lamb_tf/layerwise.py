@@ -9,6 +9,8 @@ class. The optimizer-specific arguments live in `lamb_tf.hyperparameters`.
 """
 import re
 
+import tensorflow as tf
+
 from lamb_tf import arguments
 from lamb_tf import exclusions
 
@@ -77,11 +79,21 @@ class LayerwiseMixin:
     def trust_ratios(self):
         """{variable path: trust ratio of the last applied update} (0 before the first one).
 
-        Costs one scalar assignment per variable and step, and a read only when called.
+        Costs one scalar assignment per variable and step. A call reads them back stacked,
+        in one device-to-host copy per dtype instead of one per variable (each copy waits
+        for the device: a round trip to an accelerator).
         """
         self._require_built()
-        return {path: float(ratio.numpy())
-                for (path, _), ratio in zip(self._paths_and_shapes, self._trust_ratio_variables)}
+        indices_by_dtype = {}
+        for index, ratio in enumerate(self._trust_ratio_variables):
+            indices_by_dtype.setdefault(ratio.dtype, []).append(index)
+        values = [0.0] * len(self._trust_ratio_variables)
+        for indices in indices_by_dtype.values():
+            stacked = tf.stack([tf.convert_to_tensor(self._trust_ratio_variables[index])
+                                for index in indices])
+            for index, value in zip(indices, stacked.numpy()):
+                values[index] = float(value)
+        return {path: value for (path, _), value in zip(self._paths_and_shapes, values)}
 
     def exclusion_table(self):
         """One `ExclusionRow(path, shape, decayed, adapted)` per variable (after `build`).

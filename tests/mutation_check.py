@@ -255,6 +255,15 @@ MUTATIONS = [
         ["tests/test_non_finite.py"],
         [r"test_the_finite_check_names_the_first_nan_or_inf_variable"]),
     Mutation(
+        "trust_ratios_read_back_out_of_order", "the trust-ratio report puts each dtype's "
+        "stacked read-back on the paths in reverse order",
+        "lamb_tf/layerwise.py",
+        "            for index, value in zip(indices, stacked.numpy()):",
+        "            for index, value in zip(indices[::-1], stacked.numpy()):",
+        ["tests/test_update_rules.py"],
+        [r"test_trust_ratios_of_variables_of_several_dtypes_keep_their_paths",
+         r"test_optimizers_report_last_trust_ratios"]),
+    Mutation(
         "masked_lm_metric_casts_its_labels", "the masked-LM cross-entropy metric casts its "
         "labels to float first, as Keras' own metric does: a second cross-entropy each step",
         "recipes/bert/model.py",

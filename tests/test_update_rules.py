@@ -98,3 +98,28 @@ def test_optimizers_report_last_trust_ratios(flavour_name):
             assert got == pytest.approx(expected[p], rel=1e-5), (optimizer_name, p)
         # excluded from adaptation: exactly 1; the others are real ratios
         assert expected["norm/gamma"] == 1.0 and expected["dense/kernel"] != 1.0
+
+
+@pytest.mark.parametrize("flavour_name", FLAVOURS)
+def test_trust_ratios_of_variables_of_several_dtypes_keep_their_paths(flavour_name):
+    """The report reads the ratios back one stack per dtype: each still lands on its path."""
+    flavour = FLAVOURS[flavour_name]()
+    rng = np.random.default_rng(6)
+    x0 = {"a/kernel": rng.normal(size=(3, 4)), "b/kernel": rng.normal(size=(4,)),
+          "c/kernel": rng.normal(size=(2, 2)), "d/kernel": rng.normal(size=(5,))}
+    dtypes = {"a/kernel": np.float32, "b/kernel": np.float64, "c/kernel": np.float32,
+              "d/kernel": np.float64}
+    variables = [tf.Variable(np.asarray(v, dtypes[p]), name=p) for p, v in x0.items()]
+    grads = {p: rng.normal(size=v.shape) for p, v in x0.items()}
+    optimizer = flavour.module.LAMB(0.1, weight_decay_rate=0.01)
+    optimizer.apply_gradients(
+        (tf.constant(grads[p], dtypes[p]), variable) for p, variable in zip(x0, variables))
+    ratios = optimizer.trust_ratios()
+    assert len(ratios) == 4
+    for path, got in ratios.items():
+        (p,) = [q for q in x0 if path.endswith(q)]
+        zeros = np.zeros_like(x0[p])
+        *_, expected = ref.lamb_step(x0[p], grads[p], zeros, zeros, 1, 0.1, 0.9, 0.999, 1e-6,
+                                     0.01, return_trust_ratio=True)
+        assert got == pytest.approx(expected, rel=1e-5), p
+    assert len(set(ratios.values())) == 4
