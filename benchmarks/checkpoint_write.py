@@ -36,7 +36,7 @@ REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if REPO_ROOT not in sys.path:
     sys.path.insert(0, REPO_ROOT)  # benchmarks.alternation, when run as a script
 
-from benchmarks import alternation, optimizer_step  # noqa: E402
+from benchmarks import alternation, optimizer_step, threads  # noqa: E402
 
 WARMUP_ROUNDS = 2  # the asynchronous writer's set-up, then the tracing of its copy function
 JOBS = ("steps only", "synchronous save, then the steps", "asynchronous save, then the steps")
@@ -52,8 +52,7 @@ def _parse_arguments(argv):
     parser.add_argument("--work_dir", required=True,
                         help="where the checkpoints are written (a new directory inside it, "
                              "deleted at the end)")
-    parser.add_argument("--intra_op_threads", type=int, default=0,
-                        help="threads of one TensorFlow op (0: TensorFlow's default)")
+    threads.add_flag(parser)
     return parser.parse_args(argv)
 
 
@@ -61,9 +60,8 @@ def _refusal(args):
     for flag in ("steps", "rounds"):
         if getattr(args, flag) < 1:
             return f"--{flag}={getattr(args, flag)} must be at least 1"
-    if args.intra_op_threads < 0:
-        return (f"--intra_op_threads={args.intra_op_threads} must be 0 (TensorFlow's default) "
-                "or more")
+    if threads.refusal(args) is not None:
+        return threads.refusal(args)
     parent = os.path.dirname(os.path.abspath(args.work_dir))
     if not os.path.isdir(parent):
         return f"--work_dir {args.work_dir}: its parent directory does not exist; create it first"
@@ -123,8 +121,7 @@ def main(argv=None):
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     import tensorflow as tf
 
-    if args.intra_op_threads:
-        tf.config.threading.set_intra_op_parallelism_threads(args.intra_op_threads)
+    threads.apply(args)
     os.makedirs(args.work_dir, exist_ok=True)
     directory = tempfile.mkdtemp(dir=args.work_dir)
     try:

@@ -38,7 +38,7 @@ from recipes.common import startup  # noqa: E402,F401  (legacy Keras, quiet C++)
 import tensorflow as tf  # noqa: E402
 import tf_keras  # noqa: E402
 
-from benchmarks import recipe_throughput  # noqa: E402
+from benchmarks import recipe_throughput, threads  # noqa: E402
 from recipes.common import callbacks as callbacks_lib  # noqa: E402
 from recipes.common import training  # noqa: E402
 
@@ -60,10 +60,7 @@ def _parse_arguments(argv):
     parser.add_argument("--async_checkpoint", action="store_true",
                         help="train.async_checkpoint: checkpoints written on TensorFlow's "
                              "background thread")
-    parser.add_argument("--intra_op_threads", type=int, default=0,
-                        help="threads of one TensorFlow op (0: TensorFlow's default, one per "
-                             "core); 1 leaves a core of this machine free, as the host of an "
-                             "accelerator is while the accelerator steps")
+    threads.add_flag(parser)
     return parser.parse_args(argv)
 
 
@@ -87,12 +84,11 @@ def main(argv=None):
         if getattr(args, flag) < 1:
             print(f"--{flag}={getattr(args, flag)} must be at least 1", file=sys.stderr)
             return 2
-    if args.intra_op_threads < 0:
-        print(f"--intra_op_threads={args.intra_op_threads} must be 0 (TensorFlow's default) "
-              "or more", file=sys.stderr)
+    refusal = threads.refusal(args)
+    if refusal:
+        print(refusal, file=sys.stderr)
         return 2
-    if args.intra_op_threads:
-        tf.config.threading.set_intra_op_parallelism_threads(args.intra_op_threads)
+    threads.apply(args)
     task_class, _, config = recipe_throughput.load_recipe_config(args)
     config.train.global_batch_size = config.train.micro_batch_size  # k = 1
     config.train.steps = max(config.train.steps, (args.rounds + 1) * args.chunks * args.steps)
