@@ -60,8 +60,9 @@ def _refusal(args):
     for flag in ("steps", "rounds"):
         if getattr(args, flag) < 1:
             return f"--{flag}={getattr(args, flag)} must be at least 1"
-    if threads.refusal(args) is not None:
-        return threads.refusal(args)
+    threads_refusal = threads.refusal(args)
+    if threads_refusal:
+        return threads_refusal
     parent = os.path.dirname(os.path.abspath(args.work_dir))
     if not os.path.isdir(parent):
         return f"--work_dir {args.work_dir}: its parent directory does not exist; create it first"
