@@ -5,8 +5,14 @@ every benchmark times its contenders in rounds: each contender once per round, t
 rotated by one place every round (for two contenders: flipped), so that drift and "who ran
 just before" hit every contender alike. The first rounds (tracing, compilation, caches) are
 warm-up and are not kept.
+
+A target ("at least as fast as ...") is then judged on the rounds' paired ratios, each
+round's contenders against each other (`median_interval`, `verdict`): on this machine one
+round's ratio can land 10-20% either side of the next, so a median alone says little.
 """
 import functools
+import math
+import statistics
 import time
 
 
@@ -41,3 +47,51 @@ def timing(jobs):
     """{key: a callable returning how long jobs[key]() took}: for `alternate`, when the
     measurement is the wall time of the call itself."""
     return {key: functools.partial(seconds, job) for key, job in jobs.items()}
+
+
+def median_interval(values, confidence=0.9):
+    """(low, high, coverage): an interval for the median of what `values` sample, from
+    their order statistics alone (no assumption about their distribution): the j-th
+    smallest and the j-th largest value, for the largest j whose coverage is at least
+    `confidence`. Taking the rounds as independent draws (the alternation is there to make
+    them so), each value lies below the true median with probability 1/2, so the interval
+    misses it only when fewer than j of the n values lie on one side of it:
+    coverage = 1 - 2 P(Binomial(n, 1/2) < j) (any nonparametric statistics text, e.g.
+    Hollander, Wolfe and Chicken, "Nonparametric Statistical Methods", the sign test's
+    confidence interval). With too few values for `confidence` it is the min-max with the
+    coverage it has (3 values: 75%; 5 are the fewest for 90%)."""
+    ordered = sorted(values)
+    n = len(ordered)
+    if n == 0:
+        raise ValueError("median_interval of no values")
+
+    def coverage(j):
+        return 1.0 - 2.0 * sum(math.comb(n, i) for i in range(j)) / 2.0 ** n
+
+    j = 1
+    while 2 * (j + 1) <= n + 1 and coverage(j + 1) >= confidence:
+        j += 1
+    return ordered[j - 1], ordered[n - j], coverage(j)
+
+
+def verdict(ratios, target, confidence=0.9):
+    """"met", "missed", "not settled" or "too few rounds": whether the paired `ratios`
+    (higher is better) reach `target`, judged on their `median_interval`: met when its low
+    end is at least `target`, missed when its high end is below it, not settled when it
+    straddles `target` (the noise is larger than the gap), too few rounds when no interval
+    of these values reaches `confidence` (fewer than 5 for 90%)."""
+    low, high, coverage = median_interval(ratios, confidence)
+    if coverage < confidence:
+        return "too few rounds"
+    if low >= target:
+        return "met"
+    return "missed" if high < target else "not settled"
+
+
+def describe_ratios(ratios, target=1.0, confidence=0.9):
+    """'median 0.91×, 0.86–0.97× with 97% confidence: missed (target 1.00×)': paired
+    ratios as the benchmarks print them."""
+    low, high, coverage = median_interval(ratios, confidence)
+    return (f"median {statistics.median(ratios):.2f}×, {low:.2f}–{high:.2f}× with "
+            f"{coverage:.0%} confidence: {verdict(ratios, target, confidence)} "
+            f"(target {target:.2f}×)")

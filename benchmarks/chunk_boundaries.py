@@ -35,7 +35,8 @@ from benchmarks import alternation
 from recipes.common import task as task_lib
 from recipes.common import training
 
-LOOPS = {"one fit over the chunks": training.CHUNKS_PER_FIT, "a fit per chunk": 1}
+RECIPE_LOOP = "one fit over the chunks"  # the loop as it is
+LOOPS = {RECIPE_LOOP: training.CHUNKS_PER_FIT, "a fit per chunk": 1}
 MODEL_GARDEN_LOOP = "Model Garden's Controller"
 # The same, building its input pipeline in each run, as a real run does once
 MODEL_GARDEN_BUILDING_LOOP = "Model Garden's Controller, building its pipeline"
@@ -153,9 +154,11 @@ def summary(samples, steps_per_chunk, chunks, global_batch_size):
     """{loop: {"whole_s", "examples_per_s", "per_run_vs_model_garden",
     "per_run_vs_model_garden_building", "gap_ms", "start_ms", "end_ms" and, for the recipe's
     loops, "first_ms" and, with more than one execution per chunk, "others_ms",
-    "first_vs_others"; for Model Garden's, "chunk_step_ms"}} (medians; the per-run ratios
-    pair each run with the run of the same round of MODEL_GARDEN_LOOP, and of
-    MODEL_GARDEN_BUILDING_LOOP)."""
+    "first_vs_others", "first_speed_vs_its_chunk", "last_speed_vs_its_chunk"; for Model
+    Garden's, "chunk_step_ms"}}
+    (medians; the per-run ratios pair each run with the run of the same round of
+    MODEL_GARDEN_LOOP, and of MODEL_GARDEN_BUILDING_LOOP; "first_speed_vs_its_chunk" and
+    "last_speed_vs_its_chunk" pair a chunk's first or last step with its own other steps)."""
     examples = steps_per_chunk * chunks * global_batch_size
     rows = {}
     for loop, values in samples.items():
@@ -175,7 +178,39 @@ def summary(samples, steps_per_chunk, chunks, global_batch_size):
         if values["others"]:  # not with one execution (steps_per_execution) per chunk
             row["others_ms"] = statistics.median(values["others"]) * 1e3
             row["first_vs_others"] = row["first_ms"] / row["others_ms"]
+            row["first_speed_vs_its_chunk"] = _first_speed_vs_its_chunk(values, chunks)
+            row["last_speed_vs_its_chunk"] = _last_speed_vs_its_chunk(values, chunks)
     return rows
+
+
+def _first_speed_vs_its_chunk(values, chunks):
+    """For every chunk but a run's first: the median of its other steps' times ÷ its first
+    step's time (≥ 1: the first step no slower), each first step paired with the steps of
+    its own chunk. `values` holds every run's steps in run order (`measure`): per run,
+    `chunks - 1` first steps and `chunks` chunks of other steps."""
+    runs = len(values["whole"])
+    per_chunk = len(values["others"]) // (runs * chunks)  # other steps of one chunk
+    ratios = []
+    for run in range(runs):
+        for chunk in range(1, chunks):
+            others = values["others"][(run * chunks + chunk) * per_chunk:][:per_chunk]
+            ratios.append(statistics.median(others) / values["first"][run * (chunks - 1)
+                                                                     + chunk - 1])
+    return ratios
+
+
+def _last_speed_vs_its_chunk(values, chunks):
+    """For every chunk but a run's last, of at least three steps: the median of its steps
+    between the first and the last ÷ its last step's time (`values` as for
+    `_first_speed_vs_its_chunk`). A chunk's last step is when the loop as it is starts the
+    next chunk's pipeline."""
+    runs = len(values["whole"])
+    per_chunk = len(values["others"]) // (runs * chunks)
+    if per_chunk < 2:
+        return []
+    return [statistics.median(others[:-1]) / others[-1]
+            for others in (values["others"][(run * chunks + chunk) * per_chunk:][:per_chunk]
+                           for run in range(runs) for chunk in range(chunks - 1))]
 
 
 def print_table(rows, steps_per_chunk, chunks, rounds):
@@ -198,6 +233,21 @@ def print_table(rows, steps_per_chunk, chunks, rounds):
         versus = " | ".join(_paired(row.get(key)) for key in PER_RUN_RATIOS)
         print(f"| {loop} | {cells} | {row['whole_s']:.1f} | {row['examples_per_s']:.0f} "
               f"| {versus} |")
+    # the issue's targets: the recipe's loop at least as fast as Model Garden's (run by
+    # run), and the first step of a chunk no slower than the others (chunk by chunk)
+    recipe = rows.get(RECIPE_LOOP, {})
+    for key, reference in PER_RUN_RATIOS.items():
+        if recipe.get(key):
+            print(f"the recipe's loop ({RECIPE_LOOP}) against {reference}, run by run: "
+                  + alternation.describe_ratios(recipe[key]))
+    if recipe.get("first_speed_vs_its_chunk"):
+        print(f"the recipe's loop ({RECIPE_LOOP}), the first step of a chunk against the "
+              "other steps of its chunk (their median time ÷ its time), chunk by chunk: "
+              + alternation.describe_ratios(recipe["first_speed_vs_its_chunk"]))
+    if recipe.get("last_speed_vs_its_chunk"):  # where the next chunk's pipeline starts
+        print(f"the recipe's loop ({RECIPE_LOOP}), the last step of a chunk against the "
+              "steps between its first and last (their median time ÷ its time), chunk by "
+              "chunk: " + alternation.describe_ratios(recipe["last_speed_vs_its_chunk"]))
 
 
 def _paired(ratios):

@@ -301,12 +301,12 @@ def _print_report(report):
     paired = report["per_round_speed_vs_model_garden"]
     print("\nrecipe against Model Garden round by round: "
           + ", ".join(f"{ratio:.2f}×" for ratio in paired)
-          + f" (median {statistics.median(paired):.2f}×)")
+          + f" ({alternation.describe_ratios(paired)})")
     step_only = report["per_round_step_only_vs_model_garden"]
     print(f"recipe's compiled steps without `fit` (one kept iterator): "
           f"{report['step_only_examples_per_s']['median']:.0f} examples/s; against Model "
           f"Garden round by round: " + ", ".join(f"{ratio:.2f}×" for ratio in step_only)
-          + f" (median {statistics.median(step_only):.2f}×)")
+          + f" ({alternation.describe_ratios(step_only)})")
     input_rate = report["input_pipeline_examples_per_s"]
     print(f"\nrecipe input pipeline alone: {input_rate['median']:.0f} examples/s "
           f"({input_rate['min']:.0f}–{input_rate['max']:.0f}), "

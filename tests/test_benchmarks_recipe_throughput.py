@@ -81,7 +81,22 @@ def _assert_both_sides_timed(report, stdout, steps_per_execution=1):
         assert row["per_run_vs_model_garden_building"] == [pytest.approx(
             boundaries["Model Garden's Controller, building its pipeline"]["whole"][0]
             / samples["whole"][0])]
+        if loop in recipe_loops and steps_per_execution == 1:
+            # the second chunk's first step (3) against its other step (4)
+            assert row["first_speed_vs_its_chunk"] == [
+                pytest.approx(samples["others"][1] / samples["first"][0])]
+            assert row["last_speed_vs_its_chunk"] == []  # 2-step chunks: no middle steps
         assert f"| {loop} |" in stdout
+    # the target judged on the paired runs: one timed run is too few for any confidence
+    for reference in model_garden_loops:
+        assert (f"the recipe's loop (one fit over the chunks) against {reference}, run by "
+                "run: median ") in stdout
+    first_step_line = ("the recipe's loop (one fit over the chunks), the first step of a chunk "
+                       "against the other steps of its chunk")
+    assert (first_step_line in stdout) == (steps_per_execution == 1)
+    assert "the last step of a chunk" not in stdout  # chunks of 2 steps have no middle
+    assert stdout.count("confidence: too few rounds (target 1.00×)") == (
+        5 if steps_per_execution == 1 else 4), stdout
 
 
 def _assert_every_loop_run_wrote_training_summaries(tmp_path):
