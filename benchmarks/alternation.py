@@ -80,7 +80,10 @@ def verdict(ratios, target, confidence=0.9):
     end is at least `target`, missed when its high end is below it, not settled when it
     straddles `target` (the noise is larger than the gap), too few rounds when no interval
     of these values reaches `confidence` (fewer than 5 for 90%)."""
-    low, high, coverage = median_interval(ratios, confidence)
+    return _verdict(*median_interval(ratios, confidence), target, confidence)
+
+
+def _verdict(low, high, coverage, target, confidence):
     if coverage < confidence:
         return "too few rounds"
     if low >= target:
@@ -93,5 +96,5 @@ def describe_ratios(ratios, target=1.0, confidence=0.9):
     ratios as the benchmarks print them."""
     low, high, coverage = median_interval(ratios, confidence)
     return (f"median {statistics.median(ratios):.2f}×, {low:.2f}–{high:.2f}× with "
-            f"{coverage:.0%} confidence: {verdict(ratios, target, confidence)} "
+            f"{coverage:.0%} confidence: {_verdict(low, high, coverage, target, confidence)} "
             f"(target {target:.2f}×)")

@@ -155,10 +155,10 @@ def summary(samples, steps_per_chunk, chunks, global_batch_size):
     "per_run_vs_model_garden_building", "gap_ms", "start_ms", "end_ms" and, for the recipe's
     loops, "first_ms" and, with more than one execution per chunk, "others_ms",
     "first_vs_others", "first_speed_vs_its_chunk", "last_speed_vs_its_chunk"; for Model
-    Garden's, "chunk_step_ms"}}
-    (medians; the per-run ratios pair each run with the run of the same round of
-    MODEL_GARDEN_LOOP, and of MODEL_GARDEN_BUILDING_LOOP; "first_speed_vs_its_chunk" and
-    "last_speed_vs_its_chunk" pair a chunk's first or last step with its own other steps)."""
+    Garden's, "chunk_step_ms"}} (medians; the per-run ratios pair each run with the run of
+    the same round of MODEL_GARDEN_LOOP, and of MODEL_GARDEN_BUILDING_LOOP;
+    "first_speed_vs_its_chunk" and "last_speed_vs_its_chunk" pair a chunk's first or last
+    step with its own other steps)."""
     examples = steps_per_chunk * chunks * global_batch_size
     rows = {}
     for loop, values in samples.items():
@@ -183,34 +183,32 @@ def summary(samples, steps_per_chunk, chunks, global_batch_size):
     return rows
 
 
+def _other_steps_by_chunk(values, chunks):
+    """[[a chunk's other steps (all but its first), one list per chunk] per run] from
+    `values` as `measure` pools them: every run's steps in run order, per run `chunks - 1`
+    first steps (every chunk's but the run's first) and `chunks` chunks of other steps."""
+    runs = len(values["whole"])
+    per_chunk = len(values["others"]) // (runs * chunks)
+    return [[values["others"][(run * chunks + chunk) * per_chunk:][:per_chunk]
+             for chunk in range(chunks)] for run in range(runs)]
+
+
 def _first_speed_vs_its_chunk(values, chunks):
     """For every chunk but a run's first: the median of its other steps' times ÷ its first
     step's time (≥ 1: the first step no slower), each first step paired with the steps of
-    its own chunk. `values` holds every run's steps in run order (`measure`): per run,
-    `chunks - 1` first steps and `chunks` chunks of other steps."""
-    runs = len(values["whole"])
-    per_chunk = len(values["others"]) // (runs * chunks)  # other steps of one chunk
-    ratios = []
-    for run in range(runs):
-        for chunk in range(1, chunks):
-            others = values["others"][(run * chunks + chunk) * per_chunk:][:per_chunk]
-            ratios.append(statistics.median(others) / values["first"][run * (chunks - 1)
-                                                                     + chunk - 1])
-    return ratios
+    its own chunk."""
+    firsts = iter(values["first"])  # in run order, chunks 2.. of each run
+    return [statistics.median(others) / next(firsts)
+            for run in _other_steps_by_chunk(values, chunks) for others in run[1:]]
 
 
 def _last_speed_vs_its_chunk(values, chunks):
     """For every chunk but a run's last, of at least three steps: the median of its steps
-    between the first and the last ÷ its last step's time (`values` as for
-    `_first_speed_vs_its_chunk`). A chunk's last step is when the loop as it is starts the
-    next chunk's pipeline."""
-    runs = len(values["whole"])
-    per_chunk = len(values["others"]) // (runs * chunks)
-    if per_chunk < 2:
-        return []
+    between the first and the last ÷ its last step's time. A chunk's last step is when the
+    loop as it is starts the next chunk's pipeline."""
     return [statistics.median(others[:-1]) / others[-1]
-            for others in (values["others"][(run * chunks + chunk) * per_chunk:][:per_chunk]
-                           for run in range(runs) for chunk in range(chunks - 1))]
+            for run in _other_steps_by_chunk(values, chunks) for others in run[:-1]
+            if len(others) >= 2]
 
 
 def print_table(rows, steps_per_chunk, chunks, rounds):
