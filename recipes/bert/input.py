@@ -32,6 +32,7 @@ from official.nlp.data import pretrain_dataloader
 
 from recipes.bert import model as model_lib
 from recipes.common.errors import UserError
+from recipes.common.task import FILES_READ_AT_ONCE
 
 FEATURE_KEYS = ("input_word_ids", "input_mask", "input_type_ids", "masked_lm_positions")
 LABEL_KEYS = ("masked_lm_ids", "masked_lm_weights", "next_sentence_labels")
@@ -68,7 +69,8 @@ def read_pretraining_batches(
         `batch_size / num_replicas_in_sync` (e.g. the micro-batch times the replicas).
       is_training: True: shuffled with `seed` (files, then a 10k-record buffer) and
         repeated forever. False: one pass, no shuffling, in a fixed order (files sorted by
-        name, records of the files interleaved deterministically).
+        name, records of the files interleaved deterministically). Either way up to
+        `FILES_READ_AT_ONCE` files are read at once, record by record in turn.
       input_context: from `strategy.distribute_datasets_from_function`; shards the files
         per input pipeline (host).
       seed: shuffling seed. Must be set when several input pipelines read for training, so
@@ -103,6 +105,7 @@ def read_pretraining_batches(
         deterministic=True,
         seed=seed,
         shuffle_buffer_size=SHUFFLE_BUFFER_SIZE,
+        cycle_length=min(FILES_READ_AT_ONCE, len(files)),
     )
     return pretrain_dataloader.BertPretrainDataLoader(config).load(input_context)
 
