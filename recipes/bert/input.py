@@ -32,11 +32,17 @@ from official.nlp.data import pretrain_dataloader
 
 from recipes.bert import model as model_lib
 from recipes.common.errors import UserError
-from recipes.common.task import FILES_READ_AT_ONCE
 
 FEATURE_KEYS = ("input_word_ids", "input_mask", "input_type_ids", "masked_lm_positions")
 LABEL_KEYS = ("masked_lm_ids", "masked_lm_weights", "next_sentence_labels")
 SHUFFLE_BUFFER_SIZE = 10_000  # Records; Model Garden's DataConfig default is 100.
+# One file after another, the files in the seed's order: Model Garden's default (None)
+# leaves the interleave's cycle to tf.data, which is one file here in TF 2.20 but is the
+# runtime's choice. Not more: prepare_data orders every shard by document chunk, so files
+# read in turn would fill the buffer from the same stretch of the corpus in each, and every
+# checkpoint chunk's pipeline starts at the files' beginnings (docs/performance.md, "How
+# many files the BERT reader reads at once").
+FILES_READ_AT_ONCE = 1
 
 
 def make_pretraining_dataset(file_pattern: str, **reader_arguments) -> tf.data.Dataset:
@@ -69,8 +75,8 @@ def read_pretraining_batches(
         `batch_size / num_replicas_in_sync` (e.g. the micro-batch times the replicas).
       is_training: True: shuffled with `seed` (files, then a 10k-record buffer) and
         repeated forever. False: one pass, no shuffling, in a fixed order (files sorted by
-        name, records of the files interleaved deterministically). Either way up to
-        `FILES_READ_AT_ONCE` files are read at once, record by record in turn.
+        name). Either way each file is read to its end before the next
+        (`FILES_READ_AT_ONCE`).
       input_context: from `strategy.distribute_datasets_from_function`; shards the files
         per input pipeline (host).
       seed: shuffling seed. Must be set when several input pipelines read for training, so
@@ -105,7 +111,7 @@ def read_pretraining_batches(
         deterministic=True,
         seed=seed,
         shuffle_buffer_size=SHUFFLE_BUFFER_SIZE,
-        cycle_length=min(FILES_READ_AT_ONCE, len(files)),
+        cycle_length=FILES_READ_AT_ONCE,
     )
     return pretrain_dataloader.BertPretrainDataLoader(config).load(input_context)
 

@@ -35,14 +35,6 @@ import tensorflow as tf
 
 from recipes.common.errors import UserError  # noqa: F401  (tasks raise it)
 
-# How many files one input pipeline reads at once (`tf.data.Dataset.interleave`'s
-# `cycle_length`), the same in every recipe. Set, not left to tf.data: its default is the
-# runtime's choice (one file at a time for TF 2.20's parallel interleave here; the host's
-# core count for a sequential one), and the order of the records, so every step's batch,
-# follows from it. Reading several files at once also mixes them before the shuffle
-# buffer and fills that buffer sooner (docs/performance.md, "Files read at once").
-FILES_READ_AT_ONCE = 16
-
 
 class Task:
     """One recipe on the shared driver. Subclass; set the class attributes."""

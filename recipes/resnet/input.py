@@ -27,7 +27,6 @@ import tensorflow as tf
 from official.vision.dataloaders import classification_input
 
 from recipes.common.errors import UserError
-from recipes.common.task import FILES_READ_AT_ONCE
 
 LABEL_KEY = classification_input.DEFAULT_LABEL_FIELD_KEY  # "image/class/label"
 LABEL_RANGE_ERROR = "image/class/label minus data.label_offset is outside [0, data.num_classes)"
@@ -114,7 +113,7 @@ def make_train_dataset(
     dataset = dataset.shuffle(len(files), seed=seed, reshuffle_each_iteration=True).repeat()
     dataset = dataset.interleave(
         lambda path: tf.data.TFRecordDataset(path, buffer_size=_READ_BUFFER_BYTES),
-        cycle_length=min(FILES_READ_AT_ONCE, len(files)),
+        cycle_length=min(16, len(files)),
         num_parallel_calls=tf.data.AUTOTUNE,
         deterministic=True,
     )
