@@ -3,7 +3,6 @@ no import cycle among the modules of `recipes/`."""
 
 import ast
 import os
-import re
 
 from conftest import REPO_ROOT
 
@@ -128,18 +127,30 @@ def test_import_cycle_check_finds_a_cycle_through_a_function_level_import():
 MAX_PROGRAM_LINES = 150
 
 
+def _hands_a_task_to_the_driver(tree):
+    """Whether the module's top level has `if __name__ == "__main__":` calling
+    `driver.main(...)` (read from the tree, so a docstring showing that block is not one)."""
+    for node in tree.body:
+        if (isinstance(node, ast.If) and isinstance(node.test, ast.Compare)
+                and isinstance(node.test.left, ast.Name) and node.test.left.id == "__name__"
+                and any(isinstance(c, ast.Constant) and c.value == "__main__"
+                        for c in node.test.comparators)):
+            return any(isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute)
+                       and call.func.attr == "main" and isinstance(call.func.value, ast.Name)
+                       and call.func.value.id == "driver"
+                       for statement in node.body for call in ast.walk(statement))
+    return False
+
+
 def recipe_programs():
     """{path: line count} of every recipe program: a module whose `__main__` hands a task to
     the shared driver (`driver.main(`)."""
     programs = {}
-    for directory, _, names in os.walk(RECIPES):
-        for name in sorted(n for n in names if n.endswith(".py")):
-            path = os.path.join(directory, name)
-            with open(path, encoding="utf-8") as f:
-                text = f.read()
-            # at the start of a line: task.py's docstring shows the block indented
-            if re.search(r'^if __name__ == "__main__":', text, re.M) and "driver.main(" in text:
-                programs[os.path.relpath(path, REPO_ROOT)] = text.count("\n")
+    for module, tree in _modules().items():
+        if _hands_a_task_to_the_driver(tree):
+            path = module.replace(".", "/") + ".py"
+            with open(os.path.join(REPO_ROOT, path), encoding="utf-8") as f:
+                programs[path] = f.read().count("\n")
     return programs
 
 
