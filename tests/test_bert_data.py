@@ -15,6 +15,7 @@ import sys
 import numpy as np
 import pytest
 import tensorflow as tf
+from official.nlp.data import pretrain_dataloader
 
 from recipes.bert import corpus
 from recipes.bert import input as input_lib
@@ -551,6 +552,52 @@ def test_reader_reads_its_files_one_after_another(hand_written, monkeypatch):
     )
     rows = [list(r) for x, _ in training.take(2) for r in x["input_word_ids"].numpy()]
     assert rows in (first[:8], second[:8])
+
+
+def _model_gardens_batches(files, context, **arguments):
+    """Model Garden's own `BertPretrainDataLoader`, configured as `read_pretraining_batches`
+    configures it."""
+    config = pretrain_dataloader.BertPretrainDataConfig(
+        input_path=files, use_next_sentence_label=True, drop_remainder=True,
+        deterministic=True, shuffle_buffer_size=input_lib.SHUFFLE_BUFFER_SIZE,
+        cycle_length=input_lib.FILES_READ_AT_ONCE, **arguments)
+    return pretrain_dataloader.BertPretrainDataLoader(config).load(context)
+
+
+@pytest.mark.parametrize("is_training", [True, False], ids=["training", "held-out"])
+@pytest.mark.parametrize("pipelines", [1, 2, 3])
+def test_reader_gives_model_gardens_batches_reading_files_in_turn(
+        hand_written, is_training, pipelines):
+    """The recipe's reader (a sequential interleave, `_BertPretrainDataLoaderReadingInTurn`)
+    gives every batch Model Garden's own reader gives (its parallel interleave), over more
+    than one pass and for each input pipeline; with 3 pipelines for 2 files Model Garden
+    reads without an interleave and so does the recipe's."""
+    prepared, _ = hand_written
+    files = sorted(glob.glob(prepared.train_files))
+    arguments = dict(seq_length=48, max_predictions_per_seq=6, batch_size=2 * pipelines,
+                     is_training=is_training, seed=7 if is_training else None)
+    count = prepared.num_train_sequences // 2 + 3  # past the end of each pipeline's files
+
+    def rows(dataset):
+        return [(key, row.tolist()) for batch in dataset.take(count)
+                for key in sorted(batch) for row in batch[key].numpy()]
+
+    for pipeline in range(pipelines):
+        context = tf.distribute.InputContext(pipelines, pipeline, pipelines)
+        ours = input_lib.read_pretraining_batches(
+            prepared.train_files, input_context=context, **arguments)
+        theirs = _model_gardens_batches(
+            files, context, **{("global_batch_size" if k == "batch_size" else k): v
+                               for k, v in arguments.items()})
+        assert rows(ours) == rows(theirs)
+        interleaves = {node.op for node in _graph(ours).node if "Interleave" in node.op}
+        assert interleaves == (set() if pipelines > len(files) else {"InterleaveDataset"})
+
+
+def _graph(dataset):
+    graph = tf.compat.v1.GraphDef()
+    graph.ParseFromString(dataset._as_serialized_graph().numpy())  # pylint: disable=protected-access
+    return graph
 
 
 # --- Bad input --------------------------------------------------------------------------
