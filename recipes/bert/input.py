@@ -131,11 +131,13 @@ class _BertPretrainDataLoaderReadingInTurn(pretrain_dataloader.BertPretrainDataL
     fills afresh (recipes.common.task.train_dataset). Read in turn on the buffer's own
     thread, a pipeline's start (iterator and first batch) took 99 instead of 322 ms here
     (median of 15 alternated rounds; 1.4-3.4x faster with 96% confidence) and a batch 18.7
-    instead of 21.3 ms of CPU (docs/performance.md, "Reading the files in turn"). The files are Model Garden's (`match_files`), shuffled, sharded and repeated
-    as it does, and the records go to its own `InputReader.read` (its `dataset` argument),
-    which shuffles, decodes, parses and batches them as before. Where Model Garden reads
-    without an interleave (one file, or fewer files than input pipelines), its own `load`
-    reads."""
+    instead of 21.3 ms of CPU (docs/performance.md, "Reading the files in turn"). The files
+    are Model Garden's (`match_files`), shuffled, sharded and repeated as it does, and the
+    records go to its own `InputReader.read` (its `dataset` argument), which shuffles,
+    decodes, parses and batches them as before. Where Model Garden reads without an
+    interleave (one file, or fewer files than input pipelines), its own `load` reads.
+    Written here because Model Garden's reader takes no setting for its interleave's
+    parallelism."""
 
     def load(self, input_context: Optional[tf.distribute.InputContext] = None):
         params = self._params
