@@ -24,6 +24,7 @@ from recipes.bert import prepare_data
 from recipes.bert import sentence_pairs
 from recipes.bert import text_files
 from recipes.bert import vocabulary
+from recipes.common import storage
 from recipes.common.errors import UserError
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -566,12 +567,15 @@ def _model_gardens_batches(files, context, **arguments):
 
 @pytest.mark.parametrize("is_training", [True, False], ids=["training", "held-out"])
 @pytest.mark.parametrize("pipelines", [1, 2, 3])
-def test_reader_gives_model_gardens_batches_reading_files_in_turn(
-        hand_written, is_training, pipelines):
+@pytest.mark.parametrize("local", [True, False], ids=["local", "remote"])
+def test_reader_gives_model_gardens_batches_reading_local_files_in_turn(
+        hand_written, is_training, pipelines, local, monkeypatch):
     """The recipe's reader (a sequential interleave, `_BertPretrainDataLoaderReadingInTurn`)
     gives every batch Model Garden's own reader gives (its parallel interleave), over more
     than one pass and for each input pipeline; with 3 pipelines for 2 files Model Garden
-    reads without an interleave and so does the recipe's."""
+    reads without an interleave and so does the recipe's. Files taken for remote ones
+    (gs://) are read by Model Garden's parallel interleave itself."""
+    monkeypatch.setattr(storage, "all_local", lambda files: local)
     prepared, _ = hand_written
     files = sorted(glob.glob(prepared.train_files))
     arguments = dict(seq_length=48, max_predictions_per_seq=6, batch_size=2 * pipelines,
@@ -590,8 +594,10 @@ def test_reader_gives_model_gardens_batches_reading_files_in_turn(
             files, context, **{("global_batch_size" if k == "batch_size" else k): v
                                for k, v in arguments.items()})
         assert rows(ours) == rows(theirs)
+        assert ours.cardinality() == theirs.cardinality()  # endless when training
         interleaves = {node.op for node in _graph(ours).node if "Interleave" in node.op}
-        assert interleaves == (set() if pipelines > len(files) else {"InterleaveDataset"})
+        expected = {"InterleaveDataset" if local else "ParallelInterleaveDatasetV4"}
+        assert interleaves == (set() if pipelines > len(files) else expected)
 
 
 def _graph(dataset):

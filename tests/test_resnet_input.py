@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from recipes.common import storage
 from recipes.resnet import convert
 from recipes.resnet import input as input_lib
 from recipes.resnet.config import DataConfig
@@ -160,3 +161,40 @@ def test_eval_under_two_replicas_counts_every_example_once(four_files, two_cpu_s
     assert batches == steps == 3
     assert total_weight == 24
     assert np.bincount(labels_seen).tolist() == [6, 6, 6, 6]
+
+
+@pytest.mark.parametrize("pipelines", [1, 2, 8], ids=["1-pipeline", "2-pipelines", "8-pipelines"])
+def test_local_files_read_in_turn_give_the_records_of_parallel_remote_reads(
+        four_files, pipelines, monkeypatch):
+    """Local files are read by a sequential interleave, remote ones (gs://) by a parallel
+    one, and both give the same records in the same order for every input pipeline, over
+    more than one pass of the files (8 pipelines for 4 files: records sharded after the
+    read). Each record is known by a hash of its bytes, so the order is seen record by
+    record, not only file by file."""
+    monkeypatch.setattr(input_lib, "_parse_fn", lambda data, is_training, dtype: (
+        lambda record: (tf.strings.to_hash_bucket_fast(record, 2**62), tf.constant(0))))
+
+    def records_and_interleaves(local, pipeline_id):
+        monkeypatch.setattr(storage, "all_local", lambda files: local)
+        dataset = input_lib.make_train_dataset(
+            data_config(shuffle_buffer_size=5), four_files, 2,
+            input_context=context(pipelines, pipeline_id), seed=11)
+        records = [ids.tolist() for ids, _ in dataset.take(40).as_numpy_iterator()]
+        graph = tf.compat.v1.GraphDef()
+        # tf.data has no public way to read a dataset's graph
+        graph.ParseFromString(dataset._as_serialized_graph().numpy())  # pylint: disable=W0212
+        return records, {node.op for node in graph.node if "Interleave" in node.op}
+
+    for pipeline_id in range(pipelines):
+        in_turn, sequential = records_and_interleaves(True, pipeline_id)
+        in_parallel, parallel = records_and_interleaves(False, pipeline_id)
+        assert sequential == {"InterleaveDataset"}
+        assert parallel == {"ParallelInterleaveDatasetV4"}
+        assert in_turn == in_parallel  # 80 records: more than a pass of the 24 (shuffle 5)
+        assert len({r for batch in in_turn for r in batch}) > 2  # records, not a constant
+
+
+def test_only_paths_without_a_remote_scheme_are_local():
+    assert storage.all_local(["/data/train-0", "relative/train-1", "file:///data/train-2"])
+    assert not storage.all_local(["/data/train-0", "gs://bucket/train-1"])
+    assert not storage.all_local(["hdfs://namenode/train-0"])

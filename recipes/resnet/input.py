@@ -13,9 +13,11 @@ Garden's `InputReader`, which needs its `hyperparams` DataConfig; what it would 
 * per-host sharding through `tf.distribute.InputContext` (this is a dataset *function* for
   `strategy.distribute_datasets_from_function`): each input pipeline reads its own files,
   or every N-th record when there are fewer files than pipelines;
-* training: files shuffled each epoch, endless, examples shuffled in a buffer, all with
-  `seed` (the training chunk's: see `recipes.common.task.chunk_input_position`), so the
-  order is deterministic; `skip_batches` skips records before decoding;
+* training: files shuffled each epoch, endless, up to 16 read at once (in turn on local
+  disk, by parallel workers from gs://: `recipes.common.storage`), examples shuffled in a
+  buffer, all with `seed` (the training chunk's: see
+  `recipes.common.task.chunk_input_position`), so the order is deterministic;
+  `skip_batches` skips records before decoding;
 * `drop_remainder=True` everywhere, so every batch has a fixed shape (TPUs need it). Eval
   pads the last batches with zero-weight examples instead of dropping any: top-1 counts
   every eval example exactly once.
@@ -26,6 +28,7 @@ import math
 import tensorflow as tf
 from official.vision.dataloaders import classification_input
 
+from recipes.common import storage
 from recipes.common.errors import UserError
 
 LABEL_KEY = classification_input.DEFAULT_LABEL_FIELD_KEY  # "image/class/label"
@@ -111,12 +114,17 @@ def make_train_dataset(
     if num_pipelines > 1 and shard_by_file:
         dataset = dataset.shard(num_pipelines, pipeline_id)
     dataset = dataset.shuffle(len(files), seed=seed, reshuffle_each_iteration=True).repeat()
+    # Local files are read in turn, remote ones by parallel workers: the same records in
+    # the same order either way (recipes.common.storage).
+    parallel_reads = {} if storage.all_local(files) else {
+        "num_parallel_calls": tf.data.AUTOTUNE, "deterministic": True}
     dataset = dataset.interleave(
         lambda path: tf.data.TFRecordDataset(path, buffer_size=_READ_BUFFER_BYTES),
         cycle_length=min(16, len(files)),
-        num_parallel_calls=tf.data.AUTOTUNE,
-        deterministic=True,
+        **parallel_reads,
     )
+    # Endless, as the parallel interleave says; the sequential one leaves it unknown.
+    dataset = dataset.apply(tf.data.experimental.assert_cardinality(tf.data.INFINITE_CARDINALITY))
     if num_pipelines > 1 and not shard_by_file:
         dataset = dataset.shard(num_pipelines, pipeline_id)
     dataset = dataset.shuffle(
