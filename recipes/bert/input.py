@@ -158,16 +158,17 @@ class _BertPretrainDataLoaderReadingInTurn(pretrain_dataloader.BertPretrainDataL
             records = records.repeat()
         read_file = dataset_fn.pick_dataset_fn(params.file_type)  # as Model Garden's `load`
         records = records.interleave(read_file, cycle_length=params.cycle_length)
-        if params.is_training:  # endless, as Model Garden's parallel interleave says
-            records = records.apply(
-                tf.data.experimental.assert_cardinality(tf.data.INFINITE_CARDINALITY))
         reader = input_reader.InputReader(
             params=params,
             dataset_fn=read_file,
             decoder_fn=self._decode,
             parser_fn=self._parse,
         )
-        return reader.read(input_context, dataset=records)
+        batches = reader.read(input_context, dataset=records)
+        if params.is_training:  # endless, as Model Garden's parallel interleave says
+            batches = batches.apply(
+                tf.data.experimental.assert_cardinality(tf.data.INFINITE_CARDINALITY))
+        return batches
 
 
 def list_files(file_pattern):

@@ -123,8 +123,6 @@ def make_train_dataset(
         cycle_length=min(16, len(files)),
         **parallel_reads,
     )
-    # Endless, as the parallel interleave says; the sequential one leaves it unknown.
-    dataset = dataset.apply(tf.data.experimental.assert_cardinality(tf.data.INFINITE_CARDINALITY))
     if num_pipelines > 1 and not shard_by_file:
         dataset = dataset.shard(num_pipelines, pipeline_id)
     dataset = dataset.shuffle(
@@ -133,6 +131,9 @@ def make_train_dataset(
     dataset = dataset.skip(skip_batches * per_replica_batch_size)
     dataset = dataset.map(_parse_fn(data, True, dtype), num_parallel_calls=tf.data.AUTOTUNE)
     dataset = dataset.batch(per_replica_batch_size, drop_remainder=True)
+    # Endless, as a parallel interleave says; a sequential one leaves it unknown (stated
+    # once a batch, not once a record).
+    dataset = dataset.apply(tf.data.experimental.assert_cardinality(tf.data.INFINITE_CARDINALITY))
     return dataset.prefetch(tf.data.AUTOTUNE)
 
 
