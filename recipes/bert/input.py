@@ -146,7 +146,7 @@ class _BertPretrainDataLoaderReadingInTurn(pretrain_dataloader.BertPretrainDataL
         files = input_reader.match_files(params.input_path)
         pipelines = input_context.num_input_pipelines if input_context else 1
         if len(files) < max(2, pipelines) or not storage.all_local(files):
-            # Model Garden's `_read_files_then_shard`, or its parallel reads from gs://.
+            # Model Garden's `_read_files_then_shard`, or its parallel reads of remote files.
             return super().load(input_context)
         records = tf.data.Dataset.from_tensor_slices(files)
         if params.is_training:
