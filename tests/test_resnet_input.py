@@ -10,6 +10,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from dataset_graph import interleave_ops
+
 from recipes.common import storage
 from recipes.resnet import convert
 from recipes.resnet import input as input_lib
@@ -180,10 +182,7 @@ def test_local_files_read_in_turn_give_the_records_of_parallel_remote_reads(
             data_config(shuffle_buffer_size=5), four_files, 2,
             input_context=context(pipelines, pipeline_id), seed=11)
         records = [ids.tolist() for ids, _ in dataset.take(40).as_numpy_iterator()]
-        graph = tf.compat.v1.GraphDef()
-        # tf.data has no public way to read a dataset's graph
-        graph.ParseFromString(dataset._as_serialized_graph().numpy())  # pylint: disable=W0212
-        return records, {node.op for node in graph.node if "Interleave" in node.op}
+        return records, interleave_ops(dataset)
 
     for pipeline_id in range(pipelines):
         in_turn, sequential = records_and_interleaves(True, pipeline_id)
