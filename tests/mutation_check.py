@@ -255,6 +255,15 @@ MUTATIONS = [
         ["tests/test_non_finite.py"],
         [r"test_the_finite_check_names_the_first_nan_or_inf_variable"]),
     Mutation(
+        "training_scalars_one_step_late", "the training scalars (learning rate, examples/s, "
+        "trust ratios) written a step after Keras' batch scalars: at a chunk's first step",
+        "recipes/common/callbacks.py",
+        "        if step % self._every:",
+        "        if (step - 1) % self._every:",
+        ["tests/test_recipe_training.py"],
+        [r"test_training_scalars_fall_on_the_steps_of_keras_batch_scalars\[2-2\]",
+         r"test_training_scalars_hold_the_learning_rate_and_the_optimizers_trust_ratios"]),
+    Mutation(
         "trust_ratios_read_back_out_of_order", "the trust-ratio report puts each dtype's "
         "stacked read-back on the paths in reverse order",
         "lamb_tf/layerwise.py",

@@ -135,7 +135,7 @@ def test_training_scalars_hold_the_learning_rate_and_the_optimizers_trust_ratios
     written = {}
     for step, tag, value in tensorboard_events.scalars(tmp_path / "train_scalars"):
         written.setdefault(step, {})[tag] = value
-    assert sorted(written) == [3, 5]  # every 2 steps from the first step this run saw
+    assert sorted(written) == [2, 4, 6]  # the multiples of log_every
     for step, scalars in written.items():
         # the rate of the step's own update: the schedule at the step count before it
         assert scalars.pop("learning_rate") == pytest.approx(0.1 * (1 - (step - 1) / 10),
@@ -145,6 +145,34 @@ def test_training_scalars_hold_the_learning_rate_and_the_optimizers_trust_ratios
         assert scalars == pytest.approx(
             {f"trust_ratio/{path}": ratio for path, ratio in reported[step].items()}, rel=1e-6)
         assert len(scalars) == 4 and all(ratio > 0 for ratio in scalars.values())
+
+
+@pytest.mark.parametrize("log_every, first_run_steps", [(2, 2), (2, 3), (1, 2), (4, 4)])
+def test_training_scalars_fall_on_the_steps_of_keras_batch_scalars(tmp_path, monkeypatch,
+                                                                   log_every, first_run_steps):
+    """`train_scalars` are written at the steps Keras' TensorBoard callback writes its batch
+    scalars (the multiples of log_every), whatever step a run resumes at (a SIGTERM-saved
+    odd step included) and across the loop's `fit` calls: at a chunk's last step, not the
+    next chunk's first. examples/s is left out only where the run has seen no step before
+    it (its first step)."""
+    monkeypatch.setattr(training, "CHUNKS_PER_FIT", 2)  # 8 steps, 2 per chunk: two fits
+    model_dir = str(tmp_path)
+    first_run = dict(total_steps=first_run_steps, checkpoint_every=first_run_steps)
+    for run in (first_run, dict(total_steps=8, checkpoint_every=2)):
+        training.train(_model(), _dataset_maker(), model_dir=model_dir, log_every=log_every,
+                       global_batch_size=BATCH, verbose=0, **run)
+    keras_steps = sorted(event.step
+                         for event in tensorboard_events.events(os.path.join(model_dir, "train"))
+                         for value in event.summary.value if value.tag == "batch_loss")
+    written = {}
+    for step, tag, _ in tensorboard_events.scalars(tmp_path / "train_scalars"):
+        written.setdefault(step, set()).add(tag)
+    assert keras_steps == list(range(log_every, 9, log_every))
+    assert sorted(written) == keras_steps
+    first_steps = {1, first_run_steps + 1}  # the first step each of the two runs saw
+    assert {step for step, tags in written.items() if "examples_per_second" not in tags} == (
+        first_steps & set(keras_steps))
+    assert all("learning_rate" in tags for tags in written.values())
 
 
 def test_the_train_graph_reaches_tensorboard_once_per_run_not_once_per_fit(tmp_path, monkeypatch):

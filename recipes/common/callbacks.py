@@ -180,7 +180,13 @@ class TensorBoard(tf_keras.callbacks.TensorBoard):
 
 class TrainingScalars(tf_keras.callbacks.Callback):
     """TensorBoard scalars Keras does not write: learning rate, examples/s, and the model's
-    own diagnostics (global gradient norm, per-layer trust ratios) when it exposes them."""
+    own diagnostics (global gradient norm, per-layer trust ratios) when it exposes them.
+
+    Written at the steps Keras writes its own batch scalars and the progress line prints:
+    every multiple of `every_n_steps`, so in the recipes (`log_every` dividing
+    `checkpoint_every`) at a chunk's last step, never at the next chunk's first. examples/s
+    is over the steps since the last write (since the first step this callback saw, whose
+    own time holds the tracing); a write with no step before it in the run has none."""
 
     def __init__(self, log_dir, global_batch_size, every_n_steps):
         super().__init__()
@@ -193,19 +199,15 @@ class TrainingScalars(tf_keras.callbacks.Callback):
     def on_train_batch_end(self, batch, logs=None):
         step = int(self.model.optimizer.iterations.numpy())
         now = time.perf_counter()
-        if self._last_step is None:
-            self._last_time, self._last_step = now, step
+        if step % self._every:
+            if self._last_step is None:
+                self._last_time, self._last_step = now, step
             return
-        if step - self._last_step < self._every:
-            return
-        examples_per_second = (
-            (step - self._last_step) * self._global_batch_size / (now - self._last_time)
-        )
-        write_scalars(self._writer, step, {
-            "learning_rate": current_learning_rate(self.model.optimizer),
-            "examples_per_second": examples_per_second,
-            **diagnostics(self.model, logs),
-        })
+        scalars = {"learning_rate": current_learning_rate(self.model.optimizer)}
+        if self._last_step is not None:
+            scalars["examples_per_second"] = (
+                (step - self._last_step) * self._global_batch_size / (now - self._last_time))
+        write_scalars(self._writer, step, {**scalars, **diagnostics(self.model, logs)})
         self._last_time, self._last_step = now, step
 
 

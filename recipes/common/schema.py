@@ -40,7 +40,7 @@ class TrainConfig:
     # Write each checkpoint on a background thread (TensorFlow's async checkpoint, as Orbit's
     # `enable_async_checkpointing`): the step waits only for a copy of the variables.
     async_checkpoint: bool = False
-    # Micro-batches run inside one tf.function call (Keras' steps_per_execution).
+    # Optimizer updates run in one tf.function call (Keras' steps_per_execution).
     steps_per_execution: int = 1
     # TensorBoard scalars (loss, metrics, learning rate, examples/s, what the training step
     # logs, trust ratios) every this many updates.
