@@ -155,7 +155,7 @@ def test_training_scalars_fall_on_the_steps_of_keras_batch_scalars(tmp_path, mon
     odd step included) and across the loop's `fit` calls: at a chunk's last step, not the
     next chunk's first. examples/s is left out only where the run has seen no step before
     it (its first step)."""
-    monkeypatch.setattr(training, "CHUNKS_PER_FIT", 2)  # 8 steps, 2 per chunk: two fits
+    monkeypatch.setattr(training, "CHUNKS_PER_FIT", 2)  # the second run: more than one fit
     model_dir = str(tmp_path)
     first_run = dict(total_steps=first_run_steps, checkpoint_every=first_run_steps)
     for run in (first_run, dict(total_steps=8, checkpoint_every=2)):
