@@ -264,6 +264,14 @@ MUTATIONS = [
         [r"test_training_scalars_fall_on_the_steps_of_keras_batch_scalars\[2-2\]",
          r"test_training_scalars_hold_the_learning_rate_and_the_optimizers_trust_ratios"]),
     Mutation(
+        "log_every_off_the_calls_accepted", "the config check lets log_every fall between "
+        "Keras' calls of steps_per_execution updates (its scalars silently skipped)",
+        "recipes/common/schema.py",
+        '    for key in ("checkpoint_every", "log_every"):',
+        '    for key in ("checkpoint_every",):',
+        ["tests/test_recipe_config.py"],
+        [r"test_steps_off_a_chunk_or_a_call_are_refused_with_the_nearest_multiples\[train1"]),
+    Mutation(
         "trust_ratios_read_back_out_of_order", "the trust-ratio report puts each dtype's "
         "stacked read-back on the paths in reverse order",
         "lamb_tf/layerwise.py",

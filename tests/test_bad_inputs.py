@@ -96,6 +96,15 @@ CASES = {
     "resnet-steps-not-a-multiple": (RESNET, FRESH, ["--params_override=train.steps=3"],
                                     ["train.steps=3 is not a multiple of "
                                      "train.checkpoint_every=2"]),
+    # Keras calls back once per steps_per_execution updates (the fresh config: log_every 5,
+    # checkpoint_every 2).
+    "log-every-off-the-calls": (BERT, FRESH, ["--params_override=train.steps_per_execution=2"],
+                                ["train.log_every=5 is not a multiple of "
+                                 "train.steps_per_execution=2", "use train.log_every=4 or 6"]),
+    "resnet-checkpoint-every-off-the-calls": (
+        RESNET, FRESH, ["--params_override=train.steps_per_execution=3"],
+        ["train.checkpoint_every=2 is not a multiple of train.steps_per_execution=3",
+         "use train.checkpoint_every=3,"]),
     "old-key-name": (BERT, FRESH, ["--params_override=train.precision=float32"],
                      ["'train.precision' is now 'runtime.precision'"]),
     "resnet-old-key-name": (RESNET, FRESH,
@@ -145,7 +154,8 @@ CASES = {
 CONFIG_ERRORS = {"unknown-key-in-file", "unknown-override", "wrong-type", "batch-does-not-divide",
                  "checkpoint-every-zero", "resnet-checkpoint-every-zero",
                  "resnet-batch-does-not-divide", "resnet-steps-not-a-multiple", "old-key-name",
-                 "resnet-old-key-name", "learning-rate-nan",
+                 "resnet-old-key-name", "learning-rate-nan", "log-every-off-the-calls",
+                 "resnet-checkpoint-every-off-the-calls",
                  "learning-rate-negative"}  # the whole config is checked before it is printed
 TRAINING_STARTS = {"nan-in-training-data", "truncated-tfrecord-after-the-data-stage"}  # rows
 # that get past the restore: TensorBoard event files are then written; checkpoints, export
@@ -397,6 +407,8 @@ README_ROWS = {
     "no `--model_dir`": ["missing-model-dir"],
     "a checkpoint interval of 0, steps not a multiple of it":
         ["checkpoint-every-zero", "resnet-steps-not-a-multiple"],
+    "checkpoints or scalars off Keras' calls of `steps_per_execution` updates":
+        ["log-every-off-the-calls"],
     "an old key name": ["old-key-name"],
     "a learning rate that is negative or not a finite number":
         ["learning-rate-negative", "learning-rate-nan"],

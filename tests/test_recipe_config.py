@@ -1,10 +1,12 @@
 """Strict recipe configs: unknown keys and wrong types are one-line errors naming the key."""
 
 import dataclasses
+import types
 from typing import Optional
 
 import pytest
 
+from recipes.common import schema
 from recipes.common.config import load_config, format_config, parse_params_override
 from recipes.common.errors import UserError
 
@@ -80,3 +82,44 @@ def test_resolved_config_round_trips_through_its_yaml(tmp_path):
 
 def test_yaml_mapping_override_is_accepted():
     assert parse_params_override("{train: {steps: 4}}") == {"train": {"steps": 4}}
+
+
+@pytest.mark.parametrize(
+    "train, message",
+    [
+        ({"steps_per_execution": 2, "checkpoint_every": 5, "steps": 10},
+         "train.checkpoint_every=5 is not a multiple of train.steps_per_execution=2 "
+         "(Keras calls back once per 2 updates); use train.checkpoint_every=4 or 6, or "
+         "another steps_per_execution"),
+        ({"steps_per_execution": 4, "checkpoint_every": 8, "log_every": 2},
+         "train.log_every=2 is not a multiple of train.steps_per_execution=4 (Keras calls "
+         "back once per 4 updates); use train.log_every=4, or another steps_per_execution"),
+        ({"steps_per_execution": 3, "checkpoint_every": 6, "log_every": 7, "steps": 12},
+         "train.log_every=7 is not a multiple of train.steps_per_execution=3 (Keras calls "
+         "back once per 3 updates); use train.log_every=6 or 9, or another "
+         "steps_per_execution"),
+        ({"steps": 3, "checkpoint_every": 5},
+         "train.steps=3 is not a multiple of train.checkpoint_every=5; use train.steps=5, "
+         "or another checkpoint_every"),
+    ],
+)
+def test_steps_off_a_chunk_or_a_call_are_refused_with_the_nearest_multiples(train, message):
+    config = _shared_sections(schema.TrainConfig(**{"steps": 8, **train}))
+    with pytest.raises(UserError) as error:
+        schema.check(config)
+    assert str(error.value) == message
+
+
+@pytest.mark.parametrize("steps_per_execution, checkpoint_every, log_every",
+                         [(1, 5, 3), (2, 4, 2), (4, 8, 8), (3, 12, 6)])
+def test_callback_steps_on_the_calls_of_steps_per_execution_pass(steps_per_execution,
+                                                                 checkpoint_every, log_every):
+    schema.check(_shared_sections(schema.TrainConfig(
+        steps=2 * checkpoint_every, checkpoint_every=checkpoint_every, log_every=log_every,
+        steps_per_execution=steps_per_execution)))
+
+
+def _shared_sections(train):
+    """A config with the sections every recipe's schema holds (what `schema.check` reads)."""
+    return types.SimpleNamespace(train=train, optimizer=schema.OptimizerConfig(),
+                                 eval=schema.EvalConfig(), runtime=schema.RuntimeConfig())

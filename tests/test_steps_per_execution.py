@@ -36,6 +36,7 @@ STEPS = 4
 
 def _bert_job(config_file, model_dir, steps_per_execution, jit_compile):
     overrides = (f"train.steps_per_execution={steps_per_execution},"
+                 f"train.log_every={steps_per_execution},"  # a multiple of it (schema.check)
                  f"runtime.jit_compile={str(jit_compile).lower()},export.enabled=false")
     return "recipes.bert.pretrain", [
         f"--config_file={config_file}", f"--model_dir={model_dir}", "--mode=train",

@@ -40,10 +40,11 @@ class TrainConfig:
     # Write each checkpoint on a background thread (TensorFlow's async checkpoint, as Orbit's
     # `enable_async_checkpointing`): the step waits only for a copy of the variables.
     async_checkpoint: bool = False
-    # Optimizer updates run in one tf.function call (Keras' steps_per_execution).
+    # Optimizer updates run in one tf.function call (Keras' steps_per_execution); Keras calls
+    # back once per call: `checkpoint_every` and `log_every` must be multiples of it.
     steps_per_execution: int = 1
     # TensorBoard scalars (loss, metrics, learning rate, examples/s, what the training step
-    # logs, trust ratios) every this many updates.
+    # logs, trust ratios) and progress lines at the multiples of this many updates.
     log_every: int = 5
     # Seed of the run: initialisation, dropout, input shuffling and augmentation.
     seed: int = 1
@@ -123,13 +124,8 @@ def check(config):
                 "steps_per_execution", "log_every"):
         if getattr(train, key) <= 0:
             raise UserError(f"train.{key}={getattr(train, key)} must be positive")
-    if train.steps % train.checkpoint_every:
-        lower = train.steps - train.steps % train.checkpoint_every
-        raise UserError(
-            f"train.steps={train.steps} is not a multiple of train.checkpoint_every="
-            f"{train.checkpoint_every}; use train.steps={lower or train.checkpoint_every} "
-            f"or {lower + train.checkpoint_every}, or another checkpoint_every"
-        )
+    check_steps(train.steps, train.checkpoint_every)
+    _check_callback_steps(train)
     if config.eval.global_batch_size <= 0 or config.eval.steps < 0:
         raise UserError(
             f"eval.global_batch_size={config.eval.global_batch_size} must be positive and "
@@ -141,6 +137,40 @@ def check(config):
             f"{', '.join(PRECISIONS)}"
         )
     _check_optimizer(optimizer, train.steps)
+
+
+def check_steps(steps, checkpoint_every):
+    """`train.steps` must be a whole number of checkpoint chunks."""
+    if steps % checkpoint_every:
+        raise UserError(
+            f"train.steps={steps} is not a multiple of train.checkpoint_every="
+            f"{checkpoint_every}; use {_nearest_multiples('train.steps', steps, checkpoint_every)}"
+            ", or another checkpoint_every"
+        )
+
+
+def _check_callback_steps(train):
+    """Keras runs `steps_per_execution` updates per call and calls back only after a call,
+    so the scalars and progress lines at the multiples of `log_every` are written only where
+    a call ends. A chunk of `checkpoint_every` updates that is no multiple of the call ends
+    with a shorter call, which moves every later call's end off those multiples."""
+    per_call = train.steps_per_execution
+    for key in ("checkpoint_every", "log_every"):
+        value = getattr(train, key)
+        if value % per_call:
+            raise UserError(
+                f"train.{key}={value} is not a multiple of train.steps_per_execution="
+                f"{per_call} (Keras calls back once per {per_call} updates); use "
+                f"{_nearest_multiples('train.' + key, value, per_call)}, or another "
+                "steps_per_execution"
+            )
+
+
+def _nearest_multiples(key, value, divisor):
+    """`key=4 or 6`: the multiples of `divisor` either side of `value` (one if below it)."""
+    lower = value - value % divisor
+    upper = lower + divisor
+    return f"{key}={lower} or {upper}" if lower else f"{key}={upper}"
 
 
 def _check_optimizer(optimizer, steps):

@@ -35,7 +35,7 @@ import tf_keras
 
 from recipes.common import callbacks as callbacks_lib
 from recipes.common import config as config_lib
-from recipes.common import corrupt_data, fault_injection, preemption
+from recipes.common import corrupt_data, fault_injection, preemption, schema
 from recipes.common.task import checkpoint_chunks
 from recipes.common.checkpoints import (  # noqa: F401  (also this module's API, for callers)
     CHECKPOINT_SUBDIR,
@@ -165,7 +165,7 @@ def train(
 
 def _resume(model, model_dir, total_steps, checkpoint_every, restore_dir):
     """(the CheckpointManager, the step restored from `restore_dir` or 0)."""
-    _check_steps(total_steps, checkpoint_every)
+    schema.check_steps(total_steps, checkpoint_every)
     manager = make_checkpoint_manager(model, model_dir)
     build_optimizer_state(model)
     # Into the objects of the manager that saves: one Checkpoint object per process.
@@ -185,17 +185,6 @@ def _fits(first_step, total_steps, checkpoint_every):
         end = min(total_steps, start + CHUNKS_PER_FIT * checkpoint_every)
         yield start, end
         start = end
-
-
-def _check_steps(total_steps, checkpoint_every):
-    if total_steps % checkpoint_every:
-        lower = total_steps - total_steps % checkpoint_every
-        raise UserError(
-            f"train.steps={total_steps} is not a multiple of "
-            f"train.checkpoint_every={checkpoint_every}; use "
-            f"train.steps={lower or checkpoint_every} "
-            f"or {lower + checkpoint_every}, or another checkpoint_every"
-        )
 
 
 class _SaveConfigOnce(tf_keras.callbacks.Callback):
