@@ -251,3 +251,34 @@ def test_checkpoint_write_refuses_a_work_dir_whose_parent_is_missing(tmp_path, c
     work_dir = str(tmp_path / "missing" / "work")
     assert _load("checkpoint_write").main(["--work_dir", work_dir]) == 2
     assert "its parent directory does not exist" in capsys.readouterr().err
+
+
+@pytest.mark.slow  # builds the tiny BERT recipe and Model Garden's loop
+def test_step_after_pause_times_each_side_with_and_without_a_pause(tmp_path, capsys):
+    report_path = tmp_path / "pause.json"
+    assert _load("step_after_pause").main([
+        "--config_file", str(_tiny_bert_config_file(tmp_path)), "--work_dir",
+        str(tmp_path / "work"), "--steps_before", "1", "--steps_after", "2", "--rounds", "1",
+        "--pauses", "0.01", "--json", str(report_path)]) == 0
+    rows = json.loads(report_path.read_text())["rows"]
+    assert {(row["contender"], row["pause_s"]) for row in rows} == {
+        (name, pause) for name in ("recipe", "Model Garden", "recipe update",
+                                   "Model Garden update") for pause in (0.0, 0.01)}
+    assert all(row["first_ms"] > 0 and row["others_ms"] > 0 and len(row["speeds"]) == 1
+               for row in rows)
+    out = capsys.readouterr().out
+    assert "| Model Garden update | 0.01 s |" in out
+    assert "recipe, the first step after 0.01 s of pause against the steps after it" in out
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--steps_after", "1"], "--steps_after=1 must be at least 2"),
+    (["--rounds", "0"], "--rounds=0 must be at least 1"),
+    (["--pauses", "0.1,x"], "--pauses=0.1,x: give seconds above 0"),
+    (["--pauses", "0"], "--pauses=0: give seconds above 0"),
+])
+def test_step_after_pause_refuses_bad_arguments_before_any_work(argv, message, tmp_path,
+                                                                capsys):
+    assert _load("step_after_pause").main([*argv, "--work_dir", str(tmp_path / "work")]) == 2
+    assert message in capsys.readouterr().err
+    assert not (tmp_path / "work").exists()
