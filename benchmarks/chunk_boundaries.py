@@ -74,7 +74,7 @@ class _StepTimes(tf_keras.callbacks.Callback):
 
 
 def _one_run(model, make_dataset, work_dir, steps_per_chunk, chunks, global_batch_size,
-             steps_per_execution):
+             steps_per_execution, async_checkpoint):
     """{"first": [s], "others": [s], "gaps": [s], "start": [s], "end": [s], "whole": [s]} of
     one training run in a fresh model_dir ("end": from the last step to `train`'s return).
 
@@ -88,7 +88,8 @@ def _one_run(model, make_dataset, work_dir, steps_per_chunk, chunks, global_batc
     training.train(model, make_dataset, model_dir=model_dir,
                    total_steps=steps_per_chunk * chunks, checkpoint_every=steps_per_chunk,
                    log_every=steps_per_chunk,  # scalars once a chunk, as Model Garden's loop
-                   global_batch_size=global_batch_size, verbose=0, callbacks=[times])
+                   global_batch_size=global_batch_size, verbose=0, callbacks=[times],
+                   async_checkpoint=async_checkpoint)
     whole = time.perf_counter() - called
     _delete_checkpoints(model_dir)
     per_chunk = steps_per_chunk // steps_per_execution  # executions per chunk
@@ -107,8 +108,9 @@ def measure(task, strategy, plan, model, work_dir, steps_per_chunk, chunks, roun
             model_garden_run=None):
     """{loop: {SAMPLE_KEYS: [seconds, every timed round]}}; round 0 is a warm-up and is not
     kept. The model keeps training across runs (its step count goes on; each run starts from
-    a fresh model_dir). `model_garden_run(steps_per_chunk, chunks, directory,
-    build_pipeline)`, if given, gives two more loops (MODEL_GARDEN_LOOPS: its input iterator
+    a fresh model_dir); both loops write their checkpoints as `train.async_checkpoint` says.
+    `model_garden_run(steps_per_chunk, chunks, directory, build_pipeline,
+    async_checkpoint)`, if given, gives two more loops (MODEL_GARDEN_LOOPS: its input iterator
     kept from run to run, and its input pipeline built in each run), returning the (begin,
     end) of each of its loops: their "chunk_steps" (a loop's time per step, the run's first
     loop left out, as it waits for the input), "gaps", "start", "end" and "whole"."""
@@ -120,7 +122,8 @@ def measure(task, strategy, plan, model, work_dir, steps_per_chunk, chunks, roun
             default, training.CHUNKS_PER_FIT = training.CHUNKS_PER_FIT, chunks_per_fit
             try:
                 return _one_run(model, make_dataset, work_dir, steps_per_chunk, chunks,
-                                plan.global_batch_size, task.config.train.steps_per_execution)
+                                plan.global_batch_size, task.config.train.steps_per_execution,
+                                task.config.train.async_checkpoint)
             finally:
                 training.CHUNKS_PER_FIT = default
         return run
@@ -129,7 +132,8 @@ def measure(task, strategy, plan, model, work_dir, steps_per_chunk, chunks, roun
         def run():
             called = time.perf_counter()
             run_dir = tempfile.mkdtemp(dir=work_dir)
-            loops = model_garden_run(steps_per_chunk, chunks, run_dir, build_pipeline)
+            loops = model_garden_run(steps_per_chunk, chunks, run_dir, build_pipeline,
+                                     task.config.train.async_checkpoint)
             returned = time.perf_counter()
             _delete_checkpoints(run_dir)
             return {"chunk_steps": [(end - begin) / steps_per_chunk  # not the run's first

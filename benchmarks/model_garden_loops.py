@@ -3,8 +3,8 @@ Model Garden's own experiment, task, input pipeline, LAMB and `base_trainer.Trai
 
 Each `*_side(config, task)` takes the recipe's config and its prepared `Task` (after
 `task.prepare`) and returns (train(steps), optimizer_update(),
-run_with_checkpoints(steps_per_chunk, chunks, directory, build_pipeline=False), parameter
-count):
+run_with_checkpoints(steps_per_chunk, chunks, directory, build_pipeline=False,
+async_checkpoint=False), parameter count):
 
   train(steps)   Orbit's `Trainer.train(steps)`: `steps` training steps in Model Garden's
                  in-graph loop (what `train_lib.run_experiment` runs `steps_per_loop` steps
@@ -12,7 +12,8 @@ count):
                  accumulate);
   update()       one `apply_gradients` of fixed gradients by Model Garden's optimizer to
                  its model's variables, in a `tf.function`;
-  run_with_checkpoints(steps_per_chunk, chunks, directory, build_pipeline=False)
+  run_with_checkpoints(steps_per_chunk, chunks, directory, build_pipeline=False,
+                       async_checkpoint=False)
                  Model Garden's training loop as `train_lib.run_experiment` runs it in
                  "train" mode: an Orbit `Controller` over the same trainer, `chunks` loops
                  of `steps_per_chunk` steps, a checkpoint (`tf.train.CheckpointManager`)
@@ -25,7 +26,10 @@ count):
                  iterator is kept from run to run; with `build_pipeline` the run first
                  builds its input pipeline as `Trainer.__init__` does once per real run,
                  so it also pays the pipeline's start (the iterator made, its first
-                 batch), as each run of the recipe's loop does.
+                 batch), as each run of the recipe's loop does. With `async_checkpoint`
+                 Orbit writes the checkpoints on a background thread
+                 (`enable_async_checkpointing`), as the recipe's loop does with
+                 `train.async_checkpoint`.
 
 The optimizer is Model Garden's `lamb` (`official.modeling.optimization.lamb.LAMB`) with
 the recipe's betas, epsilon, weight decay, exclusions and global clipnorm at a constant
@@ -109,10 +113,13 @@ def train_experiment(experiment, override):
 
     replaced = []  # iterators replaced by `build_pipeline`: deleted at exit, not in a run
 
-    def run_with_checkpoints(steps_per_chunk, chunks, directory, build_pipeline=False):
+    def run_with_checkpoints(steps_per_chunk, chunks, directory, build_pipeline=False,
+                             async_checkpoint=False):
         """Orbit's `Controller` over `chunks` loops of `steps_per_chunk` steps, a checkpoint
-        and the training summaries after each; returns the (begin, end) wall times of every
-        loop (`Trainer.train`)."""
+        and the training summaries after each (written on a background thread with
+        `async_checkpoint`, Orbit's `enable_async_checkpointing`, as the recipe's
+        `train.async_checkpoint`); returns the (begin, end) wall times of every loop
+        (`Trainer.train`)."""
         loops = []
 
         def timed_train(num_steps):  # what the Controller calls once per loop
@@ -137,6 +144,7 @@ def train_experiment(experiment, override):
                 controller = orbit.Controller(global_step=trainer.global_step,
                                               trainer=trainer, steps_per_loop=steps_per_chunk,
                                               checkpoint_manager=manager,
+                                              enable_async_checkpointing=async_checkpoint,
                                               summary_dir=os.path.join(directory, "train"),
                                               summary_interval=steps_per_chunk)
                 controller.train(int(trainer.global_step.numpy()) + steps_per_chunk * chunks,
