@@ -169,6 +169,13 @@ def add_recipe_flags(parser):
                         help="the recipe's config (default: configs/<recipe>/tiny_cpu.yaml)")
 
 
+def json_flag_problem(path):
+    """One line if --json names a file in a directory that does not exist, else None."""
+    if path and not os.path.isdir(os.path.dirname(os.path.abspath(path))):
+        return f"--json={path}: its directory does not exist; create it or choose another"
+    return None
+
+
 def load_recipe_config(args, params_override=""):
     """(task class, config file, config) of --recipe and --config_file."""
     task_class, default_config = RECIPES[args.recipe][:2]
