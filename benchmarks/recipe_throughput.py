@@ -38,8 +38,9 @@ per-call cost can be told apart.
 
 Then whole training runs: the recipe's own training loop (`recipes.common.training.train`,
 a checkpoint per chunk), `--chunks` chunks of `--steps` steps, the loop as it is (one `fit`
-and one dataset over the chunks) alternated with a `fit` and a fresh pipeline per chunk and
-with Model Garden's loop over the same steps and checkpoints (Orbit's `Controller`, as
+and one dataset over the chunks) alternated with a `fit` and a fresh pipeline per chunk, with
+the loop as it is reading one pipeline through the run instead of one per chunk (what exact
+resume costs: not a loop to train with), and with Model Garden's loop over the same steps and checkpoints (Orbit's `Controller`, as
 `train_lib.run_experiment` drives it): each run's examples/s from the call to its return,
 and for each loop what a chunk boundary costs (benchmarks/chunk_boundaries.py).
 
@@ -335,8 +336,8 @@ def main(argv=None):
     config.train.global_batch_size = config.train.micro_batch_size  # k = 1
     config.train.checkpoint_every = args.steps  # the chunks of the training-loop runs
     # every step the model takes here stays within the learning-rate schedule
-    config.train.steps = max(config.train.steps, (args.rounds + 1) * args.steps + 2 * (
-        args.boundary_rounds + 1) * args.chunks * args.steps)
+    config.train.steps = max(config.train.steps, (args.rounds + 1) * args.steps + len(
+        chunk_boundaries.LOOPS) * (args.boundary_rounds + 1) * args.chunks * args.steps)
     config.optimizer.warmup_steps = min(config.optimizer.warmup_steps, config.train.steps - 1)
     os.makedirs(args.work_dir, exist_ok=True)
     timers, parameters, boundaries = _timers(args, task_class, config, model_garden_side)

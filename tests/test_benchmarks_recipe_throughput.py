@@ -1,6 +1,6 @@
 """benchmarks/recipe_throughput.py runs end to end on tiny BERT data and tiny images, both
-sides (the recipe and Model Garden's own loop) timed, and the four training loops of
-benchmarks/chunk_boundaries.py, the recipe's two and Model Garden's two (the timings are
+sides (the recipe and Model Garden's own loop) timed, and the five training loops of
+benchmarks/chunk_boundaries.py, the recipe's three and Model Garden's two (the timings are
 not checked: the speed claim is the same-run ratio the script prints)."""
 import json
 import math
@@ -52,7 +52,8 @@ def _assert_both_sides_timed(report, stdout, steps_per_execution=1):
     assert "without `fit` (one kept iterator)" in stdout
     assert "train | step" not in stdout  # Orbit's line per loop: only the tables are printed
     boundaries = report["chunk_boundary_samples"]
-    recipe_loops = {"one fit over the chunks", "a fit per chunk"}
+    recipe_loops = {"one fit over the chunks", "a fit per chunk",
+                    "one fit, one pipeline (no exact resume)"}
     model_garden_loops = {"Model Garden's Controller",
                           "Model Garden's Controller, building its pipeline"}
     assert set(boundaries) == recipe_loops | model_garden_loops
@@ -88,26 +89,27 @@ def _assert_both_sides_timed(report, stdout, steps_per_execution=1):
             assert row["last_speed_vs_its_chunk"] == []  # 2-step chunks: no middle steps
         assert f"| {loop} |" in stdout
     # the target judged on the paired runs: one timed run is too few for any confidence
-    for reference in model_garden_loops:
-        assert (f"the recipe's loop (one fit over the chunks) against {reference}, run by "
-                "run: median ") in stdout
+    for loop in ("one fit over the chunks", "one fit, one pipeline (no exact resume)"):
+        for reference in model_garden_loops:
+            assert f"the recipe's loop ({loop}) against {reference}, run by run: median " \
+                in stdout
     first_step_line = ("the recipe's loop (one fit over the chunks), the first step of a chunk "
                        "against the other steps of its chunk")
     assert (first_step_line in stdout) == (steps_per_execution == 1)
     assert "the last step of a chunk" not in stdout  # chunks of 2 steps have no middle
     assert stdout.count("confidence: too few rounds (target 1.00×)") == (
-        5 if steps_per_execution == 1 else 4), stdout
+        7 if steps_per_execution == 1 else 6), stdout
 
 
 def _assert_every_loop_run_wrote_training_summaries(tmp_path):
-    """Each run of the four loops (warm-up and timed: 8) has its own directory, and in it
+    """Each run of the five loops (warm-up and timed: 10) has its own directory, and in it
     a `train` directory of TensorBoard events: the recipe's loop writes its scalars once a
     chunk, and Model Garden's `Controller` is given a summary directory, as
     `train_lib.run_experiment` gives it, so that both loops pay for their summaries. No
     checkpoint is left behind."""
     runs_dir = tmp_path / "work" / "chunk_boundaries"
     runs = [path for path in runs_dir.iterdir() if path.is_dir()]
-    assert len(runs) == 8, sorted(path.name for path in runs)
+    assert len(runs) == 10, sorted(path.name for path in runs)
     for run in runs:
         assert list((run / "train").glob("events.out.tfevents.*")), sorted(
             str(path.relative_to(run)) for path in run.rglob("*"))

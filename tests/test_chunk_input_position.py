@@ -196,3 +196,29 @@ def test_finetune_resumed_mid_chunk_reads_the_batches_of_the_uninterrupted_chunk
         return [batch[0]["ids"].numpy() for batch in dataset.take(steps)]
 
     np.testing.assert_array_equal(np.stack(first_ids(0, 5)[3:]), np.stack(first_ids(3, 2)))
+
+
+def test_benchmarks_one_pipeline_loop_reads_on_through_chunks_where_the_recipe_starts_anew(
+        tmp_path):
+    """benchmarks/chunk_boundaries.py's ONE_PIPELINE_LOOP (what exact resume costs) reads the
+    first chunk's pipeline on through the next chunks, as Model Garden's loop reads one
+    pipeline; the recipe's dataset starts the next chunk's own pipeline instead."""
+    from benchmarks import chunk_boundaries
+
+    task = _bert_task(tmp_path)
+    seed, steps = task.config.train.seed, 2 * CHECKPOINT_EVERY + 1
+
+    def word_ids(dataset):
+        return np.stack([batch[0]["input_word_ids"].numpy() for batch in dataset.take(steps)])
+
+    strategy = tf.distribute.get_strategy()
+    one = word_ids(chunk_boundaries.one_pipeline_dataset(task, strategy, PLAN, 0))
+    np.testing.assert_array_equal(one, word_ids(task.train_replica_dataset(
+        tf.distribute.InputContext(), PLAN, seed, 0)))
+    chunked = word_ids(task_lib.train_dataset(task, strategy, PLAN, 0, steps))
+    np.testing.assert_array_equal(one[:CHECKPOINT_EVERY], chunked[:CHECKPOINT_EVERY])
+    assert not np.array_equal(one[CHECKPOINT_EVERY:], chunked[CHECKPOINT_EVERY:])
+    # from mid-chunk, at the chunk's own position (its seed, its trained steps skipped)
+    np.testing.assert_array_equal(
+        word_ids(chunk_boundaries.one_pipeline_dataset(task, strategy, PLAN, 1))[:2],
+        chunked[1:3])
