@@ -14,17 +14,16 @@ Three loops of the recipe are alternated round by round in one process
 (benchmarks/alternation.py): the loop as it is, the same loop with `CHUNKS_PER_FIT = 1` (a
 `fit` and a fresh input pipeline per chunk, as the recipes ran before), and the loop as it
 is reading one pipeline through each `fit` instead of one per chunk (ONE_PIPELINE_LOOP: what
-exact resume costs). With Model Garden's loop over the same
-model, steps, checkpoints and summaries (`model_garden_loops`: Orbit's `Controller`; both
-loops write their training scalars once a chunk), each run's whole
-time (from the call to its return, every checkpoint included) gives the recipe's loop
-against Model Garden's in examples/s; Model Garden's loops (`Trainer.train`, a chunk's steps
-in one in-graph loop) are timed too, giving its step, its time between chunks, and its
-start and end of a run beside the recipe's. Model Garden's loop runs twice per round: with
-the input iterator its trainer keeps from run to run (no pipeline start at all), and
-building its input pipeline in the run, as a real run (`train_lib.run_experiment`) does
-once, as each run of the recipe's loop builds its own. Used by benchmarks/recipe_throughput.py,
-which prints the table.
+exact resume costs). With Model Garden's loop over the same model, steps, checkpoints and
+summaries (`model_garden_loops`: Orbit's `Controller`; both loops write their training
+scalars once a chunk), each run's whole time (from the call to its return, every checkpoint
+included) gives the recipe's loop against Model Garden's in examples/s; Model Garden's loops
+(`Trainer.train`, a chunk's steps in one in-graph loop) are timed too, giving its step, its
+time between chunks, and its start and end of a run beside the recipe's. Model Garden's
+loop runs twice per round: with the input iterator its trainer keeps from run to run (no
+pipeline start at all), and building its input pipeline in the run, as a real run
+(`train_lib.run_experiment`) does once, as each run of the recipe's loop builds its own.
+Used by benchmarks/recipe_throughput.py, which prints the table.
 """
 import os
 import statistics

@@ -38,11 +38,12 @@ per-call cost can be told apart.
 
 Then whole training runs: the recipe's own training loop (`recipes.common.training.train`,
 a checkpoint per chunk), `--chunks` chunks of `--steps` steps, the loop as it is (one `fit`
-and one dataset over the chunks) alternated with a `fit` and a fresh pipeline per chunk, with
-the loop as it is reading one pipeline through the run instead of one per chunk (what exact
-resume costs: not a loop to train with), and with Model Garden's loop over the same steps and checkpoints (Orbit's `Controller`, as
-`train_lib.run_experiment` drives it): each run's examples/s from the call to its return,
-and for each loop what a chunk boundary costs (benchmarks/chunk_boundaries.py).
+and one dataset over the chunks) alternated with a `fit` and a fresh pipeline per chunk,
+with the loop as it is reading one pipeline through the run instead of one per chunk (what
+exact resume costs: not a loop to train with), and with Model Garden's loop over the same
+steps and checkpoints (Orbit's `Controller`, as `train_lib.run_experiment` drives it):
+each run's examples/s from the call to its return, and for each loop what a chunk boundary
+costs (benchmarks/chunk_boundaries.py).
 
 Where the models differ, both parameter counts are printed: Model Garden's BERT
 next-sentence head has its own `inner_dim` dense layer (hidden x hidden more parameters;

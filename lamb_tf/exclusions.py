@@ -22,7 +22,8 @@ logger = logging.getLogger(__name__)
 BERT_EXCLUDE_PATTERNS = ("layer_norm|LayerNorm", "bias")
 
 # Model Garden ResNet names: `.../batch_normalization_3/gamma`, the classifier head's `.../bias`.
-# Source: MLPerf TF2 ResNet LARS `skip_list=['batch_normalization', 'bias', 'bn']` (Google's TF2 ResNet-50 submissions in the mlcommons training_results repositories).
+# Source: MLPerf TF2 ResNet LARS `skip_list=['batch_normalization', 'bias', 'bn']`
+# (Google's TF2 ResNet-50 submissions in the mlcommons training_results repositories).
 RESNET_EXCLUDE_PATTERNS = ("batch_normalization", "bias")
 
 ExclusionRow = collections.namedtuple("ExclusionRow", ["path", "shape", "decayed", "adapted"])

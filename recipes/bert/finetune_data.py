@@ -137,8 +137,9 @@ def train_examples(data):
 
 
 def train_replica_dataset(input_context, examples, global_batch_size, seed, steps_to_skip=0):
-    """The training examples (`examples`: `train_examples`) of one input pipeline (`input_context`) repeated, shuffled with `seed`, batched per
-    replica, from the step after the first `steps_to_skip` global batches."""
+    """The training examples (`examples`: `train_examples`) of one input pipeline
+    (`input_context`) repeated, shuffled with `seed`, batched per replica, from the step
+    after the first `steps_to_skip` global batches."""
     size = int(examples.cardinality())
     dataset = examples.shard(input_context.num_input_pipelines, input_context.input_pipeline_id)
     dataset = dataset.repeat().shuffle(size, seed=seed)

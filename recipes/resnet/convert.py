@@ -68,7 +68,8 @@ class Source:
 
 
 def list_image_folder(image_dir):
-    """(class names sorted, [(path, class index)]) of `image_dir/<class>/<image>`; one-line errors."""
+    """(class names sorted, [(path, class index)]) of `image_dir/<class>/<image>`;
+    one-line errors."""
     if not os.path.isdir(image_dir):
         raise UserError(
             f"image folder {image_dir!r} does not exist; pass --image_dir=<folder with "
