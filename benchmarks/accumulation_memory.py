@@ -23,7 +23,7 @@ is the memory accumulation saves.
 Usage:  .venv/bin/python benchmarks/accumulation_memory.py [--rounds 3] [--json PATH]
         .venv/bin/python benchmarks/accumulation_memory.py --tiny   # seconds, for CI
 Exits 1 if, at k = 64 against k = 1, peak RSS grows by more than 15% or examples/s drop by
-more than 5% (the issue's bounds).
+more than 5% (the project's bounds).
 """
 import argparse
 import json
@@ -47,8 +47,8 @@ CONFIGURATIONS = [(MICRO_BATCH * k, MICRO_BATCH, TIMED_MICRO_BATCHES // k)
                   for k in ACCUMULATION_STEPS]
 CONFIGURATIONS.append((MICRO_BATCH * 64, MICRO_BATCH * 64, 1))  # one pass: the contrast
 TINY_CONFIGURATIONS = [(16, 16, 2), (64, 16, 1), (64, 64, 1)]
-ALLOWED_GROWTH = 0.15  # the issue's bound on peak memory, k = 64 against k = 1
-ALLOWED_SLOWDOWN = 0.05  # the issue's bound on examples/s, k = 64 against k = 1
+ALLOWED_GROWTH = 0.15  # the project's bound on peak memory, k = 64 against k = 1
+ALLOWED_SLOWDOWN = 0.05  # the project's bound on examples/s, k = 64 against k = 1
 
 
 def _build(effective_batch, micro_batch):

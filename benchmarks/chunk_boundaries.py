@@ -263,7 +263,7 @@ def print_table(rows, steps_per_chunk, chunks, rounds):
         versus = " | ".join(_paired(row.get(key)) for key in PER_RUN_RATIOS)
         print(f"| {loop} | {cells} | {row['whole_s']:.1f} | {row['examples_per_s']:.0f} "
               f"| {versus} |")
-    # the targets: the recipe's loop at least as fast as Model Garden's (run by
+    # the targets: the recipe's loop at least as fast as Model Garden's (run by
     # run), and the first step of a chunk no slower than the others (chunk by chunk)
     for loop in (RECIPE_LOOP, ONE_PIPELINE_LOOP):
         for key, reference in PER_RUN_RATIOS.items():

@@ -16,7 +16,7 @@ scalar ops per step; its share is largest when a micro-batch is cheap next to th
 of parameters, hence the small micro-batch row.
 
 Usage:  .venv/bin/python benchmarks/noise_scale_cost.py [--json report.json]
-Exits non-zero if an overhead exceeds --max_overhead (default 0.03, the issue's bound).
+Exits non-zero if an overhead exceeds --max_overhead (default 0.03, the project's bound).
 """
 import argparse
 import json
