@@ -338,7 +338,11 @@ def test_same_seed_same_bytes_other_seed_other_bytes(tmp_path):
     def file_bytes(prepared):
         paths = sorted(glob.glob(prepared.train_files) + glob.glob(prepared.eval_files))
         paths.append(prepared.vocab_file)
-        return [open(path, "rb").read() for path in paths]
+        contents = []
+        for path in paths:
+            with open(path, "rb") as f:
+                contents.append(f.read())
+        return contents
 
     assert len(glob.glob(first.train_files)) == 3 and len(glob.glob(first.eval_files)) == 3
     assert first.num_train_sequences > 0 and first.num_eval_sequences > 0

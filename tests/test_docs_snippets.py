@@ -57,7 +57,8 @@ def python_blocks():
     """(id, code) of every ```python block, in document order."""
     blocks = []
     for doc in DOC_FILES:
-        text = open(os.path.join(REPO_ROOT, doc), encoding="utf-8").read()
+        with open(os.path.join(REPO_ROOT, doc), encoding="utf-8") as f:
+            text = f.read()
         for match in BLOCK.finditer(text):
             line = text.count("\n", 0, match.start()) + 2  # first line of code
             blocks.append(pytest.param(match.group(1), id=f"{doc}:{line}"))

@@ -319,7 +319,8 @@ def test_export_is_complete_or_absent(tmp_path, monkeypatch):
 
     def crash_mid_save(obj, path, **unused):
         os.makedirs(path)
-        open(os.path.join(path, "saved_model.pb"), "w").write("half")
+        with open(os.path.join(path, "saved_model.pb"), "w") as f:
+            f.write("half")
         raise RuntimeError("killed during export")
 
     module.v.assign(3.0)
