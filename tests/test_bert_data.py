@@ -7,6 +7,7 @@ and from the hand-written corpus, never from the code under test.
 import glob
 import math
 import os
+import pathlib
 import random
 import re
 import subprocess
@@ -338,11 +339,7 @@ def test_same_seed_same_bytes_other_seed_other_bytes(tmp_path):
     def file_bytes(prepared):
         paths = sorted(glob.glob(prepared.train_files) + glob.glob(prepared.eval_files))
         paths.append(prepared.vocab_file)
-        contents = []
-        for path in paths:
-            with open(path, "rb") as f:
-                contents.append(f.read())
-        return contents
+        return [pathlib.Path(path).read_bytes() for path in paths]
 
     assert len(glob.glob(first.train_files)) == 3 and len(glob.glob(first.eval_files)) == 3
     assert first.num_train_sequences > 0 and first.num_eval_sequences > 0
