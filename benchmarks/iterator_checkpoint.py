@@ -53,6 +53,8 @@ from benchmarks import alternation, recipe_throughput  # noqa: E402
 
 BATCHES_COMPARED = 3  # batches read after a restore and compared with the saved iterator's
 BATCHES_BEFORE_SAVE = 3  # so that the saved iterator is mid-stream, its buffers full
+SAVE, RESTORE, FRESH = ("save the iterator", "restore it, first batch",
+                        "a chunk's pipeline afresh, first batch")  # the timed jobs
 POLICIES = {"fail": tf.data.experimental.ExternalStatePolicy.FAIL,  # tf.data's default
             "ignore": tf.data.experimental.ExternalStatePolicy.IGNORE}
 
@@ -169,9 +171,7 @@ def time_recipe_pipeline(task, plan, seed, rounds, directory, external_state_pol
         next(iter(pipeline(next(fresh_seeds))))  # another chunk's seed, as the recipes'
 
     samples = alternation.alternate(alternation.timing({
-        "save the iterator": save,
-        "restore it, first batch": restore_and_first_batch,
-        "a chunk's pipeline afresh, first batch": fresh_pipeline_and_first_batch,
+        SAVE: save, RESTORE: restore_and_first_batch, FRESH: fresh_pipeline_and_first_batch,
     }), rounds)
     return {"error": None, "same_batches_after_restore": same,
             "same_batches_made_twice": same_fresh, "bytes": _bytes(path), "seconds": samples}
@@ -204,6 +204,12 @@ def _print_report(report):
         for job, values in attempt["seconds"].items():
             print(f"| {job} | {1e3 * statistics.median(values):.0f} "
                   f"| {1e3 * min(values):.0f}–{1e3 * max(values):.0f} |")
+        fresh = attempt["seconds"][FRESH]
+        for job in (SAVE, RESTORE):
+            ratios = [a / b for a, b in zip(attempt["seconds"][job], fresh)]
+            low, high, coverage = alternation.median_interval(ratios)
+            print(f"{job} ÷ {FRESH}, round by round: median {statistics.median(ratios):.2f}×, "
+                  f"{low:.2f}–{high:.2f}× with {coverage:.0%} confidence")
 
 
 def _yes(flag):
