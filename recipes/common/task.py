@@ -129,7 +129,9 @@ def train_dataset(task, strategy, plan, first_step, end_step):
     `chunk_input_position`) cut to the chunk's steps (but the last, which goes on), joined
     and prefetched. One iterator runs through every chunk, the next chunk's pipeline starts
     while the previous chunk's last steps train, and the batches are those of a pipeline
-    made afresh at each chunk: a run resumed from any checkpoint reads the same ones."""
+    made afresh at each chunk: a run resumed from any checkpoint reads the same ones.
+    (tf.data's own iterator checkpoint cannot do this here: TF 2.20 saves no `tf.distribute`
+    strategy's iterator, nor the state of ResNet's random crops; docs/reliability.md.)"""
     config = task.config.train
     chunks = list(checkpoint_chunks(first_step, end_step, config.checkpoint_every))
 
