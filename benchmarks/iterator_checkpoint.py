@@ -262,4 +262,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(recipe_throughput.exit_status(main))

@@ -79,7 +79,7 @@ import tensorflow as tf  # noqa: E402
 
 from recipes.bert import pretrain  # noqa: E402
 from recipes.common import config as config_lib  # noqa: E402
-from recipes.common import driver, training  # noqa: E402
+from recipes.common import driver, errors, training  # noqa: E402
 from recipes.resnet import train as resnet_train  # noqa: E402
 from benchmarks import alternation, chunk_boundaries, model_garden_loops  # noqa: E402
 
@@ -184,6 +184,17 @@ def load_recipe_config(args, params_override=""):
     config_file = args.config_file or default_config
     return (task_class, config_file,
             config_lib.load_config(task_class.config_class, [config_file], params_override))
+
+
+def exit_status(main, argv=None):
+    """`main(argv)`'s exit status, a `UserError` (a bad --config_file, config key or data)
+    printed as one line on stderr with status 2, as the recipes print theirs: for the
+    `__main__` of every benchmark of a recipe."""
+    try:
+        return main(argv)
+    except errors.UserError as error:
+        print(f"error: {error}", file=sys.stderr, flush=True)
+        return errors.EXIT_USER_ERROR
 
 
 def _parse_arguments(argv):
@@ -353,4 +364,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(exit_status(main))

@@ -232,6 +232,23 @@ def test_iterator_checkpoint_cannot_restore_resnet_random_crops(tmp_path):
     assert ignored["same_batches_made_twice"] and not ignored["same_batches_after_restore"]
 
 
+@pytest.mark.parametrize("script", ["recipe_throughput", "input_teardown", "iterator_checkpoint",
+                                    "loop_callbacks", "step_after_pause"])
+def test_recipe_benchmark_reports_a_bad_config_file_in_one_line_with_status_2(
+        script, tmp_path, capsys):
+    module = _load(script)
+    shared = module if script == "recipe_throughput" else module.recipe_throughput
+    missing = str(tmp_path / "no_such.yaml")
+    argv = ["--config_file", missing, "--work_dir", str(tmp_path / "work")]
+    with open(module.__file__, encoding="utf-8") as f:  # its __main__ runs main through it
+        assert "exit_status(main))" in f.read().split('if __name__ == "__main__":')[1]
+    assert shared.exit_status(module.main, argv) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err
+    assert err.startswith(f"error: config file '{missing}' does not exist; check --config_file")
+    assert not (tmp_path / "work").exists()  # found before any work
+
+
 @pytest.mark.parametrize("script, argv, message", [
     ("iterator_checkpoint", ["--rounds", "0"], "--rounds=0 must be at least 1"),
     ("iterator_checkpoint", ["--json", "/no/such/directory/iterator.json"],
