@@ -123,7 +123,12 @@ def main(argv=None):
     import tensorflow as tf
 
     threads.apply(args)
-    os.makedirs(args.work_dir, exist_ok=True)
+    try:
+        os.makedirs(args.work_dir, exist_ok=True)
+    except OSError as error:
+        print(f"--work_dir={args.work_dir}: cannot create it ({error.strerror}); choose a "
+              "directory you can write", file=sys.stderr)
+        return 2
     directory = tempfile.mkdtemp(dir=args.work_dir)
     try:
         jobs, parameters, tensors = _jobs(tf, args.size, args.steps, directory)

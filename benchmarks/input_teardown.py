@@ -98,7 +98,7 @@ def main(argv=None):
         return 2
     task_class, _, config = recipe_throughput.load_recipe_config(args)
     config.train.global_batch_size = config.train.micro_batch_size
-    os.makedirs(args.work_dir, exist_ok=True)
+    recipe_throughput.make_work_dir(args.work_dir)
     task, strategy, plan = recipe_throughput.prepare_recipe(task_class, config, args.work_dir)
     stop = threading.Event()
     busy = threading.Thread(target=_keep_cores_busy, args=(stop,), daemon=True)

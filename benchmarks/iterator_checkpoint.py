@@ -231,7 +231,7 @@ def main(argv=None):
             pass
     task_class, _, config = recipe_throughput.load_recipe_config(args)
     config.train.global_batch_size = config.train.micro_batch_size
-    os.makedirs(args.work_dir, exist_ok=True)
+    recipe_throughput.make_work_dir(args.work_dir)
     with tempfile.TemporaryDirectory(dir=args.work_dir) as directory:
         strategies = which_iterators_save(directory)
         task, _, plan = recipe_throughput.prepare_recipe(task_class, config, args.work_dir)

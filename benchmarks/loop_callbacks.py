@@ -92,7 +92,7 @@ def main(argv=None):
     task_class, _, config = recipe_throughput.load_recipe_config(args)
     config.train.global_batch_size = config.train.micro_batch_size  # k = 1
     config.train.steps = max(config.train.steps, (args.rounds + 1) * args.chunks * args.steps)
-    os.makedirs(args.work_dir, exist_ok=True)
+    recipe_throughput.make_work_dir(args.work_dir)
     _, _, _, model, dataset = recipe_throughput.build_recipe(task_class, config, args.work_dir)
     model_dir = tempfile.mkdtemp(dir=args.work_dir)
     history = tf_keras.callbacks.History()

@@ -20,6 +20,7 @@ Exits non-zero if an overhead exceeds --max_overhead (default 0.03, the project'
 """
 import argparse
 import json
+import os
 import statistics
 import sys
 import time
@@ -125,6 +126,14 @@ def main(argv=None):
             f"--configurations={args.configurations!r}: expected MICROxK items, e.g. 32x8,256x8",
             file=sys.stderr,
         )
+        return 2
+    problem = None
+    if args.steps < 1 or args.repeats < 1:
+        problem = f"--steps={args.steps} and --repeats={args.repeats} must be at least 1"
+    elif args.json and not os.path.isdir(os.path.dirname(os.path.abspath(args.json))):
+        problem = f"--json={args.json}: its directory does not exist; create it or choose another"
+    if problem:
+        print(problem, file=sys.stderr)
         return 2
     rows = [measure(m, k, args.steps, args.repeats) for m, k in configurations]
     print("micro-batch  k  CPU ms/step off  on  off again  overhead  control (A/A)")

@@ -62,7 +62,12 @@ def main(argv=None):
         parser.error(f"no such report: {', '.join(missing)}; run optimizer_step.py --json first")
     if not os.path.isdir(os.path.dirname(os.path.abspath(args.output))):
         parser.error(f"--output {args.output}: its directory does not exist; create it first")
-    plot(load(args.reports), args.output)
+    try:
+        lines = load(args.reports)
+    except (ValueError, KeyError, TypeError) as error:  # not JSON, or not this script's rows
+        parser.error(f"{' '.join(args.reports)}: not a report of optimizer_step.py --json "
+                     f"({type(error).__name__}: {error})")
+    plot(lines, args.output)
     print(f"wrote {args.output}")
     return 0
 

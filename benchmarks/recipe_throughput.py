@@ -178,6 +178,15 @@ def json_flag_problem(path):
     return None
 
 
+def make_work_dir(path):
+    """Creates --work_dir (and its parents), or a UserError naming it."""
+    try:
+        os.makedirs(path, exist_ok=True)
+    except OSError as error:
+        raise errors.UserError(f"--work_dir={path}: cannot create it ({error.strerror}); "
+                               "choose a directory you can write") from None
+
+
 def load_recipe_config(args, params_override=""):
     """(task class, config file, config) of --recipe and --config_file."""
     task_class, default_config = RECIPES[args.recipe][:2]
@@ -351,7 +360,7 @@ def main(argv=None):
     config.train.steps = max(config.train.steps, (args.rounds + 1) * args.steps + len(
         chunk_boundaries.LOOPS) * (args.boundary_rounds + 1) * args.chunks * args.steps)
     config.optimizer.warmup_steps = min(config.optimizer.warmup_steps, config.train.steps - 1)
-    os.makedirs(args.work_dir, exist_ok=True)
+    make_work_dir(args.work_dir)
     timers, parameters, boundaries = _timers(args, task_class, config, model_garden_side)
     samples = alternation.alternate(timers, args.rounds)
     boundary_samples = boundaries(args.steps, args.chunks, args.boundary_rounds)

@@ -170,7 +170,7 @@ def main(argv=None):
     config.train.steps = max(config.train.steps, 2 * (args.rounds + 1) * len(pauses) * (
         args.steps_before + args.steps_after))
     config.optimizer.warmup_steps = min(config.optimizer.warmup_steps, config.train.steps - 1)
-    os.makedirs(args.work_dir, exist_ok=True)
+    recipe_throughput.make_work_dir(args.work_dir)
     contenders = _contenders(args, task_class, config)
     jobs = {(name, pause): (lambda step=step, pause=pause: _after_pause(
         step, args.steps_before, pause, args.steps_after))

@@ -72,6 +72,17 @@ def test_optimizer_step_refuses_bad_arguments_with_status_2(argv, message, capsy
     assert message in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("text", ["not json", '{"recipe": "bert"}'])
+def test_plot_step_time_refuses_a_file_that_is_no_optimizer_step_report(text, tmp_path, capsys):
+    report = tmp_path / "other.json"
+    report.write_text(text)
+    with pytest.raises(SystemExit) as exit_info:
+        _load("plot_step_time").main([str(report), "--output", str(tmp_path / "plot.png")])
+    assert exit_info.value.code == 2
+    assert "not a report of optimizer_step.py --json" in capsys.readouterr().err
+    assert not (tmp_path / "plot.png").exists()
+
+
 @pytest.mark.slow  # a benchmark run
 def test_accumulation_memory_tiny_reports_every_k(tmp_path):
     import subprocess
@@ -247,6 +258,24 @@ def test_recipe_benchmark_reports_a_bad_config_file_in_one_line_with_status_2(
     assert err.count("\n") == 1 and "Traceback" not in err
     assert err.startswith(f"error: config file '{missing}' does not exist; check --config_file")
     assert not (tmp_path / "work").exists()  # found before any work
+
+
+@pytest.mark.parametrize("script", ["recipe_throughput", "input_teardown", "iterator_checkpoint",
+                                    "loop_callbacks", "step_after_pause", "checkpoint_write"])
+def test_benchmark_reports_a_work_dir_it_cannot_create_in_one_line_with_status_2(
+        script, tmp_path, capsys):
+    module = _load(script)
+    (tmp_path / "a_file").write_text("")
+    work_dir = str(tmp_path / "a_file" / "work")  # under a file: no directory can be made
+    argv = ["--work_dir", work_dir]
+    if script == "checkpoint_write":
+        status = module.main([*argv, "--size", "tiny"])
+    else:
+        shared = module if script == "recipe_throughput" else module.recipe_throughput
+        status = shared.exit_status(module.main, argv)
+    assert status == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and work_dir in err and "Traceback" not in err
 
 
 @pytest.mark.parametrize("script, argv, message", [

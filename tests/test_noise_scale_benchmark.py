@@ -37,14 +37,17 @@ def test_benchmark_times_the_step_with_and_without_the_measurement(tmp_path):
 
 
 @pytest.mark.slow  # a benchmark process
-def test_benchmark_rejects_a_malformed_configuration():
+@pytest.mark.parametrize("flag, name", [("--configurations=32by8", "--configurations"),
+                                        ("--steps=0", "--steps=0"),
+                                        ("--json=/no/such/directory/r.json", "--json")])
+def test_benchmark_rejects_a_bad_flag_in_one_line_before_any_timing(flag, name):
     result = subprocess.run(
-        [sys.executable, os.path.join(REPO_ROOT, "benchmarks", "noise_scale_cost.py"),
-         "--configurations=32by8"],
+        [sys.executable, os.path.join(REPO_ROOT, "benchmarks", "noise_scale_cost.py"), flag],
         env={**os.environ, "PYTHONPATH": REPO_ROOT},
         capture_output=True,
         text=True,
         timeout=600,
     )
     assert result.returncode == 2
-    assert "--configurations" in result.stderr and "Traceback" not in result.stderr
+    assert name in result.stderr and "Traceback" not in result.stderr
+    assert result.stdout == ""  # before the first timing's header
