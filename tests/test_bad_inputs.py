@@ -116,6 +116,10 @@ CASES = {
                             ["{d}/a_file is a file, not a directory"]),
     "resnet-model-dir-is-a-file": (RESNET, FRESH, ["--model_dir={d}/a_file"],
                                    ["{d}/a_file is a file, not a directory"]),
+    # Linux's /proc takes no new directory, for root too (root passes permission checks)
+    "model-dir-cannot-be-written": (BERT, FRESH, ["--model_dir=/proc/lamb_tf_run"],
+                                    ["--model_dir=/proc/lamb_tf_run: cannot write in /proc (",
+                                     "); give a directory you can write"]),
     "eval-before-any-checkpoint-prepares-nothing": (
         BERT, FRESH, ["--mode=eval", "--params_override=data.train_files=''"],
         ["no checkpoint in", "train first"]),
@@ -403,6 +407,7 @@ README_ROWS = {
     "eval before any checkpoint (nothing is prepared first)":
         ["eval-before-any-checkpoint-prepares-nothing"],  # "the same line": no message
     "`--model_dir` is a file, or under one": ["model-dir-is-a-file"],
+    "`--model_dir` where nothing can be written": ["model-dir-cannot-be-written"],
     "a bad flag value": ["mode-bogus"],
     "no `--model_dir`": ["missing-model-dir"],
     "a checkpoint interval of 0, steps not a multiple of it":

@@ -13,6 +13,7 @@ read once (`flags.read_options`) and passed down as values.
 import json
 import math
 import os
+import tempfile
 import time
 
 import tensorflow as tf
@@ -93,8 +94,8 @@ def load_task(task_class, options):
 
 
 def check_model_dir(model_dir, mode):
-    """A UserError, before any work, for a --model_dir that cannot be a directory or, for
-    eval / export, holds no checkpoint."""
+    """A UserError, before any work, for a --model_dir that cannot be a directory, that
+    cannot be written (or created) or, for eval / export, holds no checkpoint."""
     if "://" not in model_dir:
         path = os.path.abspath(model_dir)
         while path and not os.path.exists(path):
@@ -104,6 +105,13 @@ def check_model_dir(model_dir, mode):
                 f"--model_dir={model_dir}: {path} is a file, not a directory; give a "
                 "directory (it is created if missing)"
             )
+        try:  # every mode writes there: a directory made and removed, nothing left behind
+            os.rmdir(tempfile.mkdtemp(prefix=".lamb_tf_write_check_", dir=path))
+        except OSError as error:
+            raise UserError(
+                f"--model_dir={model_dir}: cannot write in {path} ({error.strerror}); give a "
+                "directory you can write"
+            ) from None
     if mode in ("eval", "export"):
         checkpoints.require_checkpoint(model_dir)
 
