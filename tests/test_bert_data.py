@@ -744,3 +744,33 @@ def test_cli_reports_bad_input_in_one_line(tmp_path):
     last_lines = [line for line in completed.stderr.splitlines() if line.startswith("error:")]
     assert len(last_lines) == 1 and "has no .txt files" in last_lines[0]
     assert "Traceback" not in completed.stderr
+
+
+def test_a_finished_preparation_is_reused_from_another_directory_and_after_a_copy(
+        tmp_path, monkeypatch, capsys):
+    """metadata.json names the files as the preparing run gave them (here relative to its
+    working directory); a run elsewhere, or of a copied data directory, still finds them."""
+    import shutil
+
+    from recipes.bert import data as data_lib
+    from recipes.bert.config import DataConfig
+
+    first = tmp_path / "first"
+    first.mkdir()
+    (first / "corpus").mkdir()
+    write_corpus(str(first / "corpus"), HAND_WRITTEN_DOCUMENTS)
+    monkeypatch.chdir(first)
+    config = DataConfig(corpus="corpus", data_dir="run/data", vocab_size=60, seq_length=32,
+                        max_predictions_per_seq=4, dupe_factor=1)
+    prepared = data_lib.locate_or_prepare_data(config, "run")
+    assert not os.path.isabs(prepared.vocab_file)  # relative to `first`, as given
+    shutil.copytree(first / "run" / "data", tmp_path / "copied")
+    monkeypatch.chdir(tmp_path)
+    for data_dir in (str(first / "run" / "data"), "copied"):
+        found = data_lib.locate_or_prepare_data(
+            DataConfig(**{**vars(config), "data_dir": data_dir}), "unused")
+        assert "data: reusing the preparation in " + data_dir in capsys.readouterr().out
+        assert [os.path.dirname(path) for path in found] == [data_dir] * 3
+        assert glob.glob(found.train_files) and glob.glob(found.eval_files)
+        assert vocabulary.read_vocabulary(found.vocab_file) == vocabulary.read_vocabulary(
+            str(first / prepared.vocab_file))

@@ -34,7 +34,11 @@ def locate_or_prepare_data(data_config, model_dir):
                     f"data.{key}={getattr(data_config, key)}; use another data.data_dir"
                 )
         print(f"data: reusing the preparation in {data_dir}", flush=True)
-        return DataFiles(metadata["train_files"], metadata["eval_files"], metadata["vocab_file"])
+        # A preparation writes every file into its directory; its metadata names them as
+        # they were given then (relative to that run's working directory), so they are
+        # found in `data_dir` itself: from any working directory, and after a move or copy.
+        return DataFiles(*(os.path.join(data_dir, os.path.basename(metadata[key]))
+                           for key in DataFiles._fields))
     print(f"data: preparing {data_config.corpus} into {data_dir}", flush=True)
     try:
         prepared = prepare_data.prepare_pretraining_data(
