@@ -120,6 +120,12 @@ CASES = {
     "model-dir-cannot-be-written": (BERT, FRESH, ["--model_dir=/proc/lamb_tf_run"],
                                     ["--model_dir=/proc/lamb_tf_run: cannot write in /proc (",
                                      "); give a directory you can write"]),
+    "export-dir-cannot-be-written": (
+        RESNET, FRESH, ["--params_override=export.dir=/proc/lamb_tf_export"],
+        ["export.dir=/proc/lamb_tf_export: cannot write in /proc ("]),
+    "data-dir-cannot-be-written": (
+        BERT, FRESH, ["--params_override=data.train_files='',data.data_dir=/proc/lamb_tf_data"],
+        ["data.data_dir=/proc/lamb_tf_data: cannot write in /proc ("]),
     "eval-before-any-checkpoint-prepares-nothing": (
         BERT, FRESH, ["--mode=eval", "--params_override=data.train_files=''"],
         ["no checkpoint in", "train first"]),
@@ -407,7 +413,9 @@ README_ROWS = {
     "eval before any checkpoint (nothing is prepared first)":
         ["eval-before-any-checkpoint-prepares-nothing"],  # "the same line": no message
     "`--model_dir` is a file, or under one": ["model-dir-is-a-file"],
-    "`--model_dir` where nothing can be written": ["model-dir-cannot-be-written"],
+    "`--model_dir`, `export.dir` or `data.data_dir` where nothing can be written":
+        ["model-dir-cannot-be-written", "export-dir-cannot-be-written",
+         "data-dir-cannot-be-written"],
     "a bad flag value": ["mode-bogus"],
     "no `--model_dir`": ["missing-model-dir"],
     "a checkpoint interval of 0, steps not a multiple of it":

@@ -11,6 +11,13 @@ from recipes.common.errors import UserError
 DataFiles = collections.namedtuple("DataFiles", ["train_files", "eval_files", "vocab_file"])
 
 
+def finished_preparation(data_dir):
+    """The metadata.json of a finished preparation in `data_dir` (a preparation writes it
+    last), or None."""
+    metadata_path = os.path.join(data_dir, "metadata.json")
+    return metadata_path if os.path.exists(metadata_path) else None
+
+
 def locate_or_prepare_data(data_config, model_dir):
     """Prepared TFRecords and vocabulary: the configured files, a finished preparation in
     the data directory, or a new preparation of the corpus there."""
@@ -23,8 +30,8 @@ def locate_or_prepare_data(data_config, model_dir):
             )
         return DataFiles(data_config.train_files, data_config.eval_files, data_config.vocab_file)
     data_dir = data_config.data_dir or os.path.join(model_dir, "data")
-    metadata_path = os.path.join(data_dir, "metadata.json")  # written last by a preparation
-    if os.path.exists(metadata_path):
+    metadata_path = finished_preparation(data_dir)
+    if metadata_path:
         with open(metadata_path, encoding="utf-8") as f:
             metadata = json.load(f)
         for key in ("seq_length", "max_predictions_per_seq"):

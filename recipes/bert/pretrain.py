@@ -46,6 +46,9 @@ class BertPretraining(task.Task):
                 f"data.seq_length={data.seq_length} exceeds model.max_sequence_length="
                 f"{model.max_sequence_length}; raise model.max_sequence_length (BERT: 512)"
             )
+        if data.data_dir and not data.train_files and not data_lib.finished_preparation(
+                data.data_dir):  # the preparation will write there
+            driver.check_writable(f"data.data_dir={data.data_dir}", data.data_dir)
 
     def prepare(self, model_dir, mode):
         self.model_dir = model_dir

@@ -13,7 +13,6 @@ read once (`flags.read_options`) and passed down as values.
 import json
 import math
 import os
-import tempfile
 import time
 
 import tensorflow as tf
@@ -28,7 +27,7 @@ from recipes.common import config as config_lib
 from recipes.common import native_log
 from recipes.common import flags as flags_lib
 from recipes.common import optimizer as optimizer_lib
-from recipes.common import schema
+from recipes.common import schema, storage
 from recipes.common import strategy as strategy_lib
 from recipes.common import task as task_lib
 from recipes.common import training
@@ -96,24 +95,23 @@ def load_task(task_class, options):
 def check_model_dir(model_dir, mode):
     """A UserError, before any work, for a --model_dir that cannot be a directory, that
     cannot be written (or created) or, for eval / export, holds no checkpoint."""
-    if "://" not in model_dir:
-        path = os.path.abspath(model_dir)
-        while path and not os.path.exists(path):
-            path = os.path.dirname(path)
-        if path and not os.path.isdir(path):
-            raise UserError(
-                f"--model_dir={model_dir}: {path} is a file, not a directory; give a "
-                "directory (it is created if missing)"
-            )
-        try:  # every mode writes there: a directory made and removed, nothing left behind
-            os.rmdir(tempfile.mkdtemp(prefix=".lamb_tf_write_check_", dir=path))
-        except OSError as error:
-            raise UserError(
-                f"--model_dir={model_dir}: cannot write in {path} ({error.strerror}); give a "
-                "directory you can write"
-            ) from None
+    check_writable(f"--model_dir={model_dir}", model_dir)
     if mode in ("eval", "export"):
         checkpoints.require_checkpoint(model_dir)
+
+
+def check_writable(setting, directory):
+    """A UserError naming `setting` (e.g. "export.dir=/x") if `directory` cannot be written."""
+    problem = storage.local_directory_problem(directory)
+    if problem:
+        raise UserError(f"{setting}: {problem}; give a directory you can write (it is created "
+                        "if missing)")
+
+
+def exports(config, mode):
+    """Whether a run in `mode` writes the export: `--mode=export`, or training with
+    `export.enabled`."""
+    return mode == "export" or (config.export.enabled and mode in TRAIN_MODES)
 
 
 def compare_with_saved_config(task, model_dir):
@@ -162,6 +160,8 @@ def run(task_class, options):
         tf.get_logger().setLevel("WARNING")
     task = load_task(task_class, options)
     check_model_dir(options.model_dir, options.mode)
+    if exports(task.config, options.mode) and task.config.export.dir:
+        check_writable(f"export.dir={task.config.export.dir}", task.config.export.dir)
     compare_with_saved_config(task, options.model_dir)
     strategy = strategy_lib.make_strategy(options.strategy, options.tpu, options.communication)
     plan = plan_batch(task.config, strategy.num_replicas_in_sync)
@@ -227,7 +227,7 @@ class _Run:
         exclusion_report.write(self.model_dir, rows)  # after the restore: the model fits
         if mode in EVAL_MODES:
             results = self.evaluate("after training" if mode in TRAIN_MODES else "latest")
-        if mode == "export" or (self.config.export.enabled and mode in TRAIN_MODES):
+        if exports(self.config, mode):
             self.task.export(self.config.export.dir or
                              os.path.join(self.model_dir, self.task.export_subdir))
         if NOISE_SCALE_LOG in train_logs:
