@@ -725,7 +725,12 @@ def test_missing_tfrecords_are_a_user_error(tmp_path):
 
 
 @pytest.mark.slow  # a fresh process or the whole embedded corpus
-def test_cli_reports_bad_input_in_one_line(tmp_path):
+@pytest.mark.parametrize("output_dir, message", [
+    ("{tmp}/out", "has no .txt files"),
+    # Linux's /proc takes no new directory, for root too
+    ("/proc/lamb_tf_prepared", "--output_dir=/proc/lamb_tf_prepared: cannot write in /proc ("),
+])
+def test_cli_reports_bad_input_in_one_line(tmp_path, output_dir, message):
     (tmp_path / "empty").mkdir()
     completed = subprocess.run(
         [
@@ -733,7 +738,7 @@ def test_cli_reports_bad_input_in_one_line(tmp_path):
             "-m",
             "recipes.bert.prepare_data",
             f"--input_path={tmp_path / 'empty'}",
-            f"--output_dir={tmp_path / 'out'}",
+            f"--output_dir={output_dir.format(tmp=tmp_path)}",
         ],
         cwd=REPO_ROOT,
         capture_output=True,
@@ -742,7 +747,7 @@ def test_cli_reports_bad_input_in_one_line(tmp_path):
     )
     assert completed.returncode == 2
     last_lines = [line for line in completed.stderr.splitlines() if line.startswith("error:")]
-    assert len(last_lines) == 1 and "has no .txt files" in last_lines[0]
+    assert len(last_lines) == 1 and message in last_lines[0]
     assert "Traceback" not in completed.stderr
 
 

@@ -4,10 +4,14 @@ Expected values come from the source arrays/files and from the ImageNet TFRecord
 itself (label = class index + 1), never from the converter's own output.
 """
 
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 import tensorflow as tf
 
+from conftest import REPO_ROOT
 from recipes.common.errors import UserError
 from recipes.resnet import convert
 from recipes.resnet import digits
@@ -169,6 +173,21 @@ def test_missing_folder_and_bad_arrays(tmp_path):
         convert.convert_arrays(np.zeros((2, 3, 3), np.float32), [0, 1], str(tmp_path))
     with pytest.raises(UserError, match="labels must have shape"):
         convert.convert_arrays(np.zeros((2, 3, 3), np.uint8), [0, 1, 2], str(tmp_path))
+
+
+@pytest.mark.slow  # a fresh process
+def test_cli_refuses_an_output_dir_it_cannot_write_before_converting(tmp_path):
+    (tmp_path / "a_file").write_text("")
+    for output_dir, reason in ((tmp_path / "a_file" / "records", "is a file, not a directory"),
+                               ("/proc/lamb_tf_records", "cannot write in /proc (")):
+        completed = subprocess.run(
+            [sys.executable, "-m", "recipes.resnet.convert", "--digits",
+             f"--output_dir={output_dir}"],
+            cwd=REPO_ROOT, capture_output=True, text=True, timeout=300)
+        assert completed.returncode == 2, completed.stderr[-2000:]
+        lines = completed.stderr.strip().splitlines()
+        assert lines[-1].startswith(f"error: --output_dir={output_dir}: ") and reason in lines[-1]
+        assert "Traceback" not in completed.stderr
 
 
 def write_records_with_corrupt_jpeg(directory, bad_index=2, count=5):

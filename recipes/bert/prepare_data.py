@@ -46,7 +46,7 @@ from recipes.bert import corpus
 from recipes.bert import text_files
 from recipes.bert import tfrecords
 from recipes.bert import vocabulary
-from recipes.common import errors
+from recipes.common import errors, storage
 
 # Defaults from Google BERT's create_pretraining_data.py flags: masked_lm_prob 0.15,
 # short_seq_prob 0.1, dupe_factor 10. seq_length 128 with 20 predictions is BERT's phase 1
@@ -572,6 +572,7 @@ def main(argv):
             f"{_BEAM_ARGUMENTS[0]}: not a prepare_data flag; Beam pipeline options need "
             "--runner (e.g. --runner=FnApiRunner for local processes)"
         )
+    storage.check_writable(f"--output_dir={values.output_dir}", values.output_dir)
     beam_options = None
     if values.runner is not None:
         beam_options = [f"--runner={values.runner}"] + _BEAM_ARGUMENTS

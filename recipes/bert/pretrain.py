@@ -28,7 +28,7 @@ from recipes.bert import input as input_lib  # noqa: E402
 from recipes.bert import model as model_lib  # noqa: E402
 from recipes.bert import vocabulary  # noqa: E402
 from recipes.bert.config import BertPretrainingConfig  # noqa: E402
-from recipes.common import corrupt_data, driver, task  # noqa: E402
+from recipes.common import corrupt_data, driver, storage, task  # noqa: E402
 from recipes.common.errors import UserError  # noqa: E402
 
 
@@ -48,7 +48,7 @@ class BertPretraining(task.Task):
             )
         if data.data_dir and not data.train_files and not data_lib.finished_preparation(
                 data.data_dir):  # the preparation will write there
-            driver.check_writable(f"data.data_dir={data.data_dir}", data.data_dir)
+            storage.check_writable(f"data.data_dir={data.data_dir}", data.data_dir)
 
     def prepare(self, model_dir, mode):
         self.model_dir = model_dir

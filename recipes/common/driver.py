@@ -95,17 +95,9 @@ def load_task(task_class, options):
 def check_model_dir(model_dir, mode):
     """A UserError, before any work, for a --model_dir that cannot be a directory, that
     cannot be written (or created) or, for eval / export, holds no checkpoint."""
-    check_writable(f"--model_dir={model_dir}", model_dir)
+    storage.check_writable(f"--model_dir={model_dir}", model_dir)
     if mode in ("eval", "export"):
         checkpoints.require_checkpoint(model_dir)
-
-
-def check_writable(setting, directory):
-    """A UserError naming `setting` (e.g. "export.dir=/x") if `directory` cannot be written."""
-    problem = storage.local_directory_problem(directory)
-    if problem:
-        raise UserError(f"{setting}: {problem}; give a directory you can write (it is created "
-                        "if missing)")
 
 
 def exports(config, mode):
@@ -161,7 +153,7 @@ def run(task_class, options):
     task = load_task(task_class, options)
     check_model_dir(options.model_dir, options.mode)
     if exports(task.config, options.mode) and task.config.export.dir:
-        check_writable(f"export.dir={task.config.export.dir}", task.config.export.dir)
+        storage.check_writable(f"export.dir={task.config.export.dir}", task.config.export.dir)
     compare_with_saved_config(task, options.model_dir)
     strategy = strategy_lib.make_strategy(options.strategy, options.tpu, options.communication)
     plan = plan_batch(task.config, strategy.num_replicas_in_sync)

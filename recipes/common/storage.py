@@ -19,6 +19,8 @@ parallel read cost a batch 1.04-1.24x and 1.06-1.13x the CPU time (docs/performa
 import os
 import tempfile
 
+from recipes.common.errors import UserError
+
 
 def all_local(paths):
     """True when every path is on this machine's file system: no URL scheme, or file://."""
@@ -42,3 +44,12 @@ def local_directory_problem(directory):
     except OSError as error:
         return f"cannot write in {path} ({error.strerror})"
     return None
+
+
+def check_writable(setting, directory):
+    """A UserError naming `setting` (e.g. "export.dir=/x") if `directory` cannot be written
+    (`local_directory_problem`)."""
+    problem = local_directory_problem(directory)
+    if problem:
+        raise UserError(f"{setting}: {problem}; give a directory you can write (it is created "
+                        "if missing)")

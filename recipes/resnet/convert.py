@@ -40,7 +40,7 @@ import numpy as np
 import tensorflow as tf
 from official.vision.data import tf_example_builder
 
-from recipes.common import corrupt_data
+from recipes.common import corrupt_data, storage
 from recipes.common.errors import UserError
 from recipes.resnet import digits
 
@@ -467,6 +467,7 @@ def main(argv):
         raise UserError("pass exactly one of --image_dir, --npz, --digits (or --check)")
     if not FLAGS.output_dir:
         raise UserError("--output_dir is required: where to write the TFRecords")
+    storage.check_writable(f"--output_dir={FLAGS.output_dir}", FLAGS.output_dir)
     options = dict(
         num_shards=FLAGS.num_shards,
         validation_fraction=FLAGS.validation_fraction,
