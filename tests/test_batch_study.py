@@ -100,6 +100,18 @@ def fake_recipe(monkeypatch):
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([TESTS_DIR, REPO_ROOT]))
 
 
+def test_a_study_dir_that_cannot_be_written_is_one_line_before_any_run(
+        fake_recipe, tmp_path, capsys):
+    (tmp_path / "a_file").write_text("")
+    study_dir = str(tmp_path / "a_file" / "study")
+    assert cli.main(TINY_GRID + [f"--study_dir={study_dir}"]) == 2
+    captured = capsys.readouterr()
+    assert captured.err == (f"error: --study_dir={study_dir}: {tmp_path / 'a_file'} is a file, "
+                            "not a directory; give a directory you can write (it is created "
+                            "if missing)\n")
+    assert captured.out == ""  # no run started
+
+
 def starts(study_dir):
     """{run name: how many times the recipe was started for it}."""
     runs_dir = os.path.join(study_dir, runner.RUNS_SUBDIR)

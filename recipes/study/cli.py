@@ -17,6 +17,7 @@ import os
 import sys
 import time
 
+from recipes.common import storage
 from recipes.common.errors import UserError
 from recipes.study import adapter
 from recipes.study import plan as plan_lib
@@ -151,6 +152,7 @@ def main(argv=None):
         adapter.check_settings(
             args.recipe, args.config_file, sweep_phase + untuned_phase, args.params_override
         )
+        storage.check_writable(f"--study_dir={args.study_dir}", args.study_dir)
     except (plan_lib.PlanError, UserError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
