@@ -123,6 +123,15 @@ CASES = {
     "export-dir-cannot-be-written": (
         RESNET, FRESH, ["--params_override=export.dir=/proc/lamb_tf_export"],
         ["export.dir=/proc/lamb_tf_export: cannot write in /proc ("]),
+    "model-heads-do-not-divide": (BERT, FRESH, ["--params_override=model.num_attention_heads=3"],
+                                  ["model.hidden_size=16 is not a multiple of "
+                                   "model.num_attention_heads=3"]),
+    "resnet-model-norm-epsilon-negative": (RESNET, FRESH,
+                                           ["--params_override=model.norm_epsilon=-1"],
+                                           ["model.norm_epsilon=-1.0 must be positive"]),
+    "exclusion-pattern-invalid": (
+        BERT, FRESH, ["--params_override=optimizer.exclude_from_weight_decay=['(']"],
+        ["optimizer.exclude_from_weight_decay holds an invalid regular expression '('"]),
     "data-dir-cannot-be-written": (
         BERT, FRESH, ["--params_override=data.train_files='',data.data_dir=/proc/lamb_tf_data"],
         ["data.data_dir=/proc/lamb_tf_data: cannot write in /proc ("]),
@@ -416,6 +425,9 @@ README_ROWS = {
     "`--model_dir`, `export.dir` or `data.data_dir` where nothing can be written":
         ["model-dir-cannot-be-written", "export-dir-cannot-be-written",
          "data-dir-cannot-be-written"],
+    "model values Model Garden cannot build": ["model-heads-do-not-divide",
+                                               "resnet-model-norm-epsilon-negative"],
+    "an exclusion pattern that is no regular expression": ["exclusion-pattern-invalid"],
     "a bad flag value": ["mode-bogus"],
     "no `--model_dir`": ["missing-model-dir"],
     "a checkpoint interval of 0, steps not a multiple of it":

@@ -123,3 +123,52 @@ def _shared_sections(train):
     """A config with the sections every recipe's schema holds (what `schema.check` reads)."""
     return types.SimpleNamespace(train=train, optimizer=schema.OptimizerConfig(),
                                  eval=schema.EvalConfig(), runtime=schema.RuntimeConfig())
+
+
+@pytest.mark.parametrize("key", ["exclude_from_weight_decay", "exclude_from_layer_adaptation"])
+def test_an_invalid_exclusion_pattern_is_refused_with_the_config(key):
+    config = _shared_sections(schema.TrainConfig())
+    setattr(config.optimizer, key, ["bias", "layer_norm("])
+    with pytest.raises(UserError) as error:
+        schema.check(config)
+    assert str(error.value).startswith(
+        f"optimizer.{key} holds an invalid regular expression 'layer_norm(': missing )")
+
+
+@pytest.mark.parametrize("changes, message", [
+    ({"num_layers": 0}, "model.num_layers=0 must be positive"),
+    ({"intermediate_size": -1}, "model.intermediate_size=-1 must be positive"),
+    ({"initializer_range": float("nan")}, "model.initializer_range=nan must be positive"),
+    ({"attention_dropout_rate": 1.0}, "model.attention_dropout_rate=1.0 must be at least 0 "
+                                      "and below 1"),
+    ({"hidden_size": 64, "num_attention_heads": 3},
+     "model.hidden_size=64 is not a multiple of model.num_attention_heads=3: each head takes "
+     "hidden_size / num_attention_heads dimensions (BERT-Base: 768 / 12)"),
+])
+def test_bert_model_values_its_encoder_cannot_build_are_refused(changes, message):
+    from recipes.bert import config as bert_config
+    from recipes.bert import model as bert_model
+
+    bert_model.check_model_config(bert_config.ModelConfig(hidden_size=64, num_attention_heads=4))
+    with pytest.raises(UserError) as error:
+        bert_model.check_model_config(dataclasses.replace(
+            bert_config.ModelConfig(hidden_size=64, num_attention_heads=4), **changes))
+    assert str(error.value) == message
+
+
+@pytest.mark.parametrize("changes, message", [
+    ({"depth": 7}, "model.depth=7 is not a Model Garden ResNet; use one of [10, 18, 26"),
+    ({"depth_multiplier": 0.0}, "model.depth_multiplier=0.0 must be positive"),
+    ({"norm_epsilon": -1e-5}, "model.norm_epsilon=-1e-05 must be positive"),
+    ({"norm_momentum": 1.5}, "model.norm_momentum=1.5 must be in [0, 1]"),
+    ({"dropout_rate": -0.1}, "model.dropout_rate=-0.1 must be at least 0 and below 1"),
+])
+def test_resnet_model_values_its_backbone_cannot_build_are_refused(changes, message):
+    from recipes.resnet import config as resnet_config
+    from recipes.resnet import model as resnet_model
+
+    resnet_model.check_model_config(resnet_config.ModelConfig())
+    with pytest.raises(UserError) as error:
+        resnet_model.check_model_config(
+            dataclasses.replace(resnet_config.ModelConfig(), **changes))
+    assert str(error.value).startswith(message)

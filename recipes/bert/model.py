@@ -25,6 +25,9 @@ import tensorflow as tf
 import tf_keras
 from official.nlp.modeling import models, networks
 
+from recipes.common import schema
+from recipes.common.errors import UserError
+
 # Input names of the encoder (Model Garden) and of the pretraining heads.
 ENCODER_INPUTS = ("input_word_ids", "input_mask", "input_type_ids")
 MASKED_LM_POSITIONS = "masked_lm_positions"
@@ -49,6 +52,21 @@ class NextSentenceHead(tf_keras.layers.Layer):
         # pooled = tanh(W_p * h_[CLS] + b_p): the encoder's pooler on the first token.
         pooled_output = self.pooler_layer(sequence_output[:, 0, :])
         return self.out_proj(pooled_output)
+
+
+def check_model_config(model_config):
+    """One-line UserErrors for `model.*` values Model Garden's encoder would reject deep
+    inside its constructor, or build into another model than BERT's."""
+    schema.check_positive("model", model_config, (
+        "hidden_size", "num_layers", "num_attention_heads", "intermediate_size",
+        "max_sequence_length", "type_vocab_size", "initializer_range"))
+    schema.check_rates("model", model_config, ("dropout_rate", "attention_dropout_rate"))
+    if model_config.hidden_size % model_config.num_attention_heads:
+        raise UserError(
+            f"model.hidden_size={model_config.hidden_size} is not a multiple of "
+            f"model.num_attention_heads={model_config.num_attention_heads}: each head takes "
+            "hidden_size / num_attention_heads dimensions (BERT-Base: 768 / 12)"
+        )
 
 
 def _initializer(model_config):

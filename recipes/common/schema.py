@@ -120,10 +120,8 @@ class ExportConfig:
 def check(config):
     """Validates the shared sections of `config`; raises one-line `UserError`s."""
     train, optimizer = config.train, config.optimizer
-    for key in ("global_batch_size", "micro_batch_size", "steps", "checkpoint_every",
-                "steps_per_execution", "log_every"):
-        if getattr(train, key) <= 0:
-            raise UserError(f"train.{key}={getattr(train, key)} must be positive")
+    check_positive("train", train, ("global_batch_size", "micro_batch_size", "steps",
+                                    "checkpoint_every", "steps_per_execution", "log_every"))
     check_steps(train.steps, train.checkpoint_every)
     _check_callback_steps(train)
     if config.eval.global_batch_size <= 0 or config.eval.steps < 0:
@@ -137,6 +135,23 @@ def check(config):
             f"{', '.join(PRECISIONS)}"
         )
     _check_optimizer(optimizer, train.steps)
+
+
+def check_positive(section, config, keys):
+    """A UserError for the first of `keys` of `config` (the section named `section`) that
+    is not a finite number above 0."""
+    for key in keys:
+        value = getattr(config, key)
+        if not (math.isfinite(value) and value > 0):
+            raise UserError(f"{section}.{key}={value} must be positive")
+
+
+def check_rates(section, config, keys):
+    """A UserError for the first of `keys` (dropout rates) not in [0, 1)."""
+    for key in keys:
+        value = getattr(config, key)
+        if not 0 <= value < 1:
+            raise UserError(f"{section}.{key}={value} must be at least 0 and below 1")
 
 
 def check_steps(steps, checkpoint_every):
@@ -187,6 +202,13 @@ def _check_optimizer(optimizer, steps):
         value = getattr(optimizer, key)
         if not (math.isfinite(value) and value >= 0):
             raise UserError(f"optimizer.{key}={value} must be a finite number >= 0")
+    from lamb_tf import exclusions  # the optimizers' own check, before any work is done
+
+    for key in ("exclude_from_weight_decay", "exclude_from_layer_adaptation"):
+        try:
+            exclusions.validate_patterns(f"optimizer.{key}", getattr(optimizer, key))
+        except (ValueError, TypeError) as error:
+            raise UserError(str(error).rstrip(".")) from None
     if optimizer.global_clipnorm is not None and optimizer.global_clipnorm <= 0:
         raise UserError(
             f"optimizer.global_clipnorm={optimizer.global_clipnorm} must be positive; "

@@ -11,16 +11,26 @@ import tf_keras
 from official.vision.modeling import classification_model
 from official.vision.modeling.backbones import resnet
 
+from recipes.common import schema
 from recipes.common.errors import UserError
 
 
-def build_model(model_config, num_classes, image_size):
-    """ResNet-`depth` backbone + classification head, for `image_size`² RGB inputs."""
+def check_model_config(model_config):
+    """One-line UserErrors for `model.*` values Model Garden's ResNet would reject deep
+    inside its constructor, or train to NaN (a negative batch-norm epsilon)."""
     if model_config.depth not in resnet.RESNET_SPECS:
         raise UserError(
             f"model.depth={model_config.depth} is not a Model Garden ResNet; use one of "
             f"{sorted(resnet.RESNET_SPECS)}"
         )
+    schema.check_positive("model", model_config, ("depth_multiplier", "norm_epsilon"))
+    schema.check_rates("model", model_config, ("dropout_rate",))
+    if not 0 <= model_config.norm_momentum <= 1:
+        raise UserError(f"model.norm_momentum={model_config.norm_momentum} must be in [0, 1]")
+
+
+def build_model(model_config, num_classes, image_size):
+    """ResNet-`depth` backbone + classification head, for `image_size`² RGB inputs."""
     input_specs = tf_keras.layers.InputSpec(shape=[None, image_size, image_size, 3])
     backbone = resnet.ResNet(
         model_id=model_config.depth,

@@ -32,6 +32,9 @@ class ResNetClassification(task.Task):
     default_exclude_from_weight_decay = exclusions.RESNET_EXCLUDE_PATTERNS
     fixed_on_resume = ("model.", "data.num_classes")
 
+    def check_config(self):
+        model_lib.check_model_config(self.config.model)
+
     def prepare(self, model_dir, mode):
         self.data = data_lib.resolve_data(self.config.data, model_dir, mode)
         bfloat16 = self.config.runtime.precision == "mixed_bfloat16"

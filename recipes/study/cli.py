@@ -149,9 +149,8 @@ def main(argv=None):
         sweeps, untuned = plan_lib.sweep_runs(settings), plan_lib.untuned_runs(settings)
         sweep_phase = [run for runs in sweeps.values() for run in runs]
         untuned_phase = [run for runs in untuned.values() for run in runs]
-        adapter.check_settings(
-            args.recipe, args.config_file, sweep_phase + untuned_phase, args.params_override
-        )
+        adapter.check_settings(args.recipe, args.config_file, sweep_phase + untuned_phase,
+                               args.params_override)
         storage.check_writable(f"--study_dir={args.study_dir}", args.study_dir)
     except (plan_lib.PlanError, UserError) as error:
         print(f"error: {error}", file=sys.stderr)
