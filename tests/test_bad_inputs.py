@@ -129,6 +129,8 @@ CASES = {
     "resnet-model-norm-epsilon-negative": (RESNET, FRESH,
                                            ["--params_override=model.norm_epsilon=-1"],
                                            ["model.norm_epsilon=-1.0 must be positive"]),
+    "optimizer-beta-out-of-range": (BERT, FRESH, ["--params_override=optimizer.beta_1=1.5"],
+                                    ["optimizer.beta_1 must be in [0, 1), got 1.5"]),
     "exclusion-pattern-invalid": (
         BERT, FRESH, ["--params_override=optimizer.exclude_from_weight_decay=['(']"],
         ["optimizer.exclude_from_weight_decay holds an invalid regular expression '('"]),
@@ -427,7 +429,8 @@ README_ROWS = {
          "data-dir-cannot-be-written"],
     "model values Model Garden cannot build": ["model-heads-do-not-divide",
                                                "resnet-model-norm-epsilon-negative"],
-    "an exclusion pattern that is no regular expression": ["exclusion-pattern-invalid"],
+    "an optimizer value the optimizers or the schedule refuse": [
+        "optimizer-beta-out-of-range", "exclusion-pattern-invalid"],
     "a bad flag value": ["mode-bogus"],
     "no `--model_dir`": ["missing-model-dir"],
     "a checkpoint interval of 0, steps not a multiple of it":

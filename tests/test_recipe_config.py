@@ -125,14 +125,26 @@ def _shared_sections(train):
                                  eval=schema.EvalConfig(), runtime=schema.RuntimeConfig())
 
 
-@pytest.mark.parametrize("key", ["exclude_from_weight_decay", "exclude_from_layer_adaptation"])
-def test_an_invalid_exclusion_pattern_is_refused_with_the_config(key):
+@pytest.mark.parametrize("key, value, message", [
+    ("exclude_from_weight_decay", ["bias", "layer_norm("],
+     "optimizer.exclude_from_weight_decay holds an invalid regular expression 'layer_norm(': "
+     "missing )"),
+    ("exclude_from_layer_adaptation", ["("],
+     "optimizer.exclude_from_layer_adaptation holds an invalid regular expression '('"),
+    ("beta_1", 1.0, "optimizer.beta_1 must be in [0, 1), got 1.0"),
+    ("beta_2", -0.1, "optimizer.beta_2 must be in [0, 1), got -0.1"),
+    ("epsilon", 0.0, "optimizer.epsilon must be > 0, got 0.0"),
+    ("decay_power", -1.0, "optimizer.decay_power must be > 0, got -1.0"),
+    ("momentum", -0.9, "optimizer.momentum must be >= 0, got -0.9"),
+    ("eeta", float("inf"), "optimizer.eeta must be finite, got inf"),
+])
+def test_optimizer_values_the_library_refuses_are_refused_with_the_config(key, value, message):
     config = _shared_sections(schema.TrainConfig())
-    setattr(config.optimizer, key, ["bias", "layer_norm("])
+    schema.check(config)
+    setattr(config.optimizer, key, value)
     with pytest.raises(UserError) as error:
         schema.check(config)
-    assert str(error.value).startswith(
-        f"optimizer.{key} holds an invalid regular expression 'layer_norm(': missing )")
+    assert str(error.value).startswith(message)
 
 
 @pytest.mark.parametrize("changes, message", [

@@ -202,11 +202,18 @@ def _check_optimizer(optimizer, steps):
         value = getattr(optimizer, key)
         if not (math.isfinite(value) and value >= 0):
             raise UserError(f"optimizer.{key}={value} must be a finite number >= 0")
-    from lamb_tf import exclusions  # the optimizers' own check, before any work is done
+    # The library's own checks of these arguments (the optimizers and the schedule make them
+    # too, but only once the data is prepared and the model built), before any work
+    from lamb_tf import arguments, exclusions
 
-    for key in ("exclude_from_weight_decay", "exclude_from_layer_adaptation"):
+    checks = {"beta_1": arguments.beta, "beta_2": arguments.beta, "epsilon": arguments.positive,
+              "momentum": arguments.non_negative, "eeta": arguments.positive,
+              "decay_power": arguments.positive,
+              "exclude_from_weight_decay": exclusions.validate_patterns,
+              "exclude_from_layer_adaptation": exclusions.validate_patterns}
+    for key, check in checks.items():
         try:
-            exclusions.validate_patterns(f"optimizer.{key}", getattr(optimizer, key))
+            check(f"optimizer.{key}", getattr(optimizer, key))
         except (ValueError, TypeError) as error:
             raise UserError(str(error).rstrip(".")) from None
     if optimizer.global_clipnorm is not None and optimizer.global_clipnorm <= 0:
