@@ -11,6 +11,17 @@ from recipes.common.errors import UserError
 DataFiles = collections.namedtuple("DataFiles", ["train_files", "eval_files", "vocab_file"])
 
 
+def check_data_config(data_config):
+    """The data keys prepare_data takes, checked by its own rules; a one-line UserError."""
+    try:
+        prepare_data.check_arguments(
+            seq_length=data_config.seq_length,
+            max_predictions_per_seq=data_config.max_predictions_per_seq,
+            vocab_size=data_config.vocab_size, dupe_factor=data_config.dupe_factor)
+    except prepare_data.ArgumentError as error:
+        raise UserError(f"data: {error}") from None
+
+
 def finished_preparation(data_dir):
     """The metadata.json of a finished preparation in `data_dir` (a preparation writes it
     last), or None."""

@@ -136,7 +136,7 @@ def prepare_pretraining_data(
       UserError: the corpus, vocabulary or Beam options cannot be used (one line: what,
         where, what to do).
     """
-    _check_arguments(
+    check_arguments(
         seq_length=seq_length, max_predictions_per_seq=max_predictions_per_seq,
         masked_lm_prob=masked_lm_prob, short_seq_prob=short_seq_prob, dupe_factor=dupe_factor,
         num_shards=num_shards, heldout_fraction=heldout_fraction, vocab_size=vocab_size,
@@ -326,8 +326,9 @@ class ArgumentError(ValueError):
 _FLOAT_ARGUMENTS = ("masked_lm_prob", "short_seq_prob", "heldout_fraction")
 
 
-def _check_arguments(**values):
-    """Raises TypeError / ArgumentError naming the first argument of a wrong type or range."""
+def check_arguments(**values):
+    """Raises TypeError / ArgumentError naming the first of the given arguments of a wrong
+    type or range (max_predictions_per_seq is checked with seq_length)."""
     for name, value in values.items():
         expected_type = (int, float) if name in _FLOAT_ARGUMENTS else int
         if isinstance(value, bool) or not isinstance(value, expected_type):
@@ -352,7 +353,7 @@ def _check_arguments(**values):
         "chunk_sentences": (lambda v: v >= 1, "an int >= 1"),
     }
     for name, (is_valid, expected) in rules.items():
-        if not is_valid(values[name]):
+        if name in values and not is_valid(values[name]):
             raise ArgumentError(f"{name}={values[name]!r}: expected {expected}")
 
 

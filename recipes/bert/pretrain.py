@@ -42,6 +42,7 @@ class BertPretraining(task.Task):
     def check_config(self):
         data, model = self.config.data, self.config.model
         model_lib.check_model_config(model)
+        data_lib.check_data_config(data)
         if data.seq_length > model.max_sequence_length:
             raise UserError(
                 f"data.seq_length={data.seq_length} exceeds model.max_sequence_length="

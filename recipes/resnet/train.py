@@ -15,7 +15,8 @@ class probabilities out).
 from recipes.common import startup  # noqa: F401  (before TensorFlow: legacy Keras, quiet C++)
 
 from lamb_tf import exclusions  # noqa: E402
-from recipes.common import driver, task  # noqa: E402
+from recipes.common import driver, schema, task  # noqa: E402
+from recipes.common.errors import UserError  # noqa: E402
 from recipes.resnet import data as data_lib  # noqa: E402
 from recipes.resnet import export as export_lib  # noqa: E402
 from recipes.resnet import input as input_lib  # noqa: E402
@@ -33,7 +34,15 @@ class ResNetClassification(task.Task):
     fixed_on_resume = ("model.", "data.num_classes")
 
     def check_config(self):
-        model_lib.check_model_config(self.config.model)
+        config = self.config
+        model_lib.check_model_config(config.model)
+        schema.check_positive("data", config.data,
+                              ("image_size", "num_classes", "shuffle_buffer_size"))
+        for key in ("crop_area_min", "center_crop_fraction"):  # shares of the image
+            if not 0 < getattr(config.data, key) <= 1:
+                raise UserError(f"data.{key}={getattr(config.data, key)} must be above 0 and "
+                                "at most 1")
+        schema.check_rates("train", config.train, ("label_smoothing",))
 
     def prepare(self, model_dir, mode):
         self.data = data_lib.resolve_data(self.config.data, model_dir, mode)
