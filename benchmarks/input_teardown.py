@@ -20,7 +20,6 @@ Prints a Markdown table and, with --json, writes every deletion time.
 """
 import argparse
 import datetime
-import json
 import os
 import statistics
 import sys
@@ -125,12 +124,10 @@ def main(argv=None):
         slow = sum(value > SLOW_S for value in values)
         print(f"| {setting} | {len(values)} | {statistics.median(values):.3f} "
               f"| {max(values):.3f} | {slow} |")
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump({"date": datetime.datetime.now(datetime.timezone.utc).isoformat(
-                           timespec="seconds"),
-                       "recipe": args.recipe, "seconds": args.seconds, "step_ms": args.step_ms,
-                       "tensorflow": tf.__version__, "deletion_s": samples}, f, indent=1)
+    recipe_throughput.write_json(args.json, {
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "recipe": args.recipe, "seconds": args.seconds, "step_ms": args.step_ms,
+        "tensorflow": tf.__version__, "deletion_s": samples})
     return 0
 
 

@@ -33,7 +33,6 @@ Prints Markdown tables and, with --json, writes every measurement.
 import argparse
 import datetime
 import glob
-import json
 import os
 import re
 import statistics
@@ -255,9 +254,7 @@ def main(argv=None):
         "tensorflow": tf.__version__, "strategies": strategies, "pipeline": attempts,
     }
     _print_report(report)
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(report, f, indent=1)
+    recipe_throughput.write_json(args.json, report)
     return 0
 
 

@@ -178,6 +178,13 @@ def json_flag_problem(path):
     return None
 
 
+def write_json(path, report):
+    """Writes `report` to --json's `path` when one was given (checked by json_flag_problem)."""
+    if path:
+        with open(path, "w") as f:
+            json.dump(report, f, indent=1)
+
+
 def make_work_dir(path):
     """Creates --work_dir (and its parents), or a UserError naming it."""
     try:
@@ -366,9 +373,7 @@ def main(argv=None):
     boundary_samples = boundaries(args.steps, args.chunks, args.boundary_rounds)
     report = _report(args, config_file, config, parameters, samples, boundary_samples)
     _print_report(report)
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(report, f, indent=1)
+    write_json(args.json, report)
     return 0
 
 

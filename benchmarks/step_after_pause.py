@@ -30,7 +30,6 @@ Prints a Markdown table and the verdicts; with --json, writes every sample.
 """
 import argparse
 import datetime
-import json
 import os
 import platform
 import statistics
@@ -180,9 +179,7 @@ def main(argv=None):
             f"round {index + 1}/{total}", file=sys.stderr, flush=True))
     report = _report(args, config, samples)
     _print_report(report)
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(report, f, indent=1)
+    recipe_throughput.write_json(args.json, report)
     return 0
 
 
