@@ -41,16 +41,13 @@ SLOW_S = 1.0  # a deletion slower than this is counted as a wait
 
 def _parse_arguments(argv):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    recipe_throughput.add_recipe_flags(parser)
-    parser.add_argument("--work_dir", default="/tmp/input_teardown",
-                        help="where the recipe's data are prepared or reused")
+    recipe_throughput.add_recipe_flags(parser, "input_teardown", json_help="write every deletion time here")
     parser.add_argument("--seconds", type=float, default=25.0,
                         help="how long each iterator is read before it is deleted")
     parser.add_argument("--step_ms", type=float, default=300.0,
                         help="milliseconds between two batches (a training step)")
     parser.add_argument("--trials", type=int, default=6,
                         help="iterators deleted with autotuning on, and as many with it off")
-    parser.add_argument("--json", help="write every deletion time here")
     return parser.parse_args(argv)
 
 

@@ -60,12 +60,9 @@ POLICIES = {"fail": tf.data.experimental.ExternalStatePolicy.FAIL,  # tf.data's 
 
 def _parse_arguments(argv):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    recipe_throughput.add_recipe_flags(parser)
-    parser.add_argument("--work_dir", default="/tmp/iterator_checkpoint",
-                        help="where the recipe's data are prepared or reused")
+    recipe_throughput.add_recipe_flags(parser, "iterator_checkpoint", json_help="write every measurement here")
     parser.add_argument("--rounds", type=int, default=9,
                         help="timed rounds of the three jobs (one more is warm-up)")
-    parser.add_argument("--json", help="write every measurement here")
     return parser.parse_args(argv)
 
 
@@ -88,15 +85,15 @@ def _strategies():
     return strategies
 
 
-def _save_problem(iterator, directory):
-    """None if a checkpoint of `iterator` is written, else its error in one line."""
+def _write_checkpoint(iterator, prefix):
+    """(the checkpoint's path, None) if a checkpoint of `iterator` is written at `prefix`,
+    else (None, its error in one line)."""
     try:
-        tf.train.Checkpoint(iterator=iterator).write(os.path.join(directory, "iterator"))
+        return tf.train.Checkpoint(iterator=iterator).write(prefix), None
     except (ValueError, TypeError, tf.errors.OpError) as error:
         text = str(error).splitlines()[0].split(" (an object derived")[0]  # no object address
         text = re.sub(r"\{\{function_node [^}]*\}\}\s*|\s*name:\s*$", "", text)
-        return f"{type(error).__name__}: {text[:160]}"
-    return None
+        return None, f"{type(error).__name__}: {text[:160]}"
 
 
 def which_iterators_save(directory):
@@ -107,7 +104,8 @@ def which_iterators_save(directory):
             lambda context: tf.data.Dataset.range(8).batch(2))
         iterator = iter(dataset)
         next(iterator)
-        problem = _save_problem(iterator, os.path.join(directory, f"strategy{len(rows)}"))
+        _, problem = _write_checkpoint(
+            iterator, os.path.join(directory, f"strategy{len(rows)}", "iterator"))
         rows.append({"strategy": name, "iterator": type(iterator).__name__,
                      "saved": problem is None, "error": problem})
     return rows
@@ -143,10 +141,9 @@ def time_recipe_pipeline(task, plan, seed, rounds, directory, external_state_pol
     for _ in range(BATCHES_BEFORE_SAVE):
         next(saved)
     prefix = os.path.join(directory, f"pipeline_{external_state_policy.name.lower()}")
-    problem = _save_problem(saved, prefix)
+    path, problem = _write_checkpoint(saved, prefix)
     if problem:
         return {"error": problem}
-    path = tf.train.Checkpoint(iterator=saved).write(prefix)
     expected = _flat_batches(saved, BATCHES_COMPARED)
     restored = iter(pipeline())
     tf.train.Checkpoint(iterator=restored).read(path).assert_consumed()

@@ -48,10 +48,9 @@ HOOKS = ("on_train_begin", "on_epoch_begin", "on_train_batch_begin", "on_train_b
 
 def _parse_arguments(argv):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    recipe_throughput.add_recipe_flags(parser)
-    parser.add_argument("--work_dir", default="/tmp/loop_callbacks",
-                        help="where the recipe's data are prepared or reused, and the "
-                             "checkpoints written")
+    recipe_throughput.add_recipe_flags(
+        parser, "loop_callbacks", json_help=None,
+        work_dir_help=recipe_throughput.DATA_REUSED + ", and the checkpoints written")
     parser.add_argument("--steps", type=int, default=10, help="steps per checkpoint chunk")
     parser.add_argument("--chunks", type=int, default=3, help="checkpoint chunks per round")
     parser.add_argument("--rounds", type=int, default=3, help="timed rounds after one warm-up")

@@ -91,6 +91,7 @@ RECIPES = {
                os.path.join(REPO_ROOT, "configs", "resnet", "tiny_cpu.yaml"),
                model_garden_loops.resnet_side),
 }
+DATA_REUSED = "where the recipe's data are prepared or reused"  # --work_dir's help, at least
 
 
 def prepare_recipe(task_class, config, work_dir):
@@ -164,11 +165,16 @@ def _summary(samples):
             "max": max(samples), "samples": samples}
 
 
-def add_recipe_flags(parser):
-    """--recipe and --config_file, as every benchmark of a recipe takes them."""
+def add_recipe_flags(parser, name, work_dir_help=DATA_REUSED,
+                     json_help="write every sample here"):
+    """--recipe, --config_file, --work_dir (default /tmp/<name>) and, given `json_help`,
+    --json, as every benchmark of a recipe takes them."""
     parser.add_argument("--recipe", choices=sorted(RECIPES), default="bert")
     parser.add_argument("--config_file",
                         help="the recipe's config (default: configs/<recipe>/tiny_cpu.yaml)")
+    parser.add_argument("--work_dir", default=f"/tmp/{name}", help=work_dir_help)
+    if json_help:
+        parser.add_argument("--json", help=json_help)
 
 
 def json_flag_problem(path):
@@ -215,13 +221,12 @@ def exit_status(main, argv=None):
 
 def _parse_arguments(argv):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    add_recipe_flags(parser)
+    add_recipe_flags(parser, "recipe_throughput",
+                     work_dir_help=DATA_REUSED + ", and where each timed training-loop run "
+                     "writes its summaries (chunk_boundaries/; its checkpoints are deleted "
+                     "after the run)")
     parser.add_argument("--params_override", default="",
                         help="recipe config overrides, as the recipe's flag")
-    parser.add_argument("--work_dir", default="/tmp/recipe_throughput",
-                        help="where the recipe's data are prepared or reused, and where "
-                             "each timed training-loop run writes its summaries "
-                             "(chunk_boundaries/; its checkpoints are deleted after the run)")
     parser.add_argument("--steps", type=int, default=20, help="training steps per round")
     parser.add_argument("--rounds", type=int, default=4,
                         help="timed rounds of each side, after one warm-up round")
@@ -229,7 +234,6 @@ def _parse_arguments(argv):
                         help="checkpoint chunks (of --steps steps) per training-loop run")
     parser.add_argument("--boundary_rounds", type=int, default=3,
                         help="timed training-loop runs of each loop, after one warm-up")
-    parser.add_argument("--json", help="write every sample here")
     return parser.parse_args(argv)
 
 

@@ -49,9 +49,7 @@ from benchmarks import alternation, recipe_throughput  # noqa: E402
 
 def _parse_arguments(argv):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    recipe_throughput.add_recipe_flags(parser)
-    parser.add_argument("--work_dir", default="/tmp/step_after_pause",
-                        help="where the recipe's data are prepared or reused")
+    recipe_throughput.add_recipe_flags(parser, "step_after_pause")
     parser.add_argument("--pauses", default="0.05,0.3",
                         help="seconds of each pause, comma-separated (no pause is always run)")
     parser.add_argument("--steps_before", type=int, default=20,
@@ -60,7 +58,6 @@ def _parse_arguments(argv):
                         help="steps timed after each pause (the first against the others)")
     parser.add_argument("--rounds", type=int, default=12,
                         help="timed rounds of every contender and pause, after one warm-up")
-    parser.add_argument("--json", help="write every sample here")
     return parser.parse_args(argv)
 
 

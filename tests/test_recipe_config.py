@@ -186,33 +186,28 @@ def test_resnet_model_values_its_backbone_cannot_build_are_refused(changes, mess
     assert str(error.value).startswith(message)
 
 
-@pytest.mark.parametrize("override, message", [
-    ("data.image_size=0", "data.image_size=0 must be positive"),
-    ("data.shuffle_buffer_size=-1", "data.shuffle_buffer_size=-1 must be positive"),
-    ("data.crop_area_min=1.5", "data.crop_area_min=1.5 must be above 0 and at most 1"),
-    ("data.center_crop_fraction=0", "data.center_crop_fraction=0.0 must be above 0 and at most 1"),
-    ("train.label_smoothing=1", "train.label_smoothing=1.0 must be at least 0 and below 1"),
+@pytest.mark.parametrize("recipe, override, message", [
+    ("resnet", "data.image_size=0", "data.image_size=0 must be positive"),
+    ("resnet", "data.shuffle_buffer_size=-1", "data.shuffle_buffer_size=-1 must be positive"),
+    ("resnet", "data.crop_area_min=1.5", "data.crop_area_min=1.5 must be above 0 and at most 1"),
+    ("resnet", "data.center_crop_fraction=0",
+     "data.center_crop_fraction=0.0 must be above 0 and at most 1"),
+    ("resnet", "train.label_smoothing=1",
+     "train.label_smoothing=1.0 must be at least 0 and below 1"),
+    # BERT's data values are the ones its preparation (recipes/bert/prepare_data.py) refuses
+    ("bert", "data.seq_length=4",
+     "data: seq_length=4: expected an int >= 5 ([CLS] A [SEP] B [SEP])"),
+    ("bert", "data.max_predictions_per_seq=65",
+     "data: max_predictions_per_seq=65: expected an int in [1, seq_length]"),
+    ("bert", "data.dupe_factor=0", "data: dupe_factor=0: expected an int >= 1"),
 ])
-def test_resnet_data_values_the_pipeline_cannot_use_are_refused(override, message):
+def test_data_values_the_pipeline_cannot_use_are_refused_by_check_config(
+        recipe, override, message):
+    from recipes.bert import pretrain
     from recipes.resnet import train as resnet_train
 
-    task_class = resnet_train.ResNetClassification
-    task_class(load_config(task_class.config_class, [], "")).check_config()
-    with pytest.raises(UserError) as error:
-        task_class(load_config(task_class.config_class, [], override)).check_config()
-    assert str(error.value) == message
-
-
-@pytest.mark.parametrize("override, message", [
-    ("data.seq_length=4", "data: seq_length=4: expected an int >= 5 ([CLS] A [SEP] B [SEP])"),
-    ("data.max_predictions_per_seq=65", "data: max_predictions_per_seq=65: expected an int in "
-                                        "[1, seq_length]"),
-    ("data.dupe_factor=0", "data: dupe_factor=0: expected an int >= 1"),
-])
-def test_bert_data_values_its_preparation_refuses_are_refused_with_the_config(override, message):
-    from recipes.bert import pretrain
-
-    task_class = pretrain.BertPretraining
+    task_class = {"bert": pretrain.BertPretraining,
+                  "resnet": resnet_train.ResNetClassification}[recipe]
     task_class(load_config(task_class.config_class, [], "")).check_config()
     with pytest.raises(UserError) as error:
         task_class(load_config(task_class.config_class, [], override)).check_config()
