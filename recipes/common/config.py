@@ -120,9 +120,14 @@ def _read_yaml_file(path):
             f"config file {path!r} does not exist; check --config_file "
             "(paths are relative to the current directory)"
         ) from None
+    except IsADirectoryError:
+        raise UserError(
+            f"config file {path!r} cannot be read (Is a directory); give a YAML file, such "
+            "as one in configs/"
+        ) from None
     except OSError as error:
         raise UserError(
-            f"config file {path!r} cannot be read ({error.strerror}); " "check its permissions"
+            f"config file {path!r} cannot be read ({error.strerror}); check its permissions"
         ) from None
     parsed = _safe_yaml(text, path)
     if parsed is None:
