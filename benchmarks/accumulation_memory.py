@@ -130,8 +130,12 @@ def print_speed(speed):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--child", nargs=3, type=int, metavar=("BATCH", "MICRO", "STEPS"))
-    parser.add_argument("--speed_child", type=int, metavar="ROUNDS")
+    parser.add_argument("--child", nargs=3, type=int, metavar=("BATCH", "MICRO", "STEPS"),
+                        help="internal: one measured configuration, run in a process of "
+                             "its own by this script")
+    parser.add_argument("--speed_child", type=int, metavar="ROUNDS",
+                        help="internal: the examples/s rounds, run in a process of its own "
+                             "by this script")
     parser.add_argument("--rounds", type=int, default=3, help="runs of every configuration")
     parser.add_argument("--tiny", action="store_true", help="tiny batches, one round (CI)")
     parser.add_argument("--json", help="write the rows here")

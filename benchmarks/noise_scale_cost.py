@@ -112,7 +112,9 @@ def main(argv=None):
         default=",".join(f"{m}x{k}" for m, k in CONFIGURATIONS),
         help="comma-separated MICROxK (micro-batch x accumulation steps)",
     )
-    parser.add_argument("--max_overhead", type=float, default=0.03)
+    parser.add_argument("--max_overhead", type=float, default=0.03,
+                        help="exit with status 1 if measuring the noise scale adds more "
+                             "than this share to a step's CPU time (the project's bound)")
     parser.add_argument("--json", default="", help="also write the rows to this file")
     args = parser.parse_args(argv)
     try:

@@ -169,7 +169,8 @@ def add_recipe_flags(parser, name, work_dir_help=DATA_REUSED,
                      json_help="write every sample here"):
     """--recipe, --config_file, --work_dir (default /tmp/<name>) and, given `json_help`,
     --json, as every benchmark of a recipe takes them."""
-    parser.add_argument("--recipe", choices=sorted(RECIPES), default="bert")
+    parser.add_argument("--recipe", choices=sorted(RECIPES), default="bert",
+                        help="the recipe measured, on its tiny config by default")
     parser.add_argument("--config_file",
                         help="the recipe's config (default: configs/<recipe>/tiny_cpu.yaml)")
     parser.add_argument("--work_dir", default=f"/tmp/{name}", help=work_dir_help)

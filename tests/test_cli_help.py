@@ -1,5 +1,7 @@
-"""What `--help`, `--help_config` and a missing `--model_dir` print, through the real CLIs."""
+"""What `--help`, `--help_config` and a missing `--model_dir` print, through the real CLIs;
+and that every flag of every program here has a help text (read with `ast`)."""
 
+import ast
 import dataclasses
 import os
 import re
@@ -70,3 +72,34 @@ def test_missing_model_dir_is_one_line_and_exit_2():
     assert result.stderr.strip().splitlines() == [
         "error: --model_dir is required: the directory for this run's checkpoints, "
         "config.yaml and export (see --help)"]
+
+
+def flags_without_help(source, filename="<source>"):
+    """[(line, flag)] of the `add_argument` calls in `source` that give no `help=`."""
+    missing = []
+    for node in ast.walk(ast.parse(source, filename=filename)):
+        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                and node.func.attr == "add_argument"
+                and not any(keyword.arg == "help" for keyword in node.keywords)):
+            first = node.args[0] if node.args else None
+            missing.append((node.lineno,
+                            first.value if isinstance(first, ast.Constant) else "?"))
+    return missing
+
+
+def test_every_flag_of_the_command_line_programs_has_help_text():
+    missing = []
+    for top in ("recipes", "benchmarks", "lamb_tf"):
+        for directory, _, names in os.walk(os.path.join(REPO_ROOT, top)):
+            for name in sorted(n for n in names if n.endswith(".py")):
+                path = os.path.join(directory, name)
+                with open(path, encoding="utf-8") as f:
+                    missing += [f"{os.path.relpath(path, REPO_ROOT)}:{line} {flag}"
+                                for line, flag in flags_without_help(f.read(), path)]
+    assert not missing, f"flags that --help would list without a word: {missing}"
+
+
+def test_flags_without_help_finds_a_flag_without_help():
+    source = ('parser.add_argument("--a", help="what a is")\n'
+              'parser.add_argument("--b", type=int)\n')
+    assert flags_without_help(source) == [(2, "--b")]

@@ -56,20 +56,26 @@ def _learning_rates(text):
 
 def parse_args(argv):
     parser = _Parser(prog="python -m recipes.study", description=__doc__.splitlines()[0])
-    parser.add_argument("--recipe", required=True, choices=sorted(adapter.PROGRAMS))
+    parser.add_argument("--recipe", required=True, choices=sorted(adapter.PROGRAMS),
+                        help="the recipe each run trains (its program: "
+                             + ", ".join(f"{name}: {program}" for name, program
+                                         in sorted(adapter.PROGRAMS.items())) + ")")
     parser.add_argument("--config_file", action="append", required=True,
                         help="the recipe's YAML config (repeatable, as the recipe's flag)")
     parser.add_argument("--params_override", default="",
                         help="key=value,... applied before the study's own keys")
     parser.add_argument("--study_dir", required=True, help="runs, table and plot go here")
-    parser.add_argument("--batch_sizes", type=_list(int), required=True)
+    parser.add_argument("--batch_sizes", type=_list(int), required=True,
+                        help="global batch sizes compared, comma-separated, e.g. 256,1024,4096")
     parser.add_argument("--optimizers", type=_list(str), required=True,
                         help="optimizer.name values swept, e.g. lamb,lars,adamw,momentum")
     parser.add_argument("--base_lr", type=_learning_rates, required=True,
                         help="OPTIMIZER=LR,...: peak learning rate at --base_batch_size")
     parser.add_argument("--base_batch_size", type=int, default=0,
                         help="batch the base learning rates belong to (default: the smallest)")
-    parser.add_argument("--lr_rule", choices=("sqrt", "linear"), default="sqrt")
+    parser.add_argument("--lr_rule", choices=("sqrt", "linear"), default="sqrt",
+                        help="learning rate at batch B: sqrt, base LR x sqrt(B/base) (the "
+                             "LAMB paper's); linear, base LR x B/base (Goyal et al.)")
     parser.add_argument("--lr_multipliers", type=_list(float), default=(0.5, 1.0, 2.0),
                         help="the sweep: the rule's learning rate times each of these")
     parser.add_argument("--warmup_steps", type=int, required=True,
