@@ -26,6 +26,9 @@ Everything random comes from `seed` and stable document ids: the same inputs and
 give byte-identical files, whatever the runner and the number of workers.
 """
 
+if __name__ == "__main__":  # run as a program: TensorFlow's start-up lines off the console
+    from recipes.common import startup  # noqa: F401  (before TensorFlow is imported)
+
 import collections
 import dataclasses
 import json
@@ -36,6 +39,7 @@ import sys
 import time
 from typing import List, Optional, Sequence, Tuple
 
+from absl import app
 from absl import flags
 from absl import logging
 import tqdm
@@ -602,5 +606,6 @@ def main(argv):
 
 if __name__ == "__main__":
     _define_flags()
+    app.define_help_flags()  # so that --help and --helpfull are ours, not Beam options
     sys.argv, _BEAM_ARGUMENTS[:] = _split_beam_arguments(sys.argv)
     errors.run(main)

@@ -29,6 +29,9 @@ CLI:
     python -m recipes.resnet.convert --check='records/train-*'               # find corrupt records
 """
 
+if __name__ == "__main__":  # run as a program: TensorFlow's start-up lines off the console
+    from recipes.common import startup  # noqa: F401  (before TensorFlow is imported)
+
 import collections
 import dataclasses
 import json
