@@ -139,10 +139,16 @@ def _usage_error(message):
 
 def main():
     """`python -m lamb_tf.model_garden {nlp|vision} <Model Garden flags>`."""
+    usage = (f"usage: python -m lamb_tf.model_garden {{{'|'.join(DRIVERS)}}} "
+             "--experiment=... --mode=train --model_dir=... [--config_file=...] "
+             "[--params_override=...]")
+    if sys.argv[1:2] in (["--help"], ["-h"], ["--helpfull"]):
+        print(f"{usage}\nModel Garden's own trainer ({', '.join(DRIVERS.values())}) with "
+              "lamb_tf's LAMB and LARS as its 'lamb' and 'lars' optimizers; its flags: "
+              f"python -m lamb_tf.model_garden {next(iter(DRIVERS))} --helpfull")
+        sys.exit(0)
     if len(sys.argv) < 2 or sys.argv[1] not in DRIVERS:
-        print(f"usage: python -m lamb_tf.model_garden {{{'|'.join(DRIVERS)}}} "
-              "--experiment=... --mode=train --model_dir=... [--config_file=...] "
-              f"[--params_override=...]; got {sys.argv[1:2] or 'no driver'}", file=sys.stderr)
+        print(f"{usage}; got {sys.argv[1:2] or 'no driver'}", file=sys.stderr)
         sys.exit(2)
     driver = importlib.import_module(DRIVERS[sys.argv.pop(1)])
     from absl import app

@@ -268,3 +268,13 @@ def test_launcher_without_driver_prints_usage_and_exits_2(monkeypatch, capsys):
         model_garden.main()
     assert exit_info.value.code == 2
     assert "usage: python -m lamb_tf.model_garden {nlp|vision}" in capsys.readouterr().err
+
+
+def test_launcher_help_prints_usage_and_where_the_trainers_flags_are(monkeypatch, capsys):
+    monkeypatch.setattr(sys, "argv", ["model_garden.py", "--help"])
+    with pytest.raises(SystemExit) as exit_info:
+        model_garden.main()
+    assert exit_info.value.code == 0
+    printed = capsys.readouterr().out
+    assert printed.startswith("usage: python -m lamb_tf.model_garden {nlp|vision}")
+    assert "python -m lamb_tf.model_garden nlp --helpfull" in printed
