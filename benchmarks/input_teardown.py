@@ -35,6 +35,7 @@ from recipes.common import startup  # noqa: E402,F401  (legacy Keras, quiet C++)
 import tensorflow as tf  # noqa: E402
 
 from benchmarks import recipe_throughput  # noqa: E402
+from recipes.common import errors  # noqa: E402
 
 SLOW_S = 1.0  # a deletion slower than this is counted as a wait
 
@@ -90,9 +91,8 @@ def _keep_cores_busy(stop):
 def main(argv=None):
     args = _parse_arguments(argv)
     problem = _bad_arguments(args)
-    if problem:
-        print(problem, file=sys.stderr)
-        return 2
+    if problem:  # one line and exit status 2, through recipe_throughput.exit_status
+        raise errors.UserError(problem)
     task_class, _, config = recipe_throughput.load_recipe_config(args)
     config.train.global_batch_size = config.train.micro_batch_size
     recipe_throughput.make_work_dir(args.work_dir)

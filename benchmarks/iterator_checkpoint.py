@@ -49,6 +49,7 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 from benchmarks import alternation, recipe_throughput  # noqa: E402
+from recipes.common import errors  # noqa: E402
 
 BATCHES_COMPARED = 3  # batches read after a restore and compared with the saved iterator's
 BATCHES_BEFORE_SAVE = 3  # so that the saved iterator is mid-stream, its buffers full
@@ -216,9 +217,8 @@ def _yes(flag):
 def main(argv=None):
     args = _parse_arguments(argv)
     problem = _bad_arguments(args)
-    if problem:
-        print(problem, file=sys.stderr)
-        return 2
+    if problem:  # one line and exit status 2, through recipe_throughput.exit_status
+        raise errors.UserError(problem)
     cpu = tf.config.list_physical_devices("CPU")[0]
     if tf.config.get_logical_device_configuration(cpu) is None:
         try:

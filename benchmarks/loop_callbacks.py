@@ -40,6 +40,7 @@ import tf_keras  # noqa: E402
 
 from benchmarks import recipe_throughput, threads  # noqa: E402
 from recipes.common import callbacks as callbacks_lib  # noqa: E402
+from recipes.common import errors  # noqa: E402
 from recipes.common import training  # noqa: E402
 
 HOOKS = ("on_train_begin", "on_epoch_begin", "on_train_batch_begin", "on_train_batch_end",
@@ -80,13 +81,11 @@ def _time_every_hook(callbacks, spent):
 def main(argv=None):
     args = _parse_arguments(argv)
     for flag in ("steps", "chunks", "rounds", "log_every"):
-        if getattr(args, flag) < 1:
-            print(f"--{flag}={getattr(args, flag)} must be at least 1", file=sys.stderr)
-            return 2
+        if getattr(args, flag) < 1:  # one line and exit status 2, through exit_status
+            raise errors.UserError(f"--{flag}={getattr(args, flag)} must be at least 1")
     refusal = threads.refusal(args)
     if refusal:
-        print(refusal, file=sys.stderr)
-        return 2
+        raise errors.UserError(refusal)
     threads.apply(args)
     task_class, _, config = recipe_throughput.load_recipe_config(args)
     config.train.global_batch_size = config.train.micro_batch_size  # k = 1

@@ -210,7 +210,7 @@ def load_recipe_config(args, params_override=""):
 
 
 def exit_status(main, argv=None):
-    """`main(argv)`'s exit status, a `UserError` (a bad --config_file, config key or data)
+    """`main(argv)`'s exit status, a `UserError` (a bad flag, --config_file, config key or data)
     printed as one line on stderr with status 2, as the recipes print theirs: for the
     `__main__` of every benchmark of a recipe."""
     try:
@@ -363,9 +363,8 @@ def main(argv=None):
     task_class, config_file, config = load_recipe_config(args, args.params_override)
     model_garden_side = RECIPES[args.recipe][2]
     problem = _incomparable(args, config)
-    if problem:
-        print(problem, file=sys.stderr)
-        return 2
+    if problem:  # one line and exit status 2, through exit_status
+        raise errors.UserError(problem)
     config.train.global_batch_size = config.train.micro_batch_size  # k = 1
     config.train.checkpoint_every = args.steps  # the chunks of the training-loop runs
     # every step the model takes here stays within the learning-rate schedule

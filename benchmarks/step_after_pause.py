@@ -45,6 +45,7 @@ from recipes.common import startup  # noqa: E402,F401  (legacy Keras, quiet C++)
 import tensorflow as tf  # noqa: E402
 
 from benchmarks import alternation, recipe_throughput  # noqa: E402
+from recipes.common import errors  # noqa: E402
 
 
 def _parse_arguments(argv):
@@ -154,9 +155,8 @@ def _print_report(report):
 def main(argv=None):
     args = _parse_arguments(argv)
     problem = _bad_arguments(args)
-    if problem:
-        print(problem, file=sys.stderr)
-        return 2
+    if problem:  # one line and exit status 2, through recipe_throughput.exit_status
+        raise errors.UserError(problem)
     task_class, _, config = recipe_throughput.load_recipe_config(args)
     config.train.global_batch_size = config.train.micro_batch_size  # k = 1
     config.train.steps_per_execution = 1  # one step per call: each step timed

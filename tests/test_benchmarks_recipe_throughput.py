@@ -160,6 +160,6 @@ def test_an_optimizer_model_garden_side_cannot_use_is_one_line_and_exit_2(tmp_pa
         cwd=REPO_ROOT, capture_output=True, text=True, timeout=300,
         env={**os.environ, "PYTHONPATH": REPO_ROOT, "TF_CPP_MIN_LOG_LEVEL": "3"})
     assert result.returncode == 2
-    assert result.stderr.strip().splitlines()[-1].startswith("optimizer.name=lars:")
+    assert result.stderr.strip().splitlines()[-1].startswith("error: optimizer.name=lars:")
     assert "Traceback" not in result.stderr
     assert not (tmp_path / "work").exists()  # found before any work
