@@ -77,8 +77,9 @@ def l2_norm(x):
     vector of ones, and the row sums then added: the same sum in another order (float
     rounding only). On CPU, XLA's `reduce_sum` of `tf.norm` ran at a fraction of the memory
     bandwidth while its matrix-vector product runs Eigen's vectorised kernel: measured here
-    with XLA on 2 CPU cores (docs/performance.md), 63 ms against 6 ms for BERT's 30522×768
-    word embedding and 2.6 against 1.4 ms for a 768×3072 kernel.
+    with XLA on 2 CPU cores (`benchmarks/update_anatomy.py`, docs/performance.md), 43.9 ms
+    against 4.6 ms for BERT's 30522×768 word embedding and 1.99 against 1.36 ms for a
+    768×3072 kernel.
     """
     columns = x.shape[-1] if x.shape.rank and x.shape[-1] else 1  # scalar, empty: one column
     # Σ_j x_ij² for every row i, then Σ_i
