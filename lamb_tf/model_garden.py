@@ -43,6 +43,8 @@ OPTIMIZER_CLASSES = {"lamb": tf_keras_optimizers.LAMB, "lars": tf_keras_optimize
 
 # Model Garden's drivers, run by `python -m lamb_tf.model_garden <driver> ...`
 DRIVERS = {"nlp": "official.nlp.train", "vision": "official.vision.train"}
+# absl's help flags, which print and exit before the driver runs
+_HELP_FLAGS = {"--help", "-help", "-h", "-?", "--helpshort", "--helpfull", "--helpxml"}
 
 _model_garden_classes = {}
 
@@ -158,7 +160,13 @@ def main():
     # flags checked by `_check_then` (one line, status 2) instead of absl's
     tfm_flags.define_flags()
     register()
-    app.run(_check_then(driver.main))
+    try:
+        app.run(_check_then(driver.main))
+    except SystemExit as finished:
+        # absl prints --help/--helpfull and exits with status 1; asked-for help is a success
+        if finished.code == 1 and set(sys.argv[1:]) & _HELP_FLAGS:
+            sys.exit(0)
+        raise
 
 
 if __name__ == "__main__":

@@ -278,3 +278,13 @@ def test_launcher_help_prints_usage_and_where_the_trainers_flags_are(monkeypatch
     printed = capsys.readouterr().out
     assert printed.startswith("usage: python -m lamb_tf.model_garden {nlp|vision}")
     assert "python -m lamb_tf.model_garden nlp --helpfull" in printed
+
+
+@pytest.mark.slow  # imports Model Garden's NLP trainer in a fresh process
+def test_launcher_passes_helpfull_to_the_trainer_and_exits_0():
+    result = subprocess.run(
+        [sys.executable, "-m", "lamb_tf.model_garden", "nlp", "--helpfull"],
+        capture_output=True, text=True, timeout=300,
+        env={**os.environ, "PYTHONPATH": REPO_ROOT, "TF_CPP_MIN_LOG_LEVEL": "3"})
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "--experiment" in result.stdout and "--params_override" in result.stdout
