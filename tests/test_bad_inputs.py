@@ -35,6 +35,8 @@ TRAINED = "trained"  # the row runs in a copy of a model_dir trained for 2 steps
 FRESH = "fresh"
 WITHOUT_MODEL_DIR = "<no --model_dir>"  # in a row's arguments: the command line has none
 
+RESNET_TINY_CONFIG = os.path.join(cli.REPO_ROOT, "configs", "resnet", "tiny_cpu.yaml")
+
 # id: (program, where, arguments ({d}: the inputs directory), key words of the message)
 CASES = {
     "missing-config-file": (BERT, FRESH, ["--config_file=/nonexistent/bert.yaml"],
@@ -48,6 +50,11 @@ CASES = {
     "unknown-key-in-file": (BERT, FRESH, ["--config_file={d}/unknown_key.yaml"],
                             ["unknown_key.yaml", "unknown config key 'train.stepz'",
                              "known keys under train"]),
+    "another-programs-config": (BERT, FRESH, [f"--config_file={RESNET_TINY_CONFIG}"],
+                                ["tiny_cpu.yaml: unknown config key 'data.",
+                                 "keys are unknown here",
+                                 "is it another program's config? --help_config lists this "
+                                 "program's keys"]),
     "unknown-override": (BERT, FRESH, ["--params_override=train.stepz=3"],
                          ["--params_override", "unknown config key 'train.stepz'"]),
     "wrong-type": (BERT, FRESH, ["--params_override=train.steps=two"],
@@ -173,7 +180,7 @@ CASES = {
     "resnet-export-before-any-checkpoint": (RESNET, FRESH, ["--mode=export"],
                                             ["no checkpoint in", "train first"]),
 }
-CONFIG_ERRORS = {"unknown-key-in-file", "unknown-override", "wrong-type", "batch-does-not-divide",
+CONFIG_ERRORS = {"unknown-key-in-file", "another-programs-config", "unknown-override", "wrong-type", "batch-does-not-divide",
                  "checkpoint-every-zero", "resnet-checkpoint-every-zero",
                  "resnet-batch-does-not-divide", "resnet-steps-not-a-multiple", "old-key-name",
                  "resnet-old-key-name", "learning-rate-nan", "log-every-off-the-calls",
@@ -405,6 +412,7 @@ README_ROWS = {
     "unreadable config file": ["unreadable-config-file"],
     "config file that is not YAML": ["config-file-bad-yaml"],
     "unknown key in a config file": ["unknown-key-in-file"],
+    "another program's config": ["another-programs-config"],
     "unknown override": ["unknown-override"],
     "wrong type": ["wrong-type"],
     "batch arithmetic that does not divide": ["batch-does-not-divide"],

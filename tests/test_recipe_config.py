@@ -74,6 +74,31 @@ def test_bad_file_errors_name_the_file(tmp_path):
         load_config(_Schema, [unknown])
 
 
+def test_one_unknown_key_is_named_without_guessing_at_another_program(tmp_path):
+    typo = _write(tmp_path, "typo.yaml", "train:\n  stepz: 3\n")
+    with pytest.raises(UserError) as error:
+        load_config(_Schema, [typo])
+    assert "another program" not in str(error.value)
+
+
+@pytest.mark.parametrize("config_file, schema_module, schema_name", [
+    ("configs/resnet/tiny_cpu.yaml", "recipes.bert.config", "BertPretrainingConfig"),
+    ("configs/bert/tiny_cpu.yaml", "recipes.resnet.config", "ResNetConfig"),
+])
+def test_another_programs_config_is_named_as_such(config_file, schema_module, schema_name):
+    import importlib
+    import os
+
+    from conftest import REPO_ROOT
+
+    schema_cls = getattr(importlib.import_module(schema_module), schema_name)
+    with pytest.raises(UserError) as error:
+        load_config(schema_cls, [os.path.join(REPO_ROOT, config_file)])
+    message = str(error.value)
+    assert "unknown config key" in message and "\n" not in message
+    assert "is it another program's config? --help_config lists this program's keys" in message
+
+
 def test_resolved_config_round_trips_through_its_yaml(tmp_path):
     config = load_config(_Schema, [], "train.steps=3,train.end_learning_rate=0")
     saved = _write(tmp_path, "resolved.yaml", format_config(config))

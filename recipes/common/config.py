@@ -31,7 +31,18 @@ def load_config(schema_cls, config_files=(), params_override="", renamed_keys=No
     values = dataclasses.asdict(schema_cls())
     renamed = renamed_keys or {}
     for path in config_files:
-        _merge(values, _read_yaml_file(path), schema_cls, path, "", renamed)
+        updates = _read_yaml_file(path)
+        try:
+            _merge(values, updates, schema_cls, path, "", renamed)
+        except UserError as error:
+            unknown = unknown_keys(updates, schema_cls)
+            if len(unknown) < 2:  # one key: a typo, which the error names
+                raise
+            raise UserError(
+                f"{error}; {len(unknown)} of its keys are unknown here "
+                f"({', '.join(unknown[:3])}{', ...' if len(unknown) > 3 else ''}): is it "
+                "another program's config? --help_config lists this program's keys"
+            ) from None
     if params_override:
         updates = parse_params_override(params_override)
         _merge(values, updates, schema_cls, "--params_override", "", renamed)
@@ -170,6 +181,18 @@ def _split_top_level_commas(text):
         current.append(char)
     items.append("".join(current))
     return [item for item in items if item.strip()]
+
+
+def unknown_keys(updates, schema_cls, prefix=""):
+    """The dotted keys of the nested dict `updates` that `schema_cls` does not have."""
+    fields = _fields(schema_cls)
+    unknown = []
+    for key, value in updates.items():
+        if key not in fields:
+            unknown.append(f"{prefix}{key}")
+        elif dataclasses.is_dataclass(fields[key]) and isinstance(value, dict):
+            unknown += unknown_keys(value, fields[key], f"{prefix}{key}.")
+    return unknown
 
 
 def _fields(schema_cls):
