@@ -12,10 +12,17 @@ A block that reads what a documented run wrote says so in its first line, naming
 
 Those blocks run after a short version of that run (same command, fewer steps) in the same
 working directory, so the paths they read are the ones the docs name.
+
+A block that is a whole program to save and run says so in its first line, with the command:
+
+    # digits_mlp.py: run it as `python digits_mlp.py --model_dir=runs/digits_mlp`
+
+It is written to that file in the working directory and run with that command line.
 """
 
 import os
 import re
+import shlex
 import subprocess
 import sys
 
@@ -45,6 +52,8 @@ RUNS = {
         "--params_override=train.steps=2,train.checkpoint_every=2,train.log_every=1,"
         "optimizer.warmup_steps=1"],
 }
+# The first line of a block that is a program: its file name, then the arguments it runs with.
+PROGRAM_FILE = re.compile(r"^# (\w+\.py): run it as `(?:\.venv/bin/)?python \1 ?(.*)`$")
 # The first line of a block that reads a run's outputs -> the runs that write them.
 AFTER_RUN = {
     "# After the main job (runs/bert_tiny)": ["main job"],
@@ -110,5 +119,11 @@ def test_python_block_runs_as_written(code, workdir):
     code_lines = [line.split("#", 1)[0] for line in code.splitlines()]
     assert not any("..." in line for line in code_lines), (
         "a documented block must be complete: no '...' placeholders outside comments")
-    result = run_python(["-c", code], cwd=workdir, timeout=600)
+    program = PROGRAM_FILE.match(first_line)
+    if program:
+        (workdir / program.group(1)).write_text(code)
+        args = [program.group(1), *shlex.split(program.group(2))]
+    else:
+        args = ["-c", code]
+    result = run_python(args, cwd=workdir, timeout=600)
     assert result.returncode == 0, f"block failed:\n{code}\n--- stderr ---\n{result.stderr[-3000:]}"

@@ -27,6 +27,7 @@ A new recipe: a module `recipes/<name>/<program>.py` holding the `Task` subclass
         driver.main(MyTask)
 
 and a schema whose shared sections are `recipes.common.schema`'s (see there).
+docs/writing_a_recipe.md is a whole recipe in one file.
 """
 
 import functools
