@@ -82,6 +82,9 @@ def program_name(path):
 
 def load_task(task_class, options):
     """The task over its loaded and wholly validated config; nothing printed or written."""
+    if task_class.config_class is None:
+        raise UserError(f"{task_class.__name__}.config_class is not set: give the recipe's "
+                        "config schema, a dataclass with the sections of recipes.common.schema")
     config = config_lib.load_config(
         task_class.config_class, options.config_files, options.params_override,
         renamed_keys=schema.RENAMED_KEYS,
@@ -90,6 +93,23 @@ def load_task(task_class, options):
     task = task_class(config)
     task.check_config()
     return task
+
+
+def check_task_methods(task, mode):
+    """A UserError, before any work, for a `Task` subclass that leaves out a method `mode`
+    calls (the base class's raises NotImplementedError, which may come after the training)."""
+    name = type(task).__name__
+    needed = ["build_model", "compile_arguments"]
+    needed += ["train_replica_dataset"] if mode in TRAIN_MODES else []
+    needed += ["evaluate"] if mode in EVAL_MODES else []
+    needed += ["export"] if exports(task.config, mode) else []
+    missing = [method for method in needed
+               if getattr(type(task), method) is getattr(task_lib.Task, method)]
+    if missing:
+        without_export = (", or train with --params_override=export.enabled=false"
+                          if missing == ["export"] and mode in TRAIN_MODES else "")
+        raise UserError(f"{name} does not implement {', '.join(missing)}, which "
+                        f"--mode={mode} calls: define it in {name}{without_export}")
 
 
 def check_model_dir(model_dir, mode):
@@ -151,6 +171,7 @@ def run(task_class, options):
         absl_logging.set_verbosity(absl_logging.WARNING)
         tf.get_logger().setLevel("WARNING")
     task = load_task(task_class, options)
+    check_task_methods(task, options.mode)
     check_model_dir(options.model_dir, options.mode)
     if exports(task.config, options.mode) and task.config.export.dir:
         storage.check_writable(f"export.dir={task.config.export.dir}", task.config.export.dir)
