@@ -288,3 +288,64 @@ def test_the_documented_study_commands_are_valid(tmp_path, monkeypatch, capsys):
         study_dir = tmp_path / str(index)
         assert cli.main(argv + [f"--study_dir={study_dir}", "--report_only"]) == 0, argv
         assert "0 of " in (study_dir / "study.md").read_text()
+
+
+def _write_documented_recipe_file(directory):
+    """docs/writing_a_recipe.md's recipe, saved as the page says: `digits_mlp.py`."""
+    with open(os.path.join(REPO_ROOT, "docs", "writing_a_recipe.md")) as handle:
+        blocks = handle.read().split("```python\n")[1:]
+    (code,) = [block.split("```")[0] for block in blocks if block.startswith("# digits_mlp.py:")]
+    (directory / "digits_mlp.py").write_text(code)
+
+
+def _documented_recipe_file_study():
+    """argv (after `-m recipes.study`) of the study command in docs/writing_a_recipe.md."""
+    with open(os.path.join(REPO_ROOT, "docs", "writing_a_recipe.md")) as handle:
+        blocks = handle.read().split("```bash\n")[1:]
+    lines = [line for block in blocks
+             for line in block.split("```")[0].replace("\\\n", " ").splitlines()]
+    (command,) = [line for line in lines if "-m recipes.study" in line]
+    return command.split("-m recipes.study", 1)[1].split()
+
+
+def test_the_documented_study_of_a_recipe_file_is_valid(tmp_path, monkeypatch):
+    """The page's study command parses, finds the recipe file's Task and passes its config
+    checks for every run it plans (--report_only into an empty directory: nothing runs)."""
+    _write_documented_recipe_file(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    for name, value in (("TF_USE_LEGACY_KERAS", "1"), ("TF_CPP_MIN_LOG_LEVEL", "2")):
+        monkeypatch.setenv(name, value)
+    argv = [a for a in _documented_recipe_file_study() if not a.startswith("--study_dir=")]
+    assert "--recipe=digits_mlp.py" in argv
+    assert cli.main(argv + [f"--study_dir={tmp_path / 'study'}", "--report_only"]) == 0
+    assert "0 of " in (tmp_path / "study" / "study.md").read_text()
+
+
+def test_a_recipe_file_needs_a_metric_and_one_task(tmp_path, capsys):
+    _write_documented_recipe_file(tmp_path)
+    recipe = str(tmp_path / "digits_mlp.py")
+    argv = [arg for arg in TINY_GRID if not arg.startswith(("--recipe=", "--config_file="))]
+    assert cli.main([f"--recipe={recipe}", f"--study_dir={tmp_path / 's'}"] + argv) == 2
+    assert capsys.readouterr().err.startswith(f"error: --metric is required with --recipe={recipe}")
+    (tmp_path / "two.py").write_text(
+        "from recipes.common import task\nclass A(task.Task): pass\nclass B(task.Task): pass\n")
+    with pytest.raises(Exception, match="defines 2 subclasses of recipes.common.task.Task"):
+        adapter.task_class_of(str(tmp_path / "two.py"))
+
+
+@pytest.mark.slow
+def test_a_study_runs_a_recipe_file_of_ones_own(tmp_path):
+    """docs/writing_a_recipe.md's recipe file through the real study CLI: 2 batch sizes."""
+    _write_documented_recipe_file(tmp_path)
+    argv = [sys.executable, "-m", "recipes.study", "--recipe=digits_mlp.py",
+            "--metric=accuracy", "--study_dir=study", "--batch_sizes=512,1024",
+            "--optimizers=lamb", "--base_lr=lamb=0.05", "--lr_multipliers=1", "--epochs=1",
+            "--train_examples=4000", "--micro_batch_size=256", "--warmup_steps=1",
+            "--seeds=1", "--parallel=2"]
+    result = subprocess.run(argv, cwd=tmp_path, capture_output=True, text=True, timeout=900,
+                            env={**os.environ, "PYTHONPATH": REPO_ROOT})
+    assert result.returncode == 0, result.stderr[-3000:]
+    rows = json.load(open(tmp_path / "study" / "study.json"))["rows"]
+    assert sorted((row["global_batch_size"], row["steps"]) for row in rows) == [(512, 8),
+                                                                                (1024, 4)]
+    assert all(0.0 <= row["metric_mean"] <= 1.0 for row in rows)

@@ -4,11 +4,18 @@ A study run is a `Run` (plan.py); this module turns it into the recipe's command
 (`--params_override` keys of the shared driver's schema, recipes/common/schema.py) and
 reads the figures back from the driver's `<model_dir>/results.json`
 (docs/ARCHITECTURE.md). If the recipes' keys change, this file changes, nothing else.
+
+A recipe is `bert`, `resnet`, or the path of a recipe's own `.py` file: a program that runs
+one `recipes.common.task.Task` subclass on the shared driver (docs/writing_a_recipe.md).
 """
+import importlib
+import importlib.util
 import json
 import os
 import sys
 import types
+
+from recipes.common.errors import UserError
 
 PROGRAMS = {"bert": "recipes.bert.pretrain", "resnet": "recipes.resnet.train"}
 TASK_CLASSES = {"bert": "BertPretraining", "resnet": "ResNetClassification"}
@@ -38,10 +45,16 @@ def override_string(run, extra_overrides=""):
     return ",".join(([extra_overrides] if extra_overrides else []) + overrides(run))
 
 
+def is_recipe_file(recipe):
+    """Whether `recipe` names a recipe's own `.py` file rather than a shipped recipe."""
+    return recipe.endswith(".py")
+
+
 def command(recipe, config_files, run, model_dir, extra_overrides=""):
     """argv of the recipe's CLI training and evaluating `run` into `model_dir`."""
+    program = [recipe] if is_recipe_file(recipe) else ["-m", PROGRAMS[recipe]]
     return (
-        [sys.executable, "-m", PROGRAMS[recipe]]
+        [sys.executable, *program]
         + [f"--config_file={path}" for path in config_files]
         + [
             f"--params_override={override_string(run, extra_overrides)}",
@@ -54,18 +67,34 @@ def command(recipe, config_files, run, model_dir, extra_overrides=""):
 def check_settings(recipe, config_files, runs, extra_overrides=""):
     """Loads and validates the recipe config of every run in this process (nothing runs or
     is written); raises the recipe's `UserError` for the first bad one."""
-    import importlib
-
     os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")  # as the recipes' CLIs
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # TensorFlow's start-up chatter
     driver = importlib.import_module("recipes.common.driver")
-    task_class = getattr(importlib.import_module(PROGRAMS[recipe]), TASK_CLASSES[recipe])
+    task_class = task_class_of(recipe)
     for run in runs:
         options = types.SimpleNamespace(
             config_files=tuple(config_files),
             params_override=override_string(run, extra_overrides),
         )
         driver.load_task(task_class, options)
+
+
+def task_class_of(recipe):
+    """The `Task` subclass a recipe runs: a shipped one's by name; a recipe file's is the one
+    `Task` subclass the file defines (the file is imported, its `__main__` block not run)."""
+    if not is_recipe_file(recipe):
+        return getattr(importlib.import_module(PROGRAMS[recipe]), TASK_CLASSES[recipe])
+    spec = importlib.util.spec_from_file_location("study_recipe_file", recipe)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    task_base = importlib.import_module("recipes.common.task").Task
+    tasks = [value for value in vars(module).values() if isinstance(value, type)
+             and issubclass(value, task_base) and value.__module__ == module.__name__]
+    if len(tasks) != 1:
+        raise UserError(f"--recipe={recipe} defines {len(tasks)} subclasses of "
+                        "recipes.common.task.Task; a recipe file defines one "
+                        "(docs/writing_a_recipe.md)")
+    return tasks[0]
 
 
 def read_results(model_dir, metric):

@@ -1,6 +1,7 @@
 """`python -m recipes.study`: how far the batch can grow, measured through the real recipe.
 
-Example (a small ResNet study on the embedded digits):
+`--recipe` is bert, resnet or a recipe's own .py file (docs/writing_a_recipe.md). Example
+(a small ResNet study on the embedded digits):
 
     python -m recipes.study --recipe=resnet --config_file=configs/resnet/tiny_cpu.yaml \\
         --study_dir=/tmp/study --batch_sizes=64,512,2048 --optimizers=lamb,lars,momentum \\
@@ -54,14 +55,27 @@ def _learning_rates(text):
         ) from None
 
 
+def _recipe(text):
+    if text in adapter.PROGRAMS:
+        return text
+    if adapter.is_recipe_file(text) and os.path.isfile(text):
+        return os.path.abspath(text)  # the runs start in other directories
+    raise argparse.ArgumentTypeError(
+        f"{text!r} is neither {' nor '.join(sorted(adapter.PROGRAMS))} nor an existing "
+        "recipe file (a .py file running a Task on the shared driver: "
+        "docs/writing_a_recipe.md)")
+
+
 def parse_args(argv):
     parser = _Parser(prog="python -m recipes.study", description=__doc__.splitlines()[0])
-    parser.add_argument("--recipe", required=True, choices=sorted(adapter.PROGRAMS),
-                        help="the recipe each run trains (its program: "
-                             + ", ".join(f"{name}: {program}" for name, program
-                                         in sorted(adapter.PROGRAMS.items())) + ")")
-    parser.add_argument("--config_file", action="append", required=True,
-                        help="the recipe's YAML config (repeatable, as the recipe's flag)")
+    parser.add_argument("--recipe", required=True, type=_recipe,
+                        help="the recipe each run trains: "
+                             + ", ".join(f"{name} ({program})" for name, program
+                                         in sorted(adapter.PROGRAMS.items()))
+                             + ", or a recipe's own .py file (docs/writing_a_recipe.md)")
+    parser.add_argument("--config_file", action="append", default=[],
+                        help="the recipe's YAML config (repeatable, as the recipe's flag; "
+                             "none: the recipe's defaults)")
     parser.add_argument("--params_override", default="",
                         help="key=value,... applied before the study's own keys")
     parser.add_argument("--study_dir", required=True, help="runs, table and plot go here")
@@ -91,7 +105,9 @@ def parse_args(argv):
     parser.add_argument("--untuned", type=_list(str), default=(),
                         help="optimizers also run at the sqrt rule's own LR (no sweep)")
     parser.add_argument("--metric", default="",
-                        help="held-out metric in results.json (default: the recipe's)")
+                        help="held-out metric in results.json (default: bert's "
+                             f"{adapter.DEFAULT_METRICS['bert']}, resnet's "
+                             f"{adapter.DEFAULT_METRICS['resnet']}; a recipe file's: required)")
     parser.add_argument("--parallel", type=int, default=1, help="runs at once")
     parser.add_argument("--report_only", action="store_true",
                         help="run nothing: write the table and plot of the runs finished so far")
@@ -147,9 +163,13 @@ def _progress(done, total, run, status):
 
 def main(argv=None):
     args = parse_args(sys.argv[1:] if argv is None else argv)
-    metric = args.metric or adapter.DEFAULT_METRICS[args.recipe]
+    metric = args.metric or adapter.DEFAULT_METRICS.get(args.recipe, "")
     start = time.perf_counter()
     try:
+        if not metric:
+            raise UserError(f"--metric is required with --recipe={args.recipe}: the held-out "
+                            "metric of its results.json to pick learning rates on, e.g. "
+                            "--metric=accuracy")
         settings = settings_from(args)
         plan_lib.check(settings)
         sweeps, untuned = plan_lib.sweep_runs(settings), plan_lib.untuned_runs(settings)
