@@ -161,15 +161,21 @@ def _progress(done, total, run, status):
     print(f"[{done}/{total}] {run.name}: {figures}", flush=True)
 
 
+def _metric(args):
+    """The held-out metric learning rates are picked on: --metric, or the shipped recipe's."""
+    metric = args.metric or adapter.DEFAULT_METRICS.get(args.recipe, "")
+    if not metric:
+        raise UserError(f"--metric is required with --recipe={args.recipe}: the held-out "
+                        "metric of its results.json to pick learning rates on, e.g. "
+                        "--metric=accuracy")
+    return metric
+
+
 def main(argv=None):
     args = parse_args(sys.argv[1:] if argv is None else argv)
-    metric = args.metric or adapter.DEFAULT_METRICS.get(args.recipe, "")
     start = time.perf_counter()
     try:
-        if not metric:
-            raise UserError(f"--metric is required with --recipe={args.recipe}: the held-out "
-                            "metric of its results.json to pick learning rates on, e.g. "
-                            "--metric=accuracy")
+        metric = _metric(args)
         settings = settings_from(args)
         plan_lib.check(settings)
         sweeps, untuned = plan_lib.sweep_runs(settings), plan_lib.untuned_runs(settings)
