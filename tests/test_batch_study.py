@@ -331,6 +331,9 @@ def test_a_recipe_file_needs_a_metric_and_one_task(tmp_path, capsys):
         "from recipes.common import task\nclass A(task.Task): pass\nclass B(task.Task): pass\n")
     with pytest.raises(Exception, match="defines 2 subclasses of recipes.common.task.Task"):
         adapter.task_class_of(str(tmp_path / "two.py"))
+    (tmp_path / "broken.py").write_text("import no_such_module\n")
+    with pytest.raises(Exception, match="broken.py cannot be imported: ModuleNotFoundError"):
+        adapter.task_class_of(str(tmp_path / "broken.py"))
 
 
 @pytest.mark.slow

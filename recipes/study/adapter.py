@@ -86,7 +86,11 @@ def task_class_of(recipe):
         return getattr(importlib.import_module(PROGRAMS[recipe]), TASK_CLASSES[recipe])
     spec = importlib.util.spec_from_file_location("study_recipe_file", recipe)
     module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    try:
+        spec.loader.exec_module(module)
+    except Exception as error:  # the recipe's own code: its error, in one line
+        raise UserError(f"--recipe={recipe} cannot be imported: "
+                        f"{type(error).__name__}: {error}") from None
     task_base = importlib.import_module("recipes.common.task").Task
     tasks = [value for value in vars(module).values() if isinstance(value, type)
              and issubclass(value, task_base) and value.__module__ == module.__name__]
