@@ -43,7 +43,7 @@ OPTIMIZER_CLASSES = {"lamb": tf_keras_optimizers.LAMB, "lars": tf_keras_optimize
 
 # Model Garden's drivers, run by `python -m lamb_tf.model_garden <driver> ...`
 DRIVERS = {"nlp": "official.nlp.train", "vision": "official.vision.train"}
-# absl's help flags, which print and exit before the driver runs
+# absl's help flags (as recipes.common.errors lists them; lamb_tf imports nothing of recipes/)
 _HELP_FLAGS = {"--help", "-help", "-h", "-?", "--helpshort", "--helpfull", "--helpxml"}
 
 _model_garden_classes = {}
@@ -144,7 +144,7 @@ def main():
     usage = (f"usage: python -m lamb_tf.model_garden {{{'|'.join(DRIVERS)}}} "
              "--experiment=... --mode=train --model_dir=... [--config_file=...] "
              "[--params_override=...]")
-    if sys.argv[1:2] in (["--help"], ["-h"], ["--helpfull"]):
+    if set(sys.argv[1:2]) & _HELP_FLAGS:  # before a driver: this launcher's own usage
         print(f"{usage}\nModel Garden's own trainer ({', '.join(DRIVERS.values())}) with "
               "lamb_tf's LAMB and LARS as its 'lamb' and 'lars' optimizers; its flags: "
               f"python -m lamb_tf.model_garden {next(iter(DRIVERS))} --helpfull")

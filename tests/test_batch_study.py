@@ -264,10 +264,11 @@ def test_tiny_grid_through_the_real_resnet_recipe(tmp_path):
     assert "[4/4]" in result.stdout and (study_dir / "study.png").exists()
 
 
-def _documented_study_commands():
-    """argv (after `-m recipes.study`) of every study command in docs/batch_study.md."""
-    with open(os.path.join(REPO_ROOT, "docs", "batch_study.md")) as handle:
-        blocks = handle.read().split("```sh\n")[1:]  # each starts a shell block
+def _documented_study_commands(doc="batch_study.md", fence="```sh\n"):
+    """argv (after `-m recipes.study`) of every study command in the shell blocks (those
+    opened by `fence`) of docs/`doc`."""
+    with open(os.path.join(REPO_ROOT, "docs", doc)) as handle:
+        blocks = handle.read().split(fence)[1:]  # each starts a shell block
     lines = [line for block in blocks
              for line in block.split("```")[0].replace("\\\n", " ").splitlines()]
     return [line.split("-m recipes.study", 1)[1].split()
@@ -298,16 +299,6 @@ def _write_documented_recipe_file(directory):
     (directory / "digits_mlp.py").write_text(code)
 
 
-def _documented_recipe_file_study():
-    """argv (after `-m recipes.study`) of the study command in docs/writing_a_recipe.md."""
-    with open(os.path.join(REPO_ROOT, "docs", "writing_a_recipe.md")) as handle:
-        blocks = handle.read().split("```bash\n")[1:]
-    lines = [line for block in blocks
-             for line in block.split("```")[0].replace("\\\n", " ").splitlines()]
-    (command,) = [line for line in lines if "-m recipes.study" in line]
-    return command.split("-m recipes.study", 1)[1].split()
-
-
 def test_the_documented_study_of_a_recipe_file_is_valid(tmp_path, monkeypatch):
     """The page's study command parses, finds the recipe file's Task and passes its config
     checks for every run it plans (--report_only into an empty directory: nothing runs)."""
@@ -315,7 +306,8 @@ def test_the_documented_study_of_a_recipe_file_is_valid(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     for name, value in (("TF_USE_LEGACY_KERAS", "1"), ("TF_CPP_MIN_LOG_LEVEL", "2")):
         monkeypatch.setenv(name, value)
-    argv = [a for a in _documented_recipe_file_study() if not a.startswith("--study_dir=")]
+    (command,) = _documented_study_commands("writing_a_recipe.md", "```bash\n")
+    argv = [a for a in command if not a.startswith("--study_dir=")]
     assert "--recipe=digits_mlp.py" in argv
     assert cli.main(argv + [f"--study_dir={tmp_path / 'study'}", "--report_only"]) == 0
     assert "0 of " in (tmp_path / "study" / "study.md").read_text()
