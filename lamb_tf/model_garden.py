@@ -19,7 +19,8 @@ in `configs/model_garden/`:
         --model_dir=/tmp/mg_bert --config_file=configs/model_garden/bert_tiny_lamb.yaml
 
 Before launching, it checks the few fields whose absence makes Model Garden crash deep in
-its trainer (`REQUIRED_FIELDS`), and names a missing one in one line (exit status 2).
+its trainer (`missing_field`: a learning-rate `decay_steps`, a `warmup_steps`, the data's
+`input_path`), and names a missing one in one line (exit status 2).
 
 Why the tables are edited directly: Model Garden's `register_optimizer_cls` refuses keys it
 already has, and `lamb`/`lars` are built in (`SHARED_OPTIMIZERS`). The factory looks the

@@ -2,7 +2,7 @@
 
 Sources (see docs/large_batch.md):
 * sqrt scaling: arXiv 1904.00962 Introduction, large batches allow learning rates "of the
-  order square root of the minibatch size" (confirmed, SPIQA copy of v5); the paper scales
+  order square root of the minibatch size" (arXiv 1904.00962v5); the paper scales
   LAMB's rate with sqrt(batch) without re-tuning.
 * linear scaling: Goyal et al. 2017 ("Accurate, Large Minibatch SGD"), the usual rule for
   momentum SGD (e.g. Model Garden's ResNet-50: 0.1 per 256 examples).

@@ -2,9 +2,10 @@
 
 `recipes.common.config.load_config(BertPretrainingConfig, files, override)` fills these from
 YAML files and `--params_override`; an unknown key or a wrong type is a one-line error.
-The defaults below are the embedded tiny CPU run's, except dropout (BERT's 0.1 here, 0 in
-configs/bert/tiny_cpu.yaml, which sets every key with its reason); the BERT-Large / Base
-configs override them. The README lists every key with the same words.
+The defaults below are small CPU-sized values with BERT's dropout of 0.1; a key a config
+leaves out takes its default (configs/bert/tiny_cpu.yaml sets what the main job needs, with
+its reason for each value; the BERT-Large / Base configs set the paper's). The README lists
+every key with the same words.
 """
 import dataclasses
 

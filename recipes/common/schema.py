@@ -69,8 +69,8 @@ class OptimizerConfig:
     # true: the decay runs over all steps, warmup included (Google BERT); false: it starts
     # at the peak when the warmup ends (the LAMB authors' ResNet run, MLPerf LARS).
     decay_includes_warmup: bool = True
-    # Weight decay rate (LAMB's lambda; L2 inside the update for LARS and momentum;
-    # AdamWeightDecay's decoupled rate).
+    # Weight decay rate (LAMB's lambda; L2 inside the update for LARS; the decoupled rate
+    # of adamw and momentum).
     weight_decay_rate: float = 0.01
     # Regexes searched in variable paths; null = the recipe's default list, [] = none.
     exclude_from_weight_decay: Optional[list[str]] = None
