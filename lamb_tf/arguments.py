@@ -134,17 +134,31 @@ def refuse_keywords(optimizer_name, keras_kwargs):
 
     Keras' decoupled `weight_decay` decays outside the trust ratio (not LAMB/LARS); the
     legacy optimizers' keywords (`LEGACY_KEYWORDS`) do not exist in the new base classes.
+    A value that asks for nothing (None, 0, an empty list) is dropped instead: peers' saved
+    configs hold them (Model Garden's LAMB and LARS write `decay=0.0`).
     """
     value = keras_kwargs.pop("weight_decay", None)
-    if value is not None:
+    if not _asks_for_nothing(value):
         raise ValueError(
             f"{optimizer_name} got weight_decay={value!r}: Keras' `weight_decay` decays the weights "
             "outside the trust ratio, which is a different algorithm. "
             f"Use weight_decay_rate={value!r} instead."
         )
+    if not _asks_for_nothing(keras_kwargs.pop("mesh", None)):
+        raise ValueError(
+            f"{optimizer_name} got mesh=...: DTensor meshes are not supported (the update runs "
+            "as TensorFlow ops on each variable's own tensor); train under a tf.distribute "
+            "strategy instead.")
     for keyword, fix in LEGACY_KEYWORDS.items():
-        if keyword in keras_kwargs:
+        if not _asks_for_nothing(keras_kwargs.pop(keyword, None)):
             raise ValueError(
                 f"{optimizer_name} got {keyword}=...: {keyword} is only supported by legacy Keras "
                 f"optimizers (tf.keras.optimizers.legacy), which {optimizer_name} is not; {fix}.")
     return keras_kwargs
+
+
+def _asks_for_nothing(value):
+    if isinstance(value, (list, tuple)):
+        return not value
+    return value is None or (isinstance(value, numbers.Real) and not isinstance(value, bool)
+                             and value == 0)

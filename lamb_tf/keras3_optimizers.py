@@ -53,10 +53,39 @@ class _LayerwiseOptimizer(layerwise.LayerwiseMixin, keras.optimizers.Optimizer):
         # not tracked: the user's variable is not optimizer state
         object.__setattr__(self, "_learning_rate_variable", variable)
         if variable is not None:
-            # the base takes a float, a schedule or a callable: read the variable at every step
-            learning_rate = lambda: tf.convert_to_tensor(variable)  # noqa: E731
+            # The base keeps a learning-rate variable of its own, as for a number, so that the
+            # optimizer's variables are those of the optimizer `from_config` rebuilds and a
+            # saved one loads into it; every step copies the user's variable into it.
+            learning_rate = float(tf.convert_to_tensor(variable).numpy())
         super().__init__(learning_rate=learning_rate, name=name, weight_decay=None, **keras_kwargs)
         self._set_checked(checked)
+
+    def _get_current_learning_rate(self):
+        if self._learning_rate_variable is None:
+            return super()._get_current_learning_rate()
+        # the user's variable, read at every step (the base's variable is only its copy)
+        self._learning_rate.assign(tf.cast(self._learning_rate_variable, self._learning_rate.dtype))
+        return self._learning_rate
+
+    def save_own_variables(self, store):
+        if self._learning_rate_variable is not None:
+            self._get_current_learning_rate()  # a `.keras` file holds the rate as it is now
+        super().save_own_variables(store)
+
+    @property
+    def learning_rate(self):
+        return self._get_current_learning_rate()
+
+    @learning_rate.setter
+    def learning_rate(self, value):
+        # with the user's variable: a number is assigned to it (what Keras' learning-rate
+        # callbacks do), a schedule or a callable replaces it as in the base class
+        if self._learning_rate_variable is not None:
+            if callable(value):
+                object.__setattr__(self, "_learning_rate_variable", None)
+            else:
+                self._learning_rate_variable.assign(value)
+        keras.optimizers.Optimizer.learning_rate.fset(self, value)
 
     def build(self, var_list):
         if self.built:

@@ -30,9 +30,10 @@ classes themselves, so Model Garden's `isinstance(optimizer, table[type])` holds
 `tf_keras.optimizers.Optimizer` (the non-legacy base): the factory returns them from either
 path and Model Garden's trainer runs them like its `adamw_experimental`. Legacy-only extras
 cannot apply to them: differential privacy (`gradient_transformers`) and a custom
-`gradient_aggregator` are refused by the constructor with one clear error; the factory's
+`gradient_aggregator` are refused by the constructor with one clear error. The factory's
 `ema` config wraps the optimizer in Model Garden's legacy `ExponentialMovingAverage`, which
-is untested with ours.
+reads and sets the rate through the legacy `_get_hyper`/`_set_hyper`: ours provide them for
+the learning rate (tests/test_model_garden_registration.py).
 """
 import importlib
 import sys

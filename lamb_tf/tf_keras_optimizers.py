@@ -50,13 +50,35 @@ class _LayerwiseOptimizer(layerwise.LayerwiseMixin, tf_keras.optimizers.Optimize
     @property
     def learning_rate(self):
         rate = tf_keras.optimizers.Optimizer.learning_rate.fget(self)
-        if callable(rate) and not isinstance(rate, tf.Variable):
-            return rate()  # a zero-argument callable, evaluated at every step
+        if self._is_plain_callable(rate):
+            # a zero-argument callable, evaluated at every step; a tensor, as the base's
+            # variable reads, for what reads it with `backend.get_value`
+            return tf.convert_to_tensor(rate())
         return rate
 
     @learning_rate.setter
     def learning_rate(self, value):
+        if self._is_plain_callable(getattr(self, "_learning_rate", None)):
+            raise TypeError(
+                f"{self.name}'s learning rate is a callable, called at every step, so it cannot "
+                f"be set to {value!r}: change what the callable returns, or build the optimizer "
+                "with a number or a tf.Variable (what Keras' learning-rate callbacks set)")
         tf_keras.optimizers.Optimizer.learning_rate.fset(self, value)
+
+    def _is_plain_callable(self, rate):
+        return callable(rate) and not isinstance(rate, (tf.Variable, self._SCHEDULE_CLASS))
+
+    # Model Garden's `ExponentialMovingAverage` (its optimizer factory's `ema` config) reads
+    # and sets the wrapped optimizer's rate through the legacy optimizers' accessors.
+    def _get_hyper(self, name):
+        if name != "learning_rate":
+            raise AttributeError(f"{self.name} has no legacy hyperparameter {name!r}")
+        return self.learning_rate
+
+    def _set_hyper(self, name, value):
+        if name != "learning_rate":
+            raise AttributeError(f"{self.name} has no legacy hyperparameter {name!r}")
+        self.learning_rate = value
 
     def get_config(self):
         config = super().get_config()

@@ -88,3 +88,56 @@ def test_config_learning_rate_is_in_the_flavours_own_form(flavour_name, optimize
     assert type(ours) is type(theirs) and ours == theirs
     if flavour_name == "tf_keras":
         assert ours == 1e-4  # tf_keras keeps a numpy.float32 (TF Addons' get_config test)
+
+
+def _fit_two_epochs(flavour, optimizer, callbacks=()):
+    keras = flavour.keras
+    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)])
+    model.compile(optimizer=optimizer, loss="mse")
+    x, y = np.ones((8, 4), np.float32), np.zeros((8, 1), np.float32)
+    model.fit(x, y, batch_size=4, epochs=2, verbose=0, callbacks=list(callbacks))
+    return model
+
+
+@pytest.mark.parametrize("flavour_name,optimizer_name", CASES)
+def test_a_keras_file_of_a_variable_rate_restores_the_optimizer_state(
+        flavour_name, optimizer_name, tmp_path):
+    """Keras loads a saved optimizer only into one with as many variables, and otherwise
+    skips it with a warning: a variable rate must leave the optimizer the variables of the
+    number its config holds."""
+    flavour = FLAVOURS[flavour_name]()
+    rate = tf.Variable(RATES[0])
+    model = _fit_two_epochs(flavour, getattr(flavour.module, optimizer_name)(rate))
+    rate.assign(RATES[1])
+    path = str(tmp_path / "model.keras")
+    model.save(path)
+    loaded = flavour.keras.models.load_model(path)
+    loaded.optimizer.build(loaded.trainable_variables)
+    assert int(np.asarray(loaded.optimizer.iterations)) == 4
+    saved = [np.asarray(v) for v in model.optimizer.variables]
+    restored = [np.asarray(v) for v in loaded.optimizer.variables]
+    assert len(restored) == len(saved)
+    for a, b in zip(saved, restored):
+        np.testing.assert_array_equal(a, b)
+    assert float(np.asarray(loaded.optimizer.learning_rate)) == RATES[1]
+
+
+@pytest.mark.parametrize("flavour_name,optimizer_name", CASES)
+def test_learning_rate_callbacks_set_a_variable_rate(flavour_name, optimizer_name):
+    flavour = FLAVOURS[flavour_name]()
+    rate = tf.Variable(1.0)
+    set_each_epoch = flavour.keras.callbacks.LearningRateScheduler(lambda epoch, lr: RATES[epoch])
+    model = _fit_two_epochs(flavour, getattr(flavour.module, optimizer_name)(rate),
+                            [set_each_epoch])
+    assert float(rate.numpy()) == RATES[1]
+    assert float(np.asarray(model.optimizer.learning_rate)) == RATES[1]
+
+
+def test_a_callable_rate_reads_as_a_tensor_and_setting_it_says_what_to_do():
+    """tf_keras' learning-rate callbacks read the rate with `backend.get_value`; a callable
+    called at every step cannot be assigned, and the error says what can."""
+    flavour = FLAVOURS["tf_keras"]()
+    optimizer = flavour.module.LAMB(lambda: RATES[0])
+    assert float(flavour.keras.backend.get_value(optimizer.learning_rate)) == RATES[0]
+    with pytest.raises(TypeError, match="callable, called at every step.*tf.Variable"):
+        optimizer.learning_rate = RATES[1]

@@ -37,3 +37,19 @@ def test_same_steps_as_model_garden(optimizer_name, kwargs):
         results.append([v.numpy() for v in variables])
     for theirs, ours in zip(*results):
         assert ref.relative_error(ours, theirs) < 1e-5
+
+
+@pytest.mark.parametrize("optimizer_name,kwargs", CASES)
+def test_model_gardens_saved_config_builds_ours_with_the_same_hyperparameters(
+        optimizer_name, kwargs):
+    """A model saved with Model Garden's optimizer loads with ours given as its class: its
+    config holds the legacy `decay=0.0`, which asks for nothing and is accepted."""
+    from official.modeling.optimization import lamb, lars
+
+    model_garden_class = {"LAMB": lamb.LAMB, "LARS": lars.LARS}[optimizer_name]
+    config = model_garden_class(**kwargs).get_config()
+    assert config["decay"] == 0.0
+    ours = getattr(tf_keras_optimizers, optimizer_name).from_config(config)
+    for key, value in config.items():
+        if key not in ("name", "decay"):
+            assert ours.get_config()[key] == pytest.approx(value), key

@@ -52,3 +52,40 @@ def test_register_is_idempotent_and_unregister_restores_model_garden():
     model_garden.unregister()
     assert not model_garden.is_registered()
     assert optimizer_factory.LEGACY_OPTIMIZERS_CLS["lamb"] is model_garden_lamb.LAMB
+
+
+@pytest.mark.parametrize("optimizer_type", ["lamb", "lars"])
+def test_the_factorys_ema_wrapper_averages_the_weights_and_reads_the_rate(
+        registered, optimizer_type):
+    """Model Garden's `ema` config wraps the optimizer in its `ExponentialMovingAverage`, whose
+    `learning_rate` (Model Garden's trainer reads it at every loop's end) and `lr` setter go
+    through the legacy optimizers' `_get_hyper` / `_set_hyper`."""
+    import numpy as np
+    import tensorflow as tf
+    import tf_keras
+
+    config = optimization_config.OptimizationConfig({
+        "optimizer": {"type": optimizer_type},
+        "learning_rate": {"type": "constant", "constant": {"learning_rate": 0.1}},
+        "ema": {"average_decay": 0.5, "dynamic_decay": False}})
+    factory = optimizer_factory.OptimizerFactory(config)
+    strategy = tf.distribute.OneDeviceStrategy("/cpu:0")  # swap_weights needs one
+    with strategy.scope():
+        optimizer = factory.build_optimizer(factory.build_learning_rate())
+        model = tf_keras.Sequential([tf_keras.Input((3,)), tf_keras.layers.Dense(2)])
+        optimizer.shadow_copy(model)
+    assert isinstance(optimizer._optimizer, optimizer_factory.LEGACY_OPTIMIZERS_CLS[optimizer_type])
+    before = [w.numpy() for w in model.trainable_variables]
+    gradients = [tf.ones_like(w) for w in model.trainable_variables]
+    step = tf.function(lambda: optimizer.apply_gradients(zip(gradients, model.trainable_variables)))
+    strategy.run(step)
+    after = [w.numpy() for w in model.trainable_variables]
+    with strategy.scope():
+        optimizer.swap_weights()  # the model now holds the averages
+    for b, a, average in zip(before, after, model.trainable_variables):
+        assert not np.allclose(a, b)
+        # Model Garden's averages start at zero; decay 0.5, one update
+        np.testing.assert_allclose(average.numpy(), 0.5 * a, rtol=1e-6)
+    assert float(optimizer.learning_rate.numpy()) == pytest.approx(0.1)
+    optimizer.lr = 0.05
+    assert float(optimizer._optimizer.learning_rate.numpy()) == pytest.approx(0.05)
