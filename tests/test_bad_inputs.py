@@ -131,6 +131,18 @@ CASES = {
     "export-dir-cannot-be-written": (
         RESNET, FRESH, ["--params_override=export.dir=/proc/lamb_tf_export"],
         ["export.dir=/proc/lamb_tf_export: cannot write in /proc ("]),
+    "model-dir-of-another-program": (
+        RESNET, TRAINED, ["--params_override=data.embedded_digits=true"],
+        ["holds a run this program cannot resume: its config.yaml does not load as this "
+         "program's (", "is it another program's run? Give a new --model_dir"]),
+    # The export replaces its directory: one of other files, or the run's own, is refused.
+    "export-dir-holds-other-files": (
+        BERT, TRAINED, ["--mode=export", "--params_override=export.dir={d}/notes"],
+        ["export.dir={d}/notes: {d}/notes holds files that are not a SavedModel (a.txt, ...)",
+         "give a new or empty directory, or an earlier export"]),
+    "export-dir-is-the-model-dir": (
+        BERT, TRAINED, ["--mode=export", "--params_override=export.dir={m}"],
+        ["it holds --model_dir", "whose checkpoints the export would replace"]),
     "model-heads-do-not-divide": (BERT, FRESH, ["--params_override=model.num_attention_heads=3"],
                                   ["model.hidden_size=16 is not a multiple of "
                                    "model.num_attention_heads=3"]),
@@ -198,6 +210,8 @@ TPU_SECONDS = 60  # the `--tpu` row must fail within this wall time on a machine
 def _write_inputs(d, bert_data):
     (d / "a_directory.yaml").mkdir()
     (d / "a_file").write_text("not a directory")
+    (d / "notes").mkdir()
+    (d / "notes" / "a.txt").write_text("a user's file, not an export")
     (d / "broken.yaml").write_text("train: [1,\n")
     (d / "unknown_key.yaml").write_text("train:\n  stepz: 3\n")
     (d / "corrupt-00000.tfrecord").write_bytes(b"this is not a TFRecord file" * 4)
@@ -321,7 +335,7 @@ def outcomes(tmp_path_factory):
         if WITHOUT_MODEL_DIR in others:
             others = [a for a in others
                       if a != WITHOUT_MODEL_DIR and not a.startswith("--model_dir=")]
-        return [a.replace("{d}", str(inputs)) for a in others]
+        return [a.replace("{d}", str(inputs)).replace("{m}", model_dir) for a in others]
 
     # Phase 1: the rows on fresh model_dirs, and the 2-step run the other rows start from.
     trained_dir = str(root / "trained")
@@ -388,6 +402,11 @@ def test_bad_input_gives_one_line_and_writes_nothing(outcomes, case_id):
     assert not tfrecords, tfrecords
 
 
+def test_an_export_dir_of_other_files_keeps_them(outcomes):
+    inputs = outcomes["export-dir-holds-other-files"][5]
+    assert os.listdir(os.path.join(inputs, "notes")) == ["a.txt"]
+
+
 @pytest.mark.parametrize("case_id", sorted(CONFIG_ERRORS))
 def test_a_bad_config_is_not_printed(outcomes, case_id):
     model_dir = outcomes[case_id][3]
@@ -427,6 +446,7 @@ README_ROWS = {
         ["corpus-without-sentence-pairs"],
     "vocabulary that does not match the checkpoint": ["vocabulary-does-not-match-checkpoint"],
     "`model_dir` holds another model shape": ["model-dir-holds-another-model-shape"],
+    "`model_dir` holds another program's run": ["model-dir-of-another-program"],
     "NaN in the training data": ["nan-in-training-data"],
     "`--tpu` without a TPU (bounded: measured 4 s)": ["tpu-flag-without-tpu"],
     "export before any checkpoint": ["export-before-any-checkpoint"],
@@ -436,6 +456,8 @@ README_ROWS = {
     "`--model_dir`, `export.dir` or `data.data_dir` where nothing can be written":
         ["model-dir-cannot-be-written", "export-dir-cannot-be-written",
          "data-dir-cannot-be-written"],
+    "an `export.dir` that holds other files, or the run itself":
+        ["export-dir-holds-other-files", "export-dir-is-the-model-dir"],
     "model values Model Garden cannot build": ["model-heads-do-not-divide",
                                                "resnet-model-norm-epsilon-negative"],
     "an optimizer value the optimizers or the schedule refuse": [

@@ -81,11 +81,14 @@ def test_data_programs_print_their_help_without_tensorflow_lines(module, first_l
 
 
 @pytest.mark.slow
-def test_missing_model_dir_is_one_line_and_exit_2():
-    result = run_cli("recipes.resnet.train", "--config_file=configs/resnet/tiny_cpu.yaml")
+@pytest.mark.parametrize("given, words", [((), "is required"), (("--model_dir=",), "is empty")],
+                         ids=["left-out", "empty"])
+def test_missing_model_dir_is_one_line_and_exit_2(given, words):
+    """An empty one is what `--model_dir=$RUN` gives with RUN unset."""
+    result = run_cli("recipes.resnet.train", "--config_file=configs/resnet/tiny_cpu.yaml", *given)
     assert result.returncode == 2
     assert result.stderr.strip().splitlines() == [
-        "error: --model_dir is required: the directory for this run's checkpoints, "
+        f"error: --model_dir {words}: the directory for this run's checkpoints, "
         "config.yaml and export (see --help)"]
 
 

@@ -237,3 +237,29 @@ def test_data_values_the_pipeline_cannot_use_are_refused_by_check_config(
     with pytest.raises(UserError) as error:
         task_class(load_config(task_class.config_class, [], override)).check_config()
     assert str(error.value) == message
+
+
+@pytest.mark.parametrize("written", ["1e-3", "1E-3", "+1e-3", "10e-4", "1.e-3"])
+def test_a_float_in_exponent_form_without_a_dot_is_a_float(tmp_path, written):
+    """YAML 1.2 reads `1e-3` as a number; PyYAML (YAML 1.1) gave the string '1e-3'."""
+    path = _write(tmp_path, "a.yaml", f"train:\n  learning_rate: {written}\n")
+    assert load_config(_Schema, [path], "").train.learning_rate == pytest.approx(1e-3)
+    override = load_config(_Schema, [], f"train.learning_rate={written}")
+    assert override.train.learning_rate == pytest.approx(1e-3)
+    with pytest.raises(UserError, match="must be float, got '1e-3'"):
+        load_config(_Schema, [], "train.learning_rate='1e-3'")  # quoted: a string still
+
+
+def test_a_config_file_that_is_not_utf8_is_one_line(tmp_path):
+    path = tmp_path / "binary.yaml"
+    path.write_bytes(b"\xff\xfetrain:\n")
+    with pytest.raises(UserError, match=r"binary.yaml' is not UTF-8 text \(invalid start byte "
+                                        r"at byte 0\); give a YAML file"):
+        load_config(_Schema, [str(path)], "")
+
+
+@pytest.mark.parametrize("seed", [-1, 2**32])
+def test_a_seed_tensorflow_cannot_take_is_refused_with_the_config(seed):
+    config = _shared_sections(schema.TrainConfig(seed=seed))
+    with pytest.raises(UserError, match=rf"train.seed={seed} must be from 0 to 2\*\*32 - 1"):
+        schema.check(config)

@@ -10,7 +10,8 @@ import tensorflow as tf
 import tf_keras
 
 import tensorboard_events
-from recipes.common import training
+from lamb_tf import accumulation
+from recipes.common import checkpoints, training
 from recipes.common.errors import UserError
 from step_weights import WeightsAfterEachStep
 
@@ -307,6 +308,25 @@ def test_checkpoint_of_another_model_shape_is_one_line(tmp_path):
     other.compile(optimizer=tf_keras.optimizers.Adam(0.05), loss="mse")
     with pytest.raises(UserError, match="does not fit this model"):
         _train(other, str(tmp_path), steps=4)
+
+
+def _accumulating(widths):
+    network = tf_keras.Sequential([tf_keras.layers.Dense(width) for width in widths])
+    network.build((None, 3))
+    return accumulation.GradientAccumulationModel(network, 1)
+
+
+@pytest.mark.parametrize("widths, words", [
+    ([5, 1], r"\(Received incompatible tensor with shape \(.*\) when attempting to restore "
+             r"variable with shape"),
+    ([4, 1, 1], r"\(2 of this model's variables are not in it, such as "),
+], ids=["another-shape", "more-layers"])
+def test_an_init_checkpoint_of_another_model_is_one_line(tmp_path, widths, words):
+    """`train.init_checkpoint` (phase 2 from phase 1's weights) of another model."""
+    path = tf.train.Checkpoint(model=_accumulating([4, 1])).save(str(tmp_path / "ckpt"))
+    with pytest.raises(UserError, match=rf"train.init_checkpoint {path} does not fit this model "
+                                        rf"{words}.*\); both runs need the same model"):
+        checkpoints.restore_weights_only(_accumulating(widths), path)
 
 
 def test_export_is_complete_or_absent(tmp_path, monkeypatch):

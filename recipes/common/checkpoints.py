@@ -8,6 +8,7 @@ checkpoint as the latest one. See docs/reliability.md.
 """
 
 import os
+import re
 
 import tensorflow as tf
 
@@ -68,15 +69,26 @@ def restore(manager, restore_dir=None):
     try:
         manager.checkpoint.restore(path).assert_existing_objects_matched()
     except (ValueError, AssertionError, tf.errors.InvalidArgumentError) as error:
-        detail = str(error).strip().splitlines()[0][:240]
         raise UserError(
-            f"checkpoint {path} does not fit this model ({detail}); it was trained with "
+            f"checkpoint {path} does not fit this model ({_misfit(error)}); it was trained with "
             "other model.* settings or another vocabulary / number of classes: use the "
             "config and data it was trained with, or a new --model_dir"
         ) from None
     step = int(manager.checkpoint.optimizer.iterations.numpy())
     print(f"restored {path} at step {step}", flush=True)
     return step
+
+
+def _misfit(error):
+    """What TensorFlow's restore error says, in a few words: how many of this model's
+    variables the checkpoint lacks and the first, or the first line (a shape mismatch)."""
+    text = str(error).strip()
+    missing = re.findall(r"<tf\.Variable '([^']+)'", text)
+    if "not bound to checkpointed values" in text and missing:
+        return (f"{len(missing)} of this model's variables are not in it, such as "
+                f"{missing[0].removesuffix(':0')}")
+    first = text.splitlines()[0]
+    return first if len(first) <= 240 else first[:240].rsplit(" ", 1)[0] + " ..."
 
 
 def build_optimizer_state(model):
@@ -112,13 +124,11 @@ def restore_weights_only(model, init_checkpoint):
     # Only the path checkpoint -> model -> inner_model (the weights): a compiled Keras model
     # also tracks its optimizer, which must not come along.
     weights_only = tf.train.Checkpoint(model=tf.train.Checkpoint(inner_model=model.inner_model))
-    status = weights_only.restore(path)
-    try:
-        status.expect_partial().assert_existing_objects_matched()
-    except (AssertionError, ValueError) as error:
-        detail = str(error).strip().splitlines()[0][:200]
+    try:  # a variable of another shape fails in `restore`, a missing one in the assertion
+        weights_only.restore(path).expect_partial().assert_existing_objects_matched()
+    except (AssertionError, ValueError, tf.errors.InvalidArgumentError) as error:
         raise UserError(
-            f"train.init_checkpoint {path} does not fit this model ({detail}); both runs "
+            f"train.init_checkpoint {path} does not fit this model ({_misfit(error)}); both runs "
             "need the same model.* shape and vocabulary / number of classes"
         ) from None
     print(f"initialised weights from {path} (optimizer state starts fresh)", flush=True)

@@ -13,6 +13,7 @@ unknown keys but accepts any type (a string lands in an int field), and the erro
 
 import dataclasses
 import os
+import re
 import types
 import typing
 
@@ -131,6 +132,11 @@ def _read_yaml_file(path):
             f"config file {path!r} does not exist; check --config_file "
             "(paths are relative to the current directory)"
         ) from None
+    except UnicodeDecodeError as error:
+        raise UserError(
+            f"config file {path!r} is not UTF-8 text ({error.reason} at byte {error.start}); "
+            "give a YAML file"
+        ) from None
     except IsADirectoryError:
         raise UserError(
             f"config file {path!r} cannot be read (Is a directory); give a YAML file, such "
@@ -151,9 +157,19 @@ def _read_yaml_file(path):
     return parsed
 
 
+class _Loader(yaml.SafeLoader):
+    """PyYAML's safe loader that also reads `1e-3` as a float, as YAML 1.2 does (PyYAML
+    follows YAML 1.1, whose floats need a dot, `1.0e-3`, and gave the string '1e-3')."""
+
+
+_Loader.add_implicit_resolver(
+    "tag:yaml.org,2002:float", re.compile(r"^[-+]?[0-9][0-9_]*(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"),
+    list("-+0123456789"))
+
+
 def _safe_yaml(text, source):
     try:
-        return yaml.safe_load(text)
+        return yaml.load(text, Loader=_Loader)  # noqa: S506 (a SafeLoader)
     except yaml.YAMLError as error:
         where = ""
         mark = getattr(error, "problem_mark", None)

@@ -24,6 +24,7 @@ from lamb_tf.noise_scale import NOISE_SCALE_LOG
 from recipes.common import callbacks as callbacks_lib
 from recipes.common import checkpoints, config_help, errors, exclusion_report
 from recipes.common import config as config_lib
+from recipes.common import export as export_lib
 from recipes.common import native_log
 from recipes.common import flags as flags_lib
 from recipes.common import optimizer as optimizer_lib
@@ -120,6 +121,20 @@ def check_model_dir(model_dir, mode):
         checkpoints.require_checkpoint(model_dir)
 
 
+def check_export_dir(task, model_dir):
+    """A UserError, before any work, if the export could not be written where it goes or
+    would replace what is not an earlier export (`export.replace_problem`)."""
+    export_dir = task.config.export.dir
+    setting = f"export.dir={export_dir}"
+    if export_dir:
+        storage.check_writable(setting, export_dir)
+    else:
+        export_dir, setting = os.path.join(model_dir, task.export_subdir), "the export"
+    problem = export_lib.replace_problem(export_dir, model_dir)
+    if problem:
+        raise UserError(f"{setting}: {problem}")
+
+
 def exports(config, mode):
     """Whether a run in `mode` writes the export: `--mode=export`, or training with
     `export.enabled`."""
@@ -127,17 +142,20 @@ def exports(config, mode):
 
 
 def compare_with_saved_config(task, model_dir):
-    """When --model_dir holds a checkpoint and its config.yaml: refuses a change to a key of
-    `task.fixed_on_resume` (one line), and prints every other changed key, old -> new."""
+    """When --model_dir holds a checkpoint and its config.yaml: refuses a run whose
+    config.yaml is not this program's (before anything is written there) and a change to a
+    key of `task.fixed_on_resume` (one line each); prints every other changed key, old -> new."""
     saved_path = os.path.join(model_dir, "config.yaml")
     if checkpoints.latest_checkpoint(model_dir) is None or not tf.io.gfile.exists(saved_path):
         return
     try:
         saved = config_lib.load_config(type(task.config), [saved_path])
-    except UserError:
-        print(f"config: {saved_path} does not load with this version's keys; not compared",
-              flush=True)
-        return
+    except UserError as error:
+        raise UserError(
+            f"--model_dir {model_dir} holds a run this program cannot resume: its config.yaml "
+            f"does not load as this program's ({str(error).removeprefix(saved_path + ': ')}); is "
+            "it another program's run? Give a new --model_dir"
+        ) from None
     for key, old, new in config_lib.changed_keys(saved, task.config):
         fixed = any(key == f or (f.endswith(".") and key.startswith(f))
                     for f in task.fixed_on_resume)
@@ -173,8 +191,8 @@ def run(task_class, options):
     task = load_task(task_class, options)
     check_task_methods(task, options.mode)
     check_model_dir(options.model_dir, options.mode)
-    if exports(task.config, options.mode) and task.config.export.dir:
-        storage.check_writable(f"export.dir={task.config.export.dir}", task.config.export.dir)
+    if exports(task.config, options.mode):
+        check_export_dir(task, options.model_dir)
     compare_with_saved_config(task, options.model_dir)
     strategy = strategy_lib.make_strategy(options.strategy, options.tpu, options.communication)
     plan = plan_batch(task.config, strategy.num_replicas_in_sync)

@@ -112,8 +112,9 @@ class RunOptions:
 def read_options(extra_flags=()):
     """The parsed flags (the shared ones and `extra_flags`) as a `RunOptions`: the only
     place the training programs read FLAGS."""
-    if FLAGS.model_dir is None and not FLAGS.help_config:
-        raise UserError("--model_dir is required: the directory for this run's checkpoints, "
+    if not FLAGS.model_dir and not FLAGS.help_config:  # None, or empty (an unset $VAR)
+        given = "is required" if FLAGS.model_dir is None else "is empty"
+        raise UserError(f"--model_dir {given}: the directory for this run's checkpoints, "
                         "config.yaml and export (see --help)")
     return RunOptions(
         config_files=tuple(FLAGS.config_file),

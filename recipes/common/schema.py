@@ -124,6 +124,9 @@ def check(config):
                                     "checkpoint_every", "steps_per_execution", "log_every"))
     check_steps(train.steps, train.checkpoint_every)
     _check_callback_steps(train)
+    if not 0 <= train.seed < 2**32:
+        raise UserError(f"train.seed={train.seed} must be from 0 to 2**32 - 1 (TensorFlow's and "
+                        "NumPy's seeds)")
     if config.eval.global_batch_size <= 0 or config.eval.steps < 0:
         raise UserError(
             f"eval.global_batch_size={config.eval.global_batch_size} must be positive and "
