@@ -10,6 +10,7 @@ import pytest
 import tensorflow as tf
 import tensorflow_text  # noqa: F401  (ops of the preprocessing SavedModel)
 import tf_keras
+import yaml
 from official.core import exp_factory
 from official.core import task_factory
 from official.nlp.configs import encoders
@@ -19,6 +20,7 @@ from lamb_tf import model_garden
 from lamb_tf import tf_keras_optimizers
 from recipes.bert import ecosystem_export
 from recipes.bert import model as model_lib
+from recipes.common.errors import UserError
 
 pytestmark = pytest.mark.slow  # Model Garden task, two Hub SavedModels (minutes)
 
@@ -111,3 +113,28 @@ def test_hub_pair_serves_the_encoder_outputs_from_raw_text(exported):
     np.testing.assert_allclose(outputs["sequence_output"].numpy(),
                                expected["sequence_output"].numpy(), rtol=1e-5, atol=1e-6)
     assert len(outputs["encoder_outputs"]) == TINY_MODEL.num_layers
+
+
+@pytest.mark.parametrize("config", [
+    {"model": {"depth": 10}, "data": {"image_size": 32}},  # a ResNet run's
+    {"model": {key: 2 for key in ecosystem_export.MODEL_KEYS}, "data": {}},
+    ["not", "a", "mapping"],
+], ids=["resnet-run", "no-seq-length", "not-a-mapping"])
+def test_a_model_dir_that_is_no_pretraining_run_is_one_line(tmp_path, config):
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(config))
+    with pytest.raises(UserError, match="is not a BERT pretraining run's config .*: give the "
+                                        r"--model_dir of a pretraining run"):
+        ecosystem_export.read_pretraining_run(str(tmp_path))
+
+
+def test_fine_tuning_from_a_directory_that_is_no_pretraining_run_is_one_line(tmp_path):
+    from recipes.bert import finetune_data
+
+    missing = str(tmp_path / "none")
+    with pytest.raises(UserError, match=f"encoder.pretraining_dir={missing} does not exist: give "
+                                        "the --model_dir of a pretraining run"):
+        finetune_data.PretrainingRun(missing)
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump({"model": {"depth": 10}, "data": {}}))
+    with pytest.raises(UserError, match="encoder.pretraining_dir: .*config.yaml is not a BERT "
+                                        "pretraining run's config"):
+        finetune_data.PretrainingRun(str(tmp_path))

@@ -162,21 +162,39 @@ MODEL_KEYS = ("hidden_size", "num_layers", "num_attention_heads", "intermediate_
               "attention_dropout_rate", "initializer_range")
 
 
-def read_pretraining_run(model_dir):
-    """(model config, vocab_file, seq_length, encoder SavedModel) of a pretraining run,
-    from its `config.yaml`, its data preparation and its export."""
+def pretraining_config(model_dir):
+    """The `config.yaml` of a BERT pretraining run in `model_dir` (a dict), or a one-line
+    error saying that `model_dir` is not such a run."""
     config_path = os.path.join(model_dir, "config.yaml")
     if not tf.io.gfile.exists(config_path):
         raise UserError(f"{config_path} does not exist: give the --model_dir of a pretraining "
                         "run (python -m recipes.bert.pretrain)")
     with tf.io.gfile.GFile(config_path) as f:
         config = yaml.safe_load(f)
-    model_config = types.SimpleNamespace(**{key: config["model"][key] for key in MODEL_KEYS})
-    data = config["data"]
+    model, data = (config.get(section) if isinstance(config, dict) else None
+                   for section in ("model", "data"))
+    missing = [key for key in MODEL_KEYS if not isinstance(model, dict) or key not in model]
+    if missing or not isinstance(data, dict) or "seq_length" not in data:
+        raise UserError(f"{config_path} is not a BERT pretraining run's config (no "
+                        f"model.{(missing or ['hidden_size'])[0]} or data.seq_length): give the "
+                        "--model_dir of a pretraining run (python -m recipes.bert.pretrain)")
+    return config
+
+
+def read_pretraining_run(model_dir):
+    """(model config, vocab_file, seq_length, encoder SavedModel) of a pretraining run,
+    from its `config.yaml`, its data preparation and its export."""
+    config = pretraining_config(model_dir)
+    model, data = config["model"], config["data"]
+    model_config = types.SimpleNamespace(**{key: model[key] for key in MODEL_KEYS})
     vocab_file = data.get("vocab_file") or ""
     if not vocab_file:  # learned by the preparation, in the data directory
         metadata = os.path.join(data.get("data_dir") or os.path.join(model_dir, "data"),
                                 "metadata.json")
+        if not tf.io.gfile.exists(metadata):
+            raise UserError(f"{metadata} does not exist: the data preparation that learned "
+                            "the run's vocabulary is not there; give the --model_dir of a "
+                            "pretraining run with its data")
         with tf.io.gfile.GFile(metadata) as f:
             vocab_file = json.load(f)["vocab_file"]
     export = config.get("export", {})

@@ -21,6 +21,13 @@ class PretrainingRun:
     (checkpoint, encoder.yaml, vocab.txt) and the sequence length."""
 
     def __init__(self, model_dir):
+        if not tf.io.gfile.isdir(model_dir):
+            raise UserError(f"encoder.pretraining_dir={model_dir} does not exist: give the "
+                            "--model_dir of a pretraining run (python -m recipes.bert.pretrain)")
+        try:
+            ecosystem_export.pretraining_config(model_dir)
+        except UserError as error:
+            raise UserError(f"encoder.pretraining_dir: {error}") from None
         self.directory = os.path.join(model_dir, ecosystem_export.CHECKPOINT_SUBDIR)
         self.checkpoint = tf.train.latest_checkpoint(self.directory)
         if self.checkpoint is None:
