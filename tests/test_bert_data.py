@@ -781,3 +781,11 @@ def test_a_finished_preparation_is_reused_from_another_directory_and_after_a_cop
         assert glob.glob(found.train_files) and glob.glob(found.eval_files)
         assert vocabulary.read_vocabulary(found.vocab_file) == vocabulary.read_vocabulary(
             str(first / prepared.vocab_file))
+
+
+def test_a_directory_given_for_the_tfrecords_is_a_user_error(tmp_path):
+    with pytest.raises(UserError, match=f"names the directory {tmp_path}: give a glob of its "
+                                        f"files, such as {tmp_path}/train-\\*.tfrecord"):
+        input_lib.make_pretraining_dataset(
+            str(tmp_path), seq_length=8, max_predictions_per_seq=2, batch_size=2,
+            is_training=False)

@@ -187,6 +187,12 @@ def list_files(file_pattern):
             "`python -m recipes.bert.prepare_data --output_dir=DIR` and point the "
             "config at DIR/train-*.tfrecord"
         )
+    directories = [path for path in files if tf.io.gfile.isdir(path)]
+    if directories:
+        raise UserError(
+            f"pretraining data: {file_pattern} names the directory {directories[0]}: give a "
+            f"glob of its files, such as {directories[0].rstrip('/')}/train-*.tfrecord"
+        )
     return files
 
 
