@@ -29,6 +29,7 @@ class Preempted(Exception):
 EXIT_USER_ERROR = 2
 _HELP_FLAGS = {"--help", "-help", "-h", "-?", "--helpshort", "--helpfull", "--helpxml"}
 EXIT_PREEMPTED = 143  # 128 + SIGTERM, what a shell reports for a process stopped by it
+EXIT_INTERRUPTED = 130  # 128 + SIGINT (Ctrl-C)
 
 
 def run(main):
@@ -43,6 +44,11 @@ def run(main):
         except Preempted as stopped:
             print(f"stopped: {stopped}", file=sys.stderr, flush=True)
             sys.exit(EXIT_PREEMPTED)
+        except KeyboardInterrupt:  # Ctrl-C: what was written stays (checkpoints are atomic)
+            print("stopped: interrupted (Ctrl-C); run the same command again to go on (a "
+                  "training run resumes from its newest checkpoint; SIGTERM also saves the step "
+                  "in progress first)", file=sys.stderr, flush=True)
+            sys.exit(EXIT_INTERRUPTED)
 
     app.define_help_flags()
     try:  # parsed here first so that a bad flag is one line and exit status 2, as any mistake
