@@ -6,6 +6,7 @@ sizes build their task, model and optimizer through Model Garden's own code
 checked against the float64 NumPy reference in `tests/numpy_reference.py`, which shows that
 every config field, the exclusion lists included, reached our optimizer.
 """
+import json
 import os
 import re
 import subprocess
@@ -27,6 +28,7 @@ from official.vision.configs import image_classification  # noqa: F401  (resnet_
 import numpy_reference
 from conftest import REPO_ROOT
 from lamb_tf import model_garden
+from lamb_tf import model_garden_launcher
 from lamb_tf import tf_keras_optimizers
 
 TINY_BERT = {
@@ -265,7 +267,7 @@ def test_missing_field_is_the_first_one_model_garden_needs(override, field):
 def test_launcher_without_driver_prints_usage_and_exits_2(monkeypatch, capsys):
     monkeypatch.setattr(sys, "argv", ["model_garden.py", "--mode=train"])
     with pytest.raises(SystemExit) as exit_info:
-        model_garden.main()
+        model_garden_launcher.main()
     assert exit_info.value.code == 2
     assert "usage: python -m lamb_tf.model_garden {nlp|vision}" in capsys.readouterr().err
 
@@ -273,7 +275,7 @@ def test_launcher_without_driver_prints_usage_and_exits_2(monkeypatch, capsys):
 def test_launcher_help_prints_usage_and_where_the_trainers_flags_are(monkeypatch, capsys):
     monkeypatch.setattr(sys, "argv", ["model_garden.py", "--help"])
     with pytest.raises(SystemExit) as exit_info:
-        model_garden.main()
+        model_garden_launcher.main()
     assert exit_info.value.code == 0
     printed = capsys.readouterr().out
     assert printed.startswith("usage: python -m lamb_tf.model_garden {nlp|vision}")
@@ -288,3 +290,110 @@ def test_launcher_passes_helpfull_to_the_trainer_and_exits_0():
         env={**os.environ, "PYTHONPATH": REPO_ROOT, "TF_CPP_MIN_LOG_LEVEL": "3"})
     assert result.returncode == 0, result.stderr[-2000:]
     assert "--experiment" in result.stdout and "--params_override" in result.stdout
+
+
+# The launcher's command lines with a user mistake, run by one process that imports
+# TensorFlow and Model Garden's NLP trainer once, then forks one child per command line
+# that runs `python -m lamb_tf.model_garden <args>` as the command line does (as
+# tests/preloaded_cli.py does for the recipes, whose flags would clash with Model Garden's).
+_FORKING_RUNNER = r"""
+import json, os, runpy, sys, traceback, warnings
+import lamb_tf.model_garden_launcher, official.nlp.train  # imports only: nothing of TensorFlow runs
+results = []
+for args, out, err in json.load(open(sys.argv[1])):
+    pid = os.fork()
+    if pid == 0:
+        for fd, path in ((1, out), (2, err)):
+            os.dup2(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644), fd)
+        sys.stdout = os.fdopen(1, "w", buffering=1)
+        sys.stderr = os.fdopen(2, "w", buffering=1)
+        sys.argv = ["lamb_tf.model_garden", *args]
+        warnings.filterwarnings("ignore", message=".*found in sys.modules.*")
+        code = 0
+        try:
+            runpy.run_module("lamb_tf.model_garden", run_name="__main__", alter_sys=True)
+        except SystemExit as exit_:
+            code = exit_.code if isinstance(exit_.code, int) else int(exit_.code is not None)
+        except BaseException:
+            traceback.print_exc()
+            code = 1
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    results.append(os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]))
+json.dump(results, open(sys.argv[2], "w"))
+"""
+
+# id: (arguments after `nlp`/`vision` ({d}: the inputs directory), key words of the one line)
+BAD_LAUNCHES = {
+    "missing-config-file": (["nlp", "--config_file={d}/nonexistent.yaml"],
+                            ["--config_file={d}/nonexistent.yaml", "does not exist",
+                             "check the path"]),
+    "config-file-is-a-directory": (["nlp", "--config_file={d}/a_directory.yaml"],
+                                   ["a_directory.yaml' is a directory", "give a YAML file"]),
+    "config-file-bad-yaml": (["nlp", "--config_file={d}/broken.yaml"],
+                             ["broken.yaml' is not valid YAML", "at line 3, column 1",
+                              "fix the YAML syntax"]),
+    "unknown-key-in-file": (["nlp", "--config_file={d}/unknown_key.yaml"],
+                            ["unknown_key.yaml: unknown config key "
+                             "'task.train_data.input_pathz'",
+                             "did you mean task.train_data.input_path?"]),
+    "unknown-override": (["nlp", "--params_override=trainer.train_stepz=3"],
+                         ["--params_override: unknown config key 'trainer.train_stepz'",
+                          "did you mean trainer.train_steps?"]),
+    "unknown-experiment": (["nlp", "--experiment=bert/pretrainnig"],
+                           ["--experiment=bert/pretrainnig is not a registered Model Garden "
+                            "experiment", "did you mean bert/pretraining"]),
+    "flag-typo": (["nlp", "--mdoel_dir={d}/model"],
+                  ["Unknown command line flag 'mdoel_dir'", "Did you mean: model_dir"]),
+    "mode-typo": (["nlp", "--mode=trian"],
+                  ["--mode=trian is not a mode of Model Garden's nlp trainer",
+                   "use one of train, eval,"]),
+    # in absl's --mode enum, but Model Garden raises NotImplementedError for it after
+    # building the model and writing model_dir
+    "mode-the-driver-does-not-run": (["nlp", "--mode=train_and_validate"],
+                                     ["--mode=train_and_validate is not a mode of Model "
+                                      "Garden's nlp trainer"]),
+}
+
+
+@pytest.fixture(scope="module")
+def bad_launches(tmp_path_factory):
+    """{case id: (exit status, stderr, model_dir, inputs directory)}, each case run once."""
+    d = tmp_path_factory.mktemp("bad_launches")
+    (d / "a_directory.yaml").mkdir()
+    (d / "broken.yaml").write_text("task:\n  model: {encoder: [\n")
+    (d / "unknown_key.yaml").write_text("task:\n  train_data: {input_pathz: dummy}\n")
+    jobs, cases = [], {}
+    for case_id, (args, _) in BAD_LAUNCHES.items():
+        model_dir = d / f"model_{case_id}"
+        args = [arg.format(d=d) for arg in args]
+        flags = ["--experiment=bert/pretraining", "--mode=train", f"--model_dir={model_dir}",
+                 f"--config_file={TINY_EXPERIMENT}"]
+        # a flag given by the case replaces the default one of the same name
+        given = {arg.split("=")[0] for arg in args}
+        flags = [flag for flag in flags if flag.split("=")[0] not in given]
+        if case_id == "flag-typo":
+            flags = [flag for flag in flags if not flag.startswith("--model_dir")]
+        out, err = d / f"{case_id}.out", d / f"{case_id}.err"
+        jobs.append([[args[0], *flags, *args[1:]], str(out), str(err)])
+        cases[case_id] = (err, model_dir)
+    (d / "jobs.json").write_text(json.dumps(jobs))
+    subprocess.run([sys.executable, "-c", _FORKING_RUNNER, str(d / "jobs.json"),
+                    str(d / "results.json")], cwd=REPO_ROOT, check=True, timeout=300,
+                   env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"})
+    codes = json.loads((d / "results.json").read_text())
+    return {case_id: (code, err.read_text(), model_dir, d)
+            for (case_id, (err, model_dir)), code in zip(cases.items(), codes)}
+
+
+@pytest.mark.slow  # command lines of Model Garden's NLP trainer (one import, forked)
+@pytest.mark.parametrize("case_id", list(BAD_LAUNCHES))
+def test_launcher_bad_input_gives_one_line_exit_2_before_any_work(bad_launches, case_id):
+    code, stderr, model_dir, d = bad_launches[case_id]
+    lines = stderr.strip().splitlines()
+    assert code == 2, stderr[-3000:]
+    assert len(lines) == 1 and lines[0].startswith("lamb_tf.model_garden: "), stderr[-3000:]
+    for words in BAD_LAUNCHES[case_id][1]:
+        assert words.format(d=d) in lines[0]
+    assert not model_dir.exists()

@@ -1,0 +1,272 @@
+"""`python -m lamb_tf.model_garden {nlp|vision} ...`: Model Garden's own drivers
+(`official/nlp/train.py`, `official/vision/train.py`, with all of their flags) with
+`lamb_tf.model_garden.register()` called first, e.g. on the tiny experiment shipped in
+`configs/model_garden/`:
+
+    .venv/bin/python -m lamb_tf.model_garden nlp --experiment=bert/pretraining --mode=train \
+        --model_dir=/tmp/mg_bert --config_file=configs/model_garden/bert_tiny_lamb.yaml
+
+Before launching (`check`), it names the first mistake in one line, exit status 2, before
+anything is written: an unknown or malformed flag, a `--mode` the driver does not run, an
+experiment `exp_factory` does not know (with the closest registered names), a
+`--config_file` that is missing, a directory, not YAML or not a mapping, a config key
+(file or `--params_override`) the experiment's config lacks (with the closest key), and the
+few fields whose absence makes Model Garden crash deep in its trainer
+(`lamb_tf.model_garden.missing_field`: a learning-rate `decay_steps`, a `warmup_steps`, the
+data's `input_path`). TensorFlow's C++ start-up lines come before this module runs (`python
+-m` imports the `lamb_tf` package, and TensorFlow, first): `TF_CPP_MIN_LOG_LEVEL=3` in the
+environment keeps them off the console.
+"""
+import difflib
+import importlib
+import re
+import sys
+
+from lamb_tf.model_garden import DRIVERS, missing_field, register
+
+# absl's help flags (as recipes.common.errors lists them; lamb_tf imports nothing of recipes/)
+_HELP_FLAGS = {"--help", "-help", "-h", "-?", "--helpshort", "--helpfull", "--helpxml"}
+
+# the modes each driver runs (absl's --mode enum also allows modes a driver does not
+# implement: Model Garden raises NotImplementedError for them after writing model_dir)
+MODES = {
+    "nlp": ("train", "eval", "train_and_eval", "train_and_post_eval", "continuous_eval",
+            "continuous_train_and_eval"),
+    "vision": ("train", "eval", "train_and_eval", "train_and_post_eval", "continuous_eval"),
+}
+
+
+class _UsageError(Exception):
+    """A mistake in the command line or the experiment config: one line, exit status 2."""
+
+
+def registered_experiments():
+    """Names of the experiments Model Garden's `exp_factory` knows in this process."""
+    from official.core import exp_factory
+
+    def names(collection, prefix=""):
+        for key, value in collection.items():
+            if isinstance(value, dict):
+                yield from names(value, f"{prefix}{key}/")
+            else:
+                yield prefix + key
+
+    return sorted(names(exp_factory._REGISTERED_CONFIGS))
+
+
+def _check_experiment(experiment):
+    known = registered_experiments()
+    if experiment in known:
+        return
+    close = difflib.get_close_matches(experiment, known, n=3)
+    hint = (f"did you mean {_one_of(close)}?" if close
+            else f"the registered ones: {', '.join(known)}")
+    raise _UsageError(f"--experiment={experiment} is not a registered Model Garden "
+                      f"experiment; {hint}")
+
+
+def _one_of(names):
+    return " or ".join(filter(None, [", ".join(names[:-1]), names[-1]]))
+
+
+def _check_mode(mode, driver_name):
+    if mode not in MODES[driver_name]:
+        raise _UsageError(f"--mode={mode} is not a mode of Model Garden's {driver_name} "
+                          f"trainer: use one of {', '.join(MODES[driver_name])}")
+
+
+def _read_yaml_file(path, source):
+    """The mapping of config keys in the YAML file `path` (named `source` in errors)."""
+    import tensorflow as tf
+    import yaml
+    from official.modeling.hyperparams import params_dict
+
+    if not tf.io.gfile.exists(path):
+        raise _UsageError(f"{source}: the file '{path}' does not exist; check the path")
+    if tf.io.gfile.isdir(path):
+        raise _UsageError(f"{source}: '{path}' is a directory; give a YAML file")
+    try:
+        with tf.io.gfile.GFile(path) as f:
+            loaded = yaml.load(f, Loader=params_dict._LOADER)
+    except tf.errors.OpError as error:
+        raise _UsageError(f"{source}: '{path}' cannot be read ({error.message})") from None
+    except yaml.YAMLError as error:
+        raise _UsageError(f"{source}: '{path}' is not valid YAML ({_yaml_problem(error)}); "
+                          "fix the YAML syntax") from None
+    if not isinstance(loaded, dict):
+        raise _UsageError(f"{source}: '{path}' holds no mapping of config keys (e.g. "
+                          "'trainer: {train_steps: 2}'); give a Model Garden experiment config")
+    return loaded
+
+
+def _yaml_problem(error):
+    problem = getattr(error, "problem", None) or str(error).splitlines()[0]
+    mark = getattr(error, "problem_mark", None)
+    return f"{problem} at line {mark.line + 1}, column {mark.column + 1}" if mark else problem
+
+
+def _read_override(text):
+    """`--params_override` as Model Garden reads it: CSV (a.b=1,c=2), YAML/JSON, or a file."""
+    import yaml
+    from official.modeling.hyperparams import params_dict
+
+    try:
+        text = params_dict.nested_csv_str_to_json_str(text)
+    except ValueError:
+        pass
+    try:
+        loaded = yaml.load(text, Loader=params_dict._LOADER)
+    except yaml.YAMLError as error:
+        raise _UsageError(f"--params_override is neither key=value pairs nor valid YAML "
+                          f"({_yaml_problem(error)}); e.g. --params_override="
+                          "trainer.train_steps=2,task.train_data.global_batch_size=4") from None
+    if isinstance(loaded, dict):
+        return loaded
+    return _read_yaml_file(text, "--params_override")
+
+
+def _unknown_key(config, override, prefix=""):
+    """(dotted key, known keys beside it) for the first key of `override` that `config`
+    lacks, or None."""
+    for key, value in override.items():
+        fields = config.as_dict()
+        if key not in fields:
+            return prefix + str(key), sorted(fields)
+        child = getattr(config, key)
+        if isinstance(value, dict) and hasattr(child, "as_dict"):
+            found = _unknown_key(child, value, f"{prefix}{key}.")
+            if found:
+                return found
+    return None
+
+
+def _override(params, override, source, experiment):
+    """`params.override(override, is_strict=True)` with a mistake named in one line."""
+    try:
+        params.override(override, is_strict=True)
+    except (KeyError, ValueError, TypeError, AttributeError) as error:
+        unknown = _unknown_key(params, override)
+        if unknown is None:
+            raise _UsageError(f"{source}: {_message(error)}") from None
+        key, known = unknown
+        parent, _, leaf = key.rpartition(".")
+        close = difflib.get_close_matches(leaf, known, n=1)
+        hint = (f"did you mean {parent + '.' if parent else ''}{close[0]}?" if close
+                else f"the keys under {parent or 'the top level'}: {', '.join(known)}")
+        raise _UsageError(f"{source}: unknown config key '{key}' (not in Model Garden's "
+                          f"{experiment} config); {hint}") from None
+
+
+def _message(error):
+    """An exception's text without KeyError's quotes or Model Garden's advice to its coders."""
+    text = error.args[0] if isinstance(error, KeyError) and error.args else str(error)
+    return str(text).split(" To extend the existing keys")[0]
+
+
+def _parsed_config(flags_obj):
+    """The experiment config as Model Garden's `train_utils.parse_configuration` builds it
+    (same sources, same order), with a mistake in any source named in one line."""
+    from official.core import exp_factory
+    from official.core import train_utils
+
+    experiment = flags_obj.experiment
+    parser = train_utils.ExperimentParser(flags_obj)
+    params = exp_factory.get_exp_config(experiment)
+    for config_file in flags_obj.config_file or []:
+        source = f"--config_file={config_file}"
+        _override(params, _read_yaml_file(config_file, source), source, experiment)
+    params = parser.parse_data_service(parser.parse_runtime(params))
+    if flags_obj.params_override:
+        _override(params, _read_override(flags_obj.params_override), "--params_override",
+                  experiment)
+    try:
+        params.validate()
+        # Model Garden's own parse, which the driver repeats: what it runs is what was checked
+        return train_utils.parse_configuration(flags_obj, lock_return=False, print_return=False)
+    except (KeyError, ValueError, TypeError, AttributeError) as error:
+        raise _UsageError(f"the experiment config is invalid: {_message(error)}") from None
+
+
+_REQUIRED_FLAGS = {"experiment": "--experiment=bert/pretraining", "mode": "--mode=train",
+                   "model_dir": "--model_dir=/tmp/mg_bert"}
+
+
+def check(flags_obj, driver_name):
+    """Raises `_UsageError` for the first mistake in the flags or the experiment config."""
+    for flag, example in _REQUIRED_FLAGS.items():
+        if not getattr(flags_obj, flag):
+            raise _UsageError(f"--{flag} is required, e.g. {example}")
+    _check_mode(flags_obj.mode, driver_name)
+    _check_experiment(flags_obj.experiment)
+    params = _parsed_config(flags_obj)
+    missing = missing_field(params, flags_obj.mode)
+    if missing:
+        raise _UsageError(f"{missing} is not set, and Model Garden's trainer crashes without "
+                          "it: set it in --config_file or --params_override "
+                          "(e.g. configs/model_garden/bert_tiny_lamb.yaml)")
+
+
+def _check_then(driver_main, driver_name):
+    """`driver_main`, run only after the flags and the experiment config pass the checks."""
+    from absl import flags
+
+    def checked_main(argv):
+        try:
+            check(flags.FLAGS, driver_name)
+        except _UsageError as error:
+            _usage_error(str(error))
+        return driver_main(argv)
+
+    return checked_main
+
+
+def _usage_error(message):
+    print(f"lamb_tf.model_garden: {message}", file=sys.stderr, flush=True)
+    sys.exit(2)
+
+
+def main():
+    """`python -m lamb_tf.model_garden {nlp|vision} <Model Garden flags>`."""
+    usage = (f"usage: python -m lamb_tf.model_garden {{{'|'.join(DRIVERS)}}} "
+             "--experiment=... --mode=train --model_dir=... [--config_file=...] "
+             "[--params_override=...]")
+    if set(sys.argv[1:2]) & _HELP_FLAGS:  # before a driver: this launcher's own usage
+        print(f"{usage}\nModel Garden's own trainer ({', '.join(DRIVERS.values())}) with "
+              "lamb_tf's LAMB and LARS as its 'lamb' and 'lars' optimizers; its flags: "
+              f"python -m lamb_tf.model_garden {next(iter(DRIVERS))} --helpfull")
+        sys.exit(0)
+    if len(sys.argv) < 2 or sys.argv[1] not in DRIVERS:
+        print(f"{usage}; got {sys.argv[1:2] or 'no driver'}", file=sys.stderr)
+        sys.exit(2)
+    driver_name = sys.argv.pop(1)
+    driver = importlib.import_module(DRIVERS[driver_name])
+    from absl import app
+    from absl import flags
+    from official.common import flags as tfm_flags
+
+    # what the driver's own `if __name__ == "__main__"` block does, with the required
+    # flags checked by `_check_then` (one line, status 2) instead of absl's
+    tfm_flags.define_flags()
+    register()
+    app.define_help_flags()
+    try:  # parsed here first so that a bad flag is one line and exit status 2, as any mistake
+        flags.FLAGS(sys.argv)
+    except SystemExit as help_exit:  # absl prints --help/--helpfull, then exits with status 1
+        sys.exit(0 if set(sys.argv[1:]) & _HELP_FLAGS else help_exit.code)
+    except flags.Error as error:
+        # absl's --mode enum holds modes the driver does not run: name the ones it does
+        bad_mode = re.match(r"flag --mode=(.*): value should be one of", str(error))
+        if bad_mode:
+            try:
+                _check_mode(bad_mode.group(1), driver_name)
+            except _UsageError as mode_error:
+                _usage_error(str(mode_error))
+        _usage_error(f"{error} (python -m lamb_tf.model_garden {driver_name} --helpfull "
+                     "lists the flags)")
+    try:
+        app.run(_check_then(driver.main, driver_name))
+    except SystemExit as finished:
+        # absl prints --help/--helpfull and exits with status 1; asked-for help is a success
+        if finished.code == 1 and set(sys.argv[1:]) & _HELP_FLAGS:
+            sys.exit(0)
+        raise
