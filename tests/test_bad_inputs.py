@@ -76,9 +76,14 @@ CASES = {
                                       # training pair (as Google's create_pretraining_data),
                                       # but leave nothing for the held-out split
                                       ["one_sentence_documents", "no held-out sentence pairs"]),
-    "vocabulary-does-not-match-checkpoint": (
+    "vocabulary-does-not-match-the-data": (
         BERT, TRAINED, ["--params_override=data.vocab_file={d}/bigger_vocab.txt"],
-        ["does not fit this model", "vocabulary"]),
+        ["data.vocab_file {d}/bigger_vocab.txt holds ", "were made with a vocabulary of ",
+         "give that one ("]),
+    "data-of-another-sequence-length": (
+        BERT, FRESH, ["--params_override=data.seq_length=32"],
+        ["data.train_files: ", "holds data prepared with seq_length=16, but "
+         "data.seq_length=32; set data.seq_length=16 or give files prepared for it"]),
     "model-dir-holds-another-model-shape": (BERT, TRAINED,
                                            ["--params_override=model.hidden_size=32"],
                                            ["does not fit this model", "new --model_dir"]),
@@ -444,7 +449,9 @@ README_ROWS = {
     "empty text corpus": ["empty-corpus"],
     "corpus too small for a held-out split (two one-sentence documents)":
         ["corpus-without-sentence-pairs"],
-    "vocabulary that does not match the checkpoint": ["vocabulary-does-not-match-checkpoint"],
+    "a vocabulary or a sequence length other than the data's (files beside their "
+    "preparation's `metadata.json`)": ["vocabulary-does-not-match-the-data",
+                                       "data-of-another-sequence-length"],
     "`model_dir` holds another model shape": ["model-dir-holds-another-model-shape"],
     "`model_dir` holds another program's run": ["model-dir-of-another-program"],
     "NaN in the training data": ["nan-in-training-data"],

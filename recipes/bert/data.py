@@ -5,6 +5,8 @@ import collections
 import json
 import os
 
+import tensorflow as tf
+
 from recipes.bert import prepare_data
 from recipes.common.errors import UserError
 
@@ -29,6 +31,36 @@ def finished_preparation(data_dir):
     return metadata_path if os.path.exists(metadata_path) else None
 
 
+def check_against_preparation(data_config):
+    """Configured training files that sit beside the metadata.json of the preparation that
+    wrote them must fit the config: TFRecords of another length fail to parse deep inside
+    training, and a vocabulary other than theirs fails in the embedding lookup (smaller) or
+    trains on the wrong pieces (larger). Files without that metadata are not checked."""
+    files = sorted(tf.io.gfile.glob(data_config.train_files.split(",")[0].strip()))
+    if not files:
+        return  # the input pipeline names the glob that matches nothing
+    data_dir = os.path.dirname(files[0])
+    metadata_path = os.path.join(data_dir, "metadata.json")
+    if not tf.io.gfile.exists(metadata_path):
+        return
+    with tf.io.gfile.GFile(metadata_path) as f:
+        metadata = json.load(f)
+    for key in ("seq_length", "max_predictions_per_seq"):
+        if key in metadata and metadata[key] != getattr(data_config, key):
+            raise UserError(
+                f"data.train_files: {data_dir} holds data prepared with {key}={metadata[key]}, "
+                f"but data.{key}={getattr(data_config, key)}; set data.{key}={metadata[key]} "
+                "or give files prepared for it")
+    if "vocab_size" in metadata and tf.io.gfile.exists(data_config.vocab_file):
+        with tf.io.gfile.GFile(data_config.vocab_file) as f:
+            pieces = sum(1 for line in f if line.strip())
+        if pieces != metadata["vocab_size"]:
+            raise UserError(
+                f"data.vocab_file {data_config.vocab_file} holds {pieces} pieces, but the "
+                f"files in {data_dir} were made with a vocabulary of {metadata['vocab_size']}; "
+                f"give that one ({os.path.join(data_dir, 'vocab.txt')})")
+
+
 def locate_or_prepare_data(data_config, model_dir):
     """Prepared TFRecords and vocabulary: the configured files, a finished preparation in
     the data directory, or a new preparation of the corpus there."""
@@ -39,6 +71,7 @@ def locate_or_prepare_data(data_config, model_dir):
                 f"data.train_files is set but data.{missing[0]} is empty; give the held-out "
                 "files and the vocabulary the training files were made with"
             )
+        check_against_preparation(data_config)
         return DataFiles(data_config.train_files, data_config.eval_files, data_config.vocab_file)
     data_dir = data_config.data_dir or os.path.join(model_dir, "data")
     metadata_path = finished_preparation(data_dir)
