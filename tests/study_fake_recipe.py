@@ -1,6 +1,7 @@
 """A stand-in for a recipe CLI, for the study tool's tests: same flags, writes the driver's
 results.json at once. Held-out "accuracy" peaks at learning rate 0.1 and falls with the
-batch; a learning rate above 0.3 diverges (the driver's one-line error, exit 2). Each
+batch; a learning rate above 0.3 diverges (the driver's one-line error, DIVERGED, exit 2;
+tests/test_batch_study.py checks that it is the line the real driver prints). Each
 start appends a line to <model_dir>/starts; with STUDY_FAKE_HANG_ABOVE_LR set, a run above
 that learning rate hangs (the test interrupts the study there)."""
 import json
@@ -8,6 +9,11 @@ import math
 import os
 import sys
 import time
+
+# What recipes.common.errors.run prints for the TrainingDiverged that the driver's
+# CheckpointEachEpoch raises when the loss is NaN after step 3 of a run with no checkpoint.
+DIVERGED = ("error: loss became nan at step 3; stopped without saving, no checkpoint was "
+            "saved before it; lower the learning rate or check the input data")
 
 
 def main(argv):
@@ -27,7 +33,7 @@ def main(argv):
     if hang_above and lr > float(hang_above):
         time.sleep(3600)
     if lr > 0.3:
-        print("error: the training loss is nan at step 3; the model diverged", file=sys.stderr)
+        print(DIVERGED, file=sys.stderr)
         return 2
     accuracy = 0.9 - 0.1 * abs(math.log10(lr / 0.1)) - 0.01 * math.log2(batch) + 0.001 * seed
     micro = int(overrides["train.micro_batch_size"])

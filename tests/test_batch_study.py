@@ -219,6 +219,24 @@ def test_a_failure_that_is_not_divergence_stops_the_study(fake_recipe, tmp_path,
         ("--config_file=/nowhere.yaml", "--config_file /nowhere.yaml does not exist"),
         ("--micro_batch_size=16", "8 is not a multiple of --micro_batch_size=16"),
         ("--params_override={train: {seed: 3}}", "use key=value,... items"),
+        ("--epochs=nan", "--epochs: got nan; give a finite number above 0"),
+        ("--epochs=inf", "--epochs: got inf; give a finite number above 0"),
+        ("--epochs=0", "--epochs: got 0.0; give a finite number above 0"),
+        ("--train_examples=-64", "--train_examples: got -64; give a finite number above 0"),
+        ("--micro_batch_size=0", "--micro_batch_size: got 0; give a finite number above 0"),
+        ("--batch_sizes=8,-32", "--batch_sizes: got -32; give a finite number above 0"),
+        ("--lr_multipliers=1,nan", "--lr_multipliers: got nan; give a finite number above 0"),
+        ("--lr_multipliers=inf", "--lr_multipliers: got inf; give a finite number above 0"),
+        ("--parallel=0", "--parallel: got 0; give a finite number above 0"),
+        ("--base_batch_size=-32", "--base_batch_size=-32 is negative"),
+        ("--warmup_steps=-1", "--warmup_steps must be at least 0, got -1"),
+        ("--seeds=1,-1", "--seeds: -1 is not a seed the recipes take; give seeds from 0 to"),
+        ("--seeds=4294967296", "--seeds: 4294967296 is not a seed the recipes take"),
+        # the study's flag named, not the --params_override the study would pass the recipe
+        ("--base_lr=lamb=nan,momentum=0.1", "--base_lr: lamb=nan is not a learning rate"),
+        ("--base_lr=lamb=0.1,momentum=inf", "--base_lr: momentum=inf is not a learning rate"),
+        ("--base_lr=lamb=0,momentum=0.1", "--base_lr: lamb=0.0 is not a learning rate"),
+        ("--base_lr=lamb=1e308,momentum=0.1", "lamb at batch 8 gets learning rate inf"),
     ],
 )
 def test_user_mistakes_are_one_line_before_any_run(change, message, tmp_path, capsys):
@@ -230,9 +248,10 @@ def test_user_mistakes_are_one_line_before_any_run(change, message, tmp_path, ca
     except SystemExit as exit_:  # argparse's own errors
         status = exit_.code
     assert status == 2
-    (line,) = capsys.readouterr().err.splitlines()
+    captured = capsys.readouterr()
+    (line,) = captured.err.splitlines()
     assert line.startswith("error: ") and message in line
-    assert not study_dir.exists()
+    assert captured.out == "" and not study_dir.exists()
 
 
 @pytest.mark.slow
@@ -262,6 +281,10 @@ def test_tiny_grid_through_the_real_resnet_recipe(tmp_path):
         assert 0.0 <= row["metric_mean"] <= 1.0 and len(row["sweep"]) == 2
         assert row["noise_scale"] is not None  # 2 and 4 micro-batches of 8 per step
     assert "[4/4]" in result.stdout and (study_dir / "study.png").exists()
+    # the metrics the study accepts for resnet before any run are those a run reports
+    for results in study_dir.glob("runs/*/results.json"):
+        eval_keys = tuple(sorted(json.load(open(results))["eval"]))
+        assert eval_keys == adapter.HELD_OUT_METRICS["resnet"]
 
 
 def _documented_study_commands(doc="batch_study.md", fence="```sh\n"):
@@ -278,7 +301,8 @@ def _documented_study_commands(doc="batch_study.md", fence="```sh\n"):
 def test_the_documented_study_commands_are_valid(tmp_path, monkeypatch, capsys):
     """Every `python -m recipes.study` command of docs/batch_study.md parses and passes the
     recipe's config checks for every run it plans (with --report_only into an empty
-    directory: nothing runs), so the published commands cannot rot."""
+    directory: nothing runs; its refusal is the last check), so the published commands
+    cannot rot."""
     commands = _documented_study_commands()
     assert len(commands) == 3  # the example, the ResNet study, the BERT study
     monkeypatch.chdir(REPO_ROOT)  # the commands' config paths are relative to the root
@@ -287,8 +311,8 @@ def test_the_documented_study_commands_are_valid(tmp_path, monkeypatch, capsys):
     for index, argv in enumerate(commands):
         argv = [a for a in argv if not a.startswith("--study_dir=")]
         study_dir = tmp_path / str(index)
-        assert cli.main(argv + [f"--study_dir={study_dir}", "--report_only"]) == 0, argv
-        assert "0 of " in (study_dir / "study.md").read_text()
+        assert cli.main(argv + [f"--study_dir={study_dir}", "--report_only"]) == 2, argv
+        assert capsys.readouterr().err == no_finished_runs(study_dir), argv
 
 
 def _write_documented_recipe_file(directory):
@@ -299,9 +323,10 @@ def _write_documented_recipe_file(directory):
     (directory / "digits_mlp.py").write_text(code)
 
 
-def test_the_documented_study_of_a_recipe_file_is_valid(tmp_path, monkeypatch):
+def test_the_documented_study_of_a_recipe_file_is_valid(tmp_path, monkeypatch, capsys):
     """The page's study command parses, finds the recipe file's Task and passes its config
-    checks for every run it plans (--report_only into an empty directory: nothing runs)."""
+    checks for every run it plans (--report_only into an empty directory: nothing runs; its
+    refusal is the last check)."""
     _write_documented_recipe_file(tmp_path)
     monkeypatch.chdir(tmp_path)
     for name, value in (("TF_USE_LEGACY_KERAS", "1"), ("TF_CPP_MIN_LOG_LEVEL", "2")):
@@ -309,8 +334,8 @@ def test_the_documented_study_of_a_recipe_file_is_valid(tmp_path, monkeypatch):
     (command,) = _documented_study_commands("writing_a_recipe.md", "```bash\n")
     argv = [a for a in command if not a.startswith("--study_dir=")]
     assert "--recipe=digits_mlp.py" in argv
-    assert cli.main(argv + [f"--study_dir={tmp_path / 'study'}", "--report_only"]) == 0
-    assert "0 of " in (tmp_path / "study" / "study.md").read_text()
+    assert cli.main(argv + [f"--study_dir={tmp_path / 'study'}", "--report_only"]) == 2
+    assert capsys.readouterr().err == no_finished_runs(tmp_path / "study")
 
 
 def test_a_recipe_file_needs_a_metric_and_one_task(tmp_path, capsys):
@@ -344,3 +369,141 @@ def test_a_study_runs_a_recipe_file_of_ones_own(tmp_path):
     assert sorted((row["global_batch_size"], row["steps"]) for row in rows) == [(512, 8),
                                                                                 (1024, 4)]
     assert all(0.0 <= row["metric_mean"] <= 1.0 for row in rows)
+
+
+def no_finished_runs(study_dir):
+    return (f"error: --report_only: --study_dir={study_dir} has no finished run of this "
+            "study; run the command without --report_only to run them\n")
+
+
+def test_report_only_without_finished_runs_is_one_line_and_writes_nothing(
+        fake_recipe, tmp_path, capsys):
+    study_dir = tmp_path / "study"
+    assert cli.main(TINY_GRID + [f"--study_dir={study_dir}", "--report_only"]) == 2
+    captured = capsys.readouterr()
+    assert (captured.err, captured.out) == (no_finished_runs(study_dir), "")
+    assert not study_dir.exists()
+    study_dir.mkdir()  # an empty directory: still nothing to report, nothing written in it
+    assert cli.main(TINY_GRID + [f"--study_dir={study_dir}", "--report_only"]) == 2
+    assert capsys.readouterr().err == no_finished_runs(study_dir)
+    assert os.listdir(study_dir) == []
+
+
+def test_a_misspelt_metric_of_a_shipped_recipe_is_one_line_before_any_run(
+        fake_recipe, tmp_path, capsys):
+    study_dir = tmp_path / "study"
+    assert cli.main(TINY_GRID + [f"--study_dir={study_dir}", "--metric=top_1_acuracy"]) == 2
+    captured = capsys.readouterr()
+    assert captured.err == ("error: --metric=top_1_acuracy: recipe resnet reports no such "
+                            "held-out metric; give one of loss, top_1_accuracy, "
+                            "top_5_accuracy\n")
+    assert captured.out == "" and not study_dir.exists()
+
+
+@pytest.mark.slow  # runs the fake recipe in a process
+def test_a_recipe_files_unknown_metric_stops_the_study_after_its_first_run(
+        fake_recipe, tmp_path, capsys):
+    """A recipe file's metrics are known only from a finished run: the first one names the
+    metric given and those the run reported, and no other run starts."""
+    study_dir = tmp_path / "study"
+    recipe = os.path.join(TESTS_DIR, "study_fake_recipe.py")
+    argv = [arg for arg in TINY_GRID if not arg.startswith(("--recipe=", "--config_file="))]
+    argv += [f"--recipe={recipe}", "--metric=acuracy", f"--study_dir={study_dir}"]
+    assert cli.main(argv) == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    results = study_dir / "runs" / "lamb_b8_lr0.1_w1_s1" / "results.json"
+    assert line == ("error: --metric=acuracy: run lamb_b8_lr0.1_w1_s1 finished, but its "
+                    "held-out results have no 'acuracy', only top_1_accuracy "
+                    f"({results}); run the same command with --metric set to one of those")
+    assert starts(study_dir) == {"lamb_b8_lr0.1_w1_s1": 1}  # no further run started
+    assert runner.finished_runs(study_dir) == []  # not recorded: a fixed --metric reruns it
+
+
+class _StubManager:
+    latest_checkpoint = None
+
+    def sync(self):
+        pass
+
+
+def _stub_model(step, variables=()):
+    import tensorflow as tf
+
+    optimizer = type("Optimizer", (), {"iterations": tf.Variable(step, dtype=tf.int64),
+                                       "variables": lambda self: []})()
+    return type("Model", (), {"optimizer": optimizer, "variables": list(variables),
+                              "stop_training": False,
+                              "make_train_function": lambda self: (lambda iterator: None),
+                              "make_test_function": lambda self: (lambda iterator: None)})()
+
+
+def _driver_error_line(call):
+    """What recipes.common.errors.run prints for the TrainingDiverged `call` raises."""
+    from recipes.common.errors import TrainingDiverged
+
+    with pytest.raises(TrainingDiverged) as raised:
+        call()
+    return f"error: {raised.value}"
+
+
+def test_the_driver_s_divergence_lines_are_recorded_as_diverged(tmp_path):
+    """The lines the shared driver prints when a run diverges (the loss after a step, a
+    variable before a checkpoint, the held-out loss), made by its own code, are what the
+    study records as "diverged", and the fake recipe prints the first of them."""
+    import tensorflow as tf
+
+    from recipes.common import callbacks, driver
+
+    sys.path.insert(0, TESTS_DIR)
+    try:
+        import study_fake_recipe
+    finally:
+        sys.path.remove(TESTS_DIR)
+    loss = callbacks.CheckpointEachEpoch(_StubManager())
+    loss.set_model(_stub_model(3))
+    loss_line = _driver_error_line(
+        lambda: loss.on_train_batch_end(2, {"loss": float("nan")}))
+    assert loss_line == study_fake_recipe.DIVERGED
+    weights = callbacks.CheckpointEachEpoch(_StubManager())
+    weights.set_model(_stub_model(4, [tf.Variable([float("inf")], name="dense/kernel")]))
+    weights_line = _driver_error_line(lambda: weights.on_epoch_end(0))
+    stub_run = type("Run", (), {
+        "model": _stub_model(5), "model_dir": str(tmp_path), "strategy": None,
+        "task": type("Task", (), {"evaluate": lambda self, model, strategy:
+                                  {"loss": float("nan")}})()})()
+    eval_line = _driver_error_line(lambda: driver._Run.evaluate(stub_run, "end"))
+    for line in (loss_line, weights_line, eval_line):
+        assert runner.is_divergence(line), line
+    for line in ("error: no TFRecords match data.train_file_pattern=/nowhere",
+                 "error: --params_override: config key 'optimizer.learning_rate' must be "
+                 "float, got 'nan' (str)"):
+        assert not runner.is_divergence(line), line
+
+
+@pytest.mark.slow  # runs the fake recipe in processes
+def test_ctrl_c_is_one_line_naming_the_finished_runs_and_the_resume(fake_recipe, tmp_path):
+    study_dir = str(tmp_path / "study")
+    argv = [sys.executable, "-c", FAKE_STUDY_PROGRAM, *TINY_GRID, f"--study_dir={study_dir}"]
+    hanging = os.path.join(study_dir, runner.RUNS_SUBDIR, "lamb_b8_lr0.4_w1_s1", "starts")
+    process = subprocess.Popen(
+        argv, env={**os.environ, "STUDY_FAKE_HANG_ABOVE_LR": "0.3"}, cwd=REPO_ROOT,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+    )
+    try:
+        deadline = time.monotonic() + 300
+        while not os.path.exists(hanging) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert os.path.exists(hanging), "the study never reached its second run"
+        os.killpg(process.pid, signal.SIGINT)  # what Ctrl-C in a terminal does
+        out, err = process.communicate(timeout=60)
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+    assert process.returncode == 130
+    runs_dir = os.path.join(study_dir, runner.RUNS_SUBDIR)
+    assert err == (f"interrupted: the study stopped; runs finished so far: 1, recorded in "
+                   f"{runs_dir} (--report_only tabulates them); run the same command again "
+                   "to resume\n")
+    assert runner.finished_runs(study_dir) == ["lamb_b8_lr0.1_w1_s1"]  # the hung one: not
+    assert "[1/8] lamb_b8_lr0.1_w1_s1" in out

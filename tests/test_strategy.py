@@ -6,6 +6,7 @@ those constructors are replaced by a recorder and the test checks which one the 
 called and with what. tests/test_multi_worker.py runs the real MultiWorkerMirroredStrategy.
 """
 import json
+import re
 import os
 import threading
 import time
@@ -171,3 +172,15 @@ def test_log_batch_plan_prints_the_arithmetic(capsys, two_cpu_strategy):
     out = capsys.readouterr().out
     # 64 = 2 replicas x 8 per micro-batch x 4 accumulation steps
     assert "global 64 = 2 replica(s) × micro-batch 8 × 4 accumulation step(s)" in out
+
+
+@pytest.mark.parametrize("tf_config, words", [
+    ('{"cluster": {"worker": ["localhost:1"]', "TF_CONFIG is not JSON (Expecting ',' delimiter"),
+    ('{"cluster": {"worker": ["localhost:1"]}, "task": {"type": "worker", "index": 3}}',
+     "TF_CONFIG's task {'type': 'worker', 'index': 3} is not in its cluster"),
+    ('{"cluster": {"worker": ["localhost:1"]}}', 'TF_CONFIG needs a "cluster" mapping'),
+], ids=["not-json", "index-past-the-workers", "no-task"])
+def test_a_tf_config_that_cannot_make_a_cluster_is_one_line(monkeypatch, tf_config, words):
+    monkeypatch.setenv("TF_CONFIG", tf_config)
+    with pytest.raises(UserError, match=re.escape(words)):
+        strategy_lib.make_strategy("multi_worker_mirrored")

@@ -60,15 +60,19 @@ class CheckpointEachEpoch(tf_keras.callbacks.Callback):
         self._manager.sync()  # an asynchronous write in flight lands first
         return self._manager.latest_checkpoint
 
+    def _last_good(self):
+        checkpoint = self._last_good_checkpoint()
+        return (f"the last good checkpoint is {checkpoint}" if checkpoint
+                else "no checkpoint was saved before it")
+
     def on_train_batch_end(self, batch, logs=None):
         loss = (logs or {}).get("loss")
         if loss is None or math.isfinite(float(loss)) or loss_scaled(self.model.optimizer):
             return
         self.model.stop_training = True
         raise TrainingDiverged(
-            f"loss became {float(loss)} at step {self._step()}; stopped without saving, the "
-            f"last good checkpoint is {self._last_good_checkpoint()}; lower the learning "
-            "rate or check the input data"
+            f"loss became {float(loss)} at step {self._step()}; stopped without saving, "
+            f"{self._last_good()}; lower the learning rate or check the input data"
         )
 
     def on_epoch_end(self, epoch, logs=None):
@@ -78,8 +82,7 @@ class CheckpointEachEpoch(tf_keras.callbacks.Callback):
         if bad is not None:
             raise TrainingDiverged(
                 f"variable {bad} is not finite after step {step}; stopped without saving, "
-                f"the last good checkpoint is {self._last_good_checkpoint()}; lower the "
-                "learning rate or check the input data"
+                f"{self._last_good()}; lower the learning rate or check the input data"
             )
         if not (self._manager.latest_checkpoint or "").endswith(f"-{step}"):  # SIGTERM saved it
             self._manager.save(checkpoint_number=step, options=self._options)

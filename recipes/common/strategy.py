@@ -30,6 +30,7 @@ def make_strategy(strategy_name="", tpu="", communication="auto"):
                 "variable (cluster and task) on every worker; see README 'Run on a "
                 "GPU cluster'"
             )
+        check_tf_config(os.environ["TF_CONFIG"])
         implementation = {
             "auto": tf.distribute.experimental.CommunicationImplementation.AUTO,
             "ring": tf.distribute.experimental.CommunicationImplementation.RING,
@@ -54,6 +55,28 @@ def make_strategy(strategy_name="", tpu="", communication="auto"):
         flush=True,
     )
     return strategy
+
+
+def check_tf_config(text):
+    """A UserError naming what is wrong with the TF_CONFIG environment variable: JSON with a
+    `cluster` of worker addresses and this process's `task` (type and index) in it."""
+    try:
+        tf_config = json.loads(text)
+    except ValueError as error:
+        raise UserError(f"TF_CONFIG is not JSON ({error}); e.g. TF_CONFIG='{{\"cluster\": "
+                        f"{{\"worker\": [\"host1:12345\", \"host2:12345\"]}}, \"task\": "
+                        f"{{\"type\": \"worker\", \"index\": 0}}}}'") from None
+    cluster = tf_config.get("cluster") if isinstance(tf_config, dict) else None
+    task = tf_config.get("task") if isinstance(tf_config, dict) else None
+    if not isinstance(cluster, dict) or not isinstance(task, dict):
+        raise UserError("TF_CONFIG needs a \"cluster\" mapping of job names to addresses and "
+                        "this process's \"task\" ({\"type\": \"worker\", \"index\": N})")
+    members = cluster.get(task.get("type"))
+    index = task.get("index")
+    if not isinstance(members, list) or not isinstance(index, int) or not (
+            0 <= index < len(members)):
+        raise UserError(f"TF_CONFIG's task {task} is not in its cluster {cluster}: the index "
+                        "must count from 0 within the task type's list of addresses")
 
 
 def _guess(tpu):

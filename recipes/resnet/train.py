@@ -1,4 +1,4 @@
-"""ResNet image classification with LAMB or LARS: the task the shared driver runs.
+r"""ResNet image classification with LAMB or LARS: the task the shared driver runs.
 
     python -m recipes.resnet.train --config_file=configs/resnet/tiny_cpu.yaml --model_dir=/tmp/rn
     python -m recipes.resnet.train --config_file=configs/resnet/resnet50_lamb_32k.yaml \

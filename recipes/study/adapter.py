@@ -21,6 +21,14 @@ PROGRAMS = {"bert": "recipes.bert.pretrain", "resnet": "recipes.resnet.train"}
 TASK_CLASSES = {"bert": "BertPretraining", "resnet": "ResNetClassification"}
 # The held-out metric a cell's learning rate is picked on (higher is better).
 DEFAULT_METRICS = {"bert": "masked_lm_accuracy", "resnet": "top_1_accuracy"}
+# Every held-out figure the shipped recipes write under "eval" in results.json (their
+# compiled losses and metrics), so that a misspelt --metric is refused before any run; a
+# recipe file's are known only from its first run's results.json.
+HELD_OUT_METRICS = {
+    "bert": ("loss", "masked_lm_accuracy", "masked_lm_cross_entropy", "masked_lm_loss",
+             "next_sentence_accuracy", "next_sentence_loss"),
+    "resnet": ("loss", "top_1_accuracy", "top_5_accuracy"),
+}
 RESULTS_FILE = "results.json"
 NOISE_SCALE_LOG = "gradient_noise_scale"  # lamb_tf.noise_scale.NOISE_SCALE_LOG (no TF import)
 
@@ -101,19 +109,32 @@ def task_class_of(recipe):
     return tasks[0]
 
 
+class MetricMissing(KeyError):
+    """A finished run's results.json has no such held-out metric."""
+
+    def __init__(self, metric, available, path):
+        super().__init__(metric)
+        self.metric, self.available, self.path = metric, available, path
+
+
+def check_metric(recipe, metric):
+    """A `UserError`, before any run, if a shipped recipe reports no held-out `metric`."""
+    known = HELD_OUT_METRICS.get(recipe)
+    if known is not None and metric not in known:
+        raise UserError(f"--metric={metric}: recipe {recipe} reports no such held-out "
+                        f"metric; give one of {', '.join(known)}")
+
+
 def read_results(model_dir, metric):
     """`{metric, steps, wall_time_seconds, noise_scale}` of a finished run, or None if its
-    results.json is absent. A missing metric is a `KeyError` naming the ones present."""
+    results.json is absent. A missing metric is a `MetricMissing` naming the ones present."""
     path = os.path.join(model_dir, RESULTS_FILE)
     if not os.path.exists(path):
         return None
     with open(path) as handle:
         results = json.load(handle)
     if metric not in results.get("eval", {}):
-        raise KeyError(
-            f"{path} has no held-out metric {metric!r} (it has "
-            f"{', '.join(sorted(results.get('eval', {}))) or 'none'}); pass --metric"
-        )
+        raise MetricMissing(metric, sorted(results.get("eval", {})), path)
     noise_scale = results.get("train", {}).get(NOISE_SCALE_LOG)
     return {
         "metric": float(results["eval"][metric]),

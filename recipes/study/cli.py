@@ -14,6 +14,7 @@ writes study.md, study.json and study.png into --study_dir. Run it again with th
 arguments to resume. The grid arithmetic is in recipes/study/plan.py.
 """
 import argparse
+import math
 import os
 import sys
 import time
@@ -114,18 +115,42 @@ def parse_args(argv):
     return parser.parse_args(argv)
 
 
+MAX_SEED = 2**32 - 1  # the recipes seed NumPy, which takes 0 ... 2**32 - 1
+
+
+def _finite_positive(value):
+    return math.isfinite(value) and value > 0
+
+
 def settings_from(args):
+    """The study's settings from the parsed flags; a `PlanError` for the first flag whose
+    value no run could use (checked here, not by the recipe, so that the line names the
+    study's flag)."""
     batch_sizes = tuple(sorted(set(args.batch_sizes)))
     positive = {
-        "--parallel": args.parallel, "--epochs": args.epochs,
-        "--train_examples": args.train_examples, "--micro_batch_size": args.micro_batch_size,
-        "--batch_sizes": min(batch_sizes), "--lr_multipliers": min(args.lr_multipliers),
+        "--parallel": [args.parallel], "--epochs": [args.epochs],
+        "--train_examples": [args.train_examples],
+        "--micro_batch_size": [args.micro_batch_size],
+        "--batch_sizes": batch_sizes, "--lr_multipliers": args.lr_multipliers,
     }
-    for flag, value in positive.items():
-        if value <= 0:
-            raise plan_lib.PlanError(f"{flag} must be positive, got {value}")
+    for flag, values in positive.items():
+        for value in values:
+            if not _finite_positive(value):
+                raise plan_lib.PlanError(f"{flag}: got {value}; give a finite number above 0")
+    for optimizer, value in args.base_lr.items():
+        if not _finite_positive(value):
+            raise plan_lib.PlanError(
+                f"--base_lr: {optimizer}={value} is not a learning rate; give a finite "
+                f"number above 0, e.g. {optimizer}=0.01")
+    if args.base_batch_size < 0:
+        raise plan_lib.PlanError(f"--base_batch_size={args.base_batch_size} is negative; give "
+                                 "a batch size above 0 (or leave it out: the smallest batch)")
     if args.warmup_steps < 0:
         raise plan_lib.PlanError(f"--warmup_steps must be at least 0, got {args.warmup_steps}")
+    for seed in args.seeds:
+        if not 0 <= seed <= MAX_SEED:
+            raise plan_lib.PlanError(f"--seeds: {seed} is not a seed the recipes take; give "
+                                     f"seeds from 0 to {MAX_SEED}")
     for path in args.config_file:
         if not os.path.isfile(path):
             raise plan_lib.PlanError(f"--config_file {path} does not exist")
@@ -148,6 +173,8 @@ def settings_from(args):
 
 
 def _progress(done, total, run, status):
+    if status is None:  # stopped by the study before it finished
+        return
     if status["status"] == "ok":
         result = status["result"]
         noise = result["noise_scale"]
@@ -171,19 +198,56 @@ def _metric(args):
     return metric
 
 
+def _interrupted(study_dir):
+    finished = runner.finished_runs(study_dir)
+    if not finished:
+        return "interrupted: the study stopped before any run finished; nothing is recorded"
+    return (
+        f"interrupted: the study stopped; runs finished so far: {len(finished)}, recorded in "
+        f"{os.path.join(study_dir, runner.RUNS_SUBDIR)} (--report_only tabulates them); run "
+        "the same command again to resume"
+    )
+
+
 def main(argv=None):
+    """The study; its exit status (2: a mistake, one line; 130: interrupted by Ctrl-C)."""
     args = parse_args(sys.argv[1:] if argv is None else argv)
+    try:
+        return _main(args)
+    except KeyboardInterrupt:
+        print(_interrupted(args.study_dir), file=sys.stderr, flush=True)
+        return 130
+
+
+def _checked_plan(args):
+    """(metric, settings, sweeps, untuned, sweep runs, untuned runs) once every check of
+    the flags, the recipe's config and the study directory passes; else a UserError or a
+    PlanError, before any run."""
+    metric = _metric(args)
+    adapter.check_metric(args.recipe, metric)
+    settings = settings_from(args)
+    plan_lib.check(settings)
+    sweeps, untuned = plan_lib.sweep_runs(settings), plan_lib.untuned_runs(settings)
+    sweep_phase = [run for runs in sweeps.values() for run in runs]
+    untuned_phase = [run for runs in untuned.values() for run in runs]
+    adapter.check_settings(args.recipe, args.config_file, sweep_phase + untuned_phase,
+                           args.params_override)
+    storage.check_writable(f"--study_dir={args.study_dir}", args.study_dir)
+    if args.report_only:
+        planned = sweep_phase + untuned_phase + [
+            seed_run for run in sweep_phase
+            for seed_run in plan_lib.seed_runs(run, settings.seeds)]
+        if not any(runner.read_status(args.study_dir, run) for run in planned):
+            raise UserError(
+                f"--report_only: --study_dir={args.study_dir} has no finished run of this "
+                "study; run the command without --report_only to run them")
+    return metric, settings, sweeps, untuned, sweep_phase, untuned_phase
+
+
+def _main(args):
     start = time.perf_counter()
     try:
-        metric = _metric(args)
-        settings = settings_from(args)
-        plan_lib.check(settings)
-        sweeps, untuned = plan_lib.sweep_runs(settings), plan_lib.untuned_runs(settings)
-        sweep_phase = [run for runs in sweeps.values() for run in runs]
-        untuned_phase = [run for runs in untuned.values() for run in runs]
-        adapter.check_settings(args.recipe, args.config_file, sweep_phase + untuned_phase,
-                               args.params_override)
-        storage.check_writable(f"--study_dir={args.study_dir}", args.study_dir)
+        metric, settings, sweeps, untuned, sweep_phase, untuned_phase = _checked_plan(args)
     except (plan_lib.PlanError, UserError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
@@ -199,7 +263,8 @@ def main(argv=None):
     try:
         # sweep, then the seeds of each cell's best, then the untuned line (last: the
         # tuned table is complete first when a study has to stop early)
-        print(f"sweep: {len(sweep_phase)} runs", flush=True)
+        if not args.report_only:
+            print(f"sweep: {len(sweep_phase)} runs", flush=True)
         statuses = execute(
             sweep_phase, parallel=args.parallel, progress=_progress, **run_arguments
         )
@@ -211,12 +276,13 @@ def main(argv=None):
         for name, runs in (("seeds", reruns), ("untuned", untuned_phase)):
             runs = list({run.name: run for run in runs if run.name not in statuses}.values())
             if runs:
-                print(f"{name}: {len(runs)} runs", flush=True)
+                if not args.report_only:
+                    print(f"{name}: {len(runs)} runs", flush=True)
                 statuses.update(
                     execute(runs, parallel=args.parallel, progress=_progress, **run_arguments)
                 )
-    except (runner.RunFailed, KeyError) as error:
-        print(f"error: {str(error).strip(chr(34) + chr(39))}", file=sys.stderr)
+    except runner.RunFailed as error:
+        print(f"error: {error}", file=sys.stderr)
         return 2
     rows = report.summarize(settings, sweeps, untuned, statuses)
     finished = [status for status in statuses.values() if status]

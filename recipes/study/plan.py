@@ -14,6 +14,7 @@ first seed; the best is then rerun with the other seeds. An "untuned" optimizer 
 line at the square-root rule's own learning rate (multiplier 1, every seed, no sweep).
 """
 import dataclasses
+import math
 
 
 @dataclasses.dataclass(frozen=True)
@@ -135,6 +136,15 @@ def check(settings):
                     f"batch {batch} trains only {steps} steps in {settings.epochs:g} epochs, "
                     f"not more than its {warmup_for(settings, batch, rule)} warmup steps; "
                     "lower --warmup_steps or the largest batch, or raise --epochs"
+                )
+    for runs in [*sweep_runs(settings).values(), *untuned_runs(settings).values()]:
+        for run in runs:
+            if not (math.isfinite(run.learning_rate) and run.learning_rate > 0):
+                raise PlanError(
+                    f"{run.optimizer} at batch {run.global_batch_size} gets learning rate "
+                    f"{run.learning_rate:g} "
+                    f"(--base_lr x the {settings.lr_rule} rule x --lr_multipliers); lower "
+                    "--base_lr or --lr_multipliers"
                 )
     if len(set(settings.seeds)) != len(settings.seeds):
         raise PlanError(f"--seeds={','.join(map(str, settings.seeds))} repeats a seed")

@@ -5,12 +5,16 @@ writes `study_run.json` there (status `ok` with the figures from results.json, o
 `diverged` with the recipe's error line). A run with that file is never run again, so a
 study stopped at any point resumes where it was: unfinished runs start again (the recipe
 resumes from its own checkpoint if it wrote one). A failure other than divergence stops
-the study with the recipe's error line: it would fail every run alike.
+the study with the recipe's error line: it would fail every run alike. Once the study
+stops (a failure, Ctrl-C), no further run starts and the runs under way are stopped with
+SIGTERM (the recipes save a checkpoint of their step and exit); none of them is recorded.
 """
 import concurrent.futures
 import json
 import os
+import re
 import subprocess
+import threading
 import time
 
 from recipes.study import adapter
@@ -19,9 +23,25 @@ RUNS_SUBDIR = "runs"
 STATUS_FILE = "study_run.json"
 LOG_FILE = "study_run.log"
 
+# The error lines of the shared driver's `TrainingDiverged` (recipes/common/callbacks.py:
+# `CheckpointEachEpoch`, a non-finite loss after a step and a non-finite variable before a
+# checkpoint; recipes/common/driver.py: a non-finite held-out loss), as the recipe's CLI
+# prints them (recipes/common/errors.py: "error: " and the message, exit status 2, the
+# status of every other mistake too, so the line is what tells them apart).
+DIVERGENCE_LINES = (
+    re.compile(r"error: loss became \S+ at step \d+; stopped without saving"),
+    re.compile(r"error: variable \S+ is not finite after step \d+; stopped without saving"),
+    re.compile(r"error: eval loss is \S+; the model diverged"),
+)
+
 
 class RunFailed(RuntimeError):
     """A recipe run failed for a reason other than divergence; one line."""
+
+
+def is_divergence(error_line):
+    """Whether a recipe's last error line is the driver's report of a diverged run."""
+    return any(pattern.match(error_line) for pattern in DIVERGENCE_LINES)
 
 
 def run_dir(study_dir, run):
@@ -35,6 +55,15 @@ def read_status(study_dir, run):
         return None
     with open(path) as handle:
         return json.load(handle)
+
+
+def finished_runs(study_dir):
+    """Names of the runs under `study_dir` with a recorded outcome (of any grid)."""
+    runs_dir = os.path.join(study_dir, RUNS_SUBDIR)
+    if not os.path.isdir(runs_dir):
+        return []
+    return sorted(name for name in os.listdir(runs_dir)
+                  if os.path.exists(os.path.join(runs_dir, name, STATUS_FILE)))
 
 
 def _write_status(directory, status):
@@ -51,8 +80,42 @@ def _last_error_line(log_path):
     return (errors or lines or ["(no output)"])[-1]
 
 
-def execute_one(run, *, recipe, config_files, study_dir, extra_overrides, metric):
-    """Runs `run` to its end; records and returns its status."""
+class _Stop:
+    """Shared by the threads of one `execute`: once set, no run starts and the processes
+    under way are sent SIGTERM."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._processes = set()
+        self.is_set = False
+
+    def start(self, argv, log):
+        """The run's process, or None once the study is stopping."""
+        with self._lock:
+            if self.is_set:
+                return None
+            process = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
+            self._processes.add(process)
+            return process
+
+    def finished(self, process):
+        with self._lock:
+            self._processes.discard(process)
+
+    def set(self):
+        with self._lock:
+            self.is_set = True
+            for process in self._processes:
+                if process.poll() is None:
+                    process.terminate()
+
+
+def execute_one(run, *, recipe, config_files, study_dir, extra_overrides, metric, stop=None):
+    """Runs `run` to its end; records and returns its status (None: not run or stopped,
+    because `stop` was set)."""
+    stop = stop or _Stop()
+    if stop.is_set:
+        return None
     directory = run_dir(study_dir, run)
     os.makedirs(directory, exist_ok=True)
     log_path = os.path.join(directory, LOG_FILE)
@@ -61,13 +124,29 @@ def execute_one(run, *, recipe, config_files, study_dir, extra_overrides, metric
     with open(log_path, "a") as log:
         log.write("$ " + " ".join(argv) + "\n")
         log.flush()
-        returncode = subprocess.run(argv, stdout=log, stderr=subprocess.STDOUT).returncode
+        process = stop.start(argv, log)
+        if process is None:
+            return None
+        try:
+            returncode = process.wait()
+        finally:
+            stop.finished(process)
     status = {"run": run.__dict__, "process_seconds": round(time.perf_counter() - start, 1)}
     if returncode == 0:
-        status.update(status="ok", result=adapter.read_results(directory, metric))
+        try:
+            result = adapter.read_results(directory, metric)
+        except adapter.MetricMissing as missing:
+            raise RunFailed(
+                f"--metric={metric}: run {run.name} finished, but its held-out results "
+                f"have no {metric!r}, only {', '.join(missing.available) or 'none'} "
+                f"({missing.path}); run the same command with --metric set to one of those"
+            ) from None
+        status.update(status="ok", result=result)
+    elif stop.is_set:
+        return None  # stopped by the study: unfinished, it runs again on resume
     else:
         line = _last_error_line(log_path)
-        if "diverged" not in line.lower():
+        if not is_divergence(line):
             raise RunFailed(f"run {run.name} failed (exit {returncode}): {line} [log: {log_path}]")
         status.update(status="diverged", error=line)
     _write_status(directory, status)
@@ -76,15 +155,25 @@ def execute_one(run, *, recipe, config_files, study_dir, extra_overrides, metric
 
 def execute(runs, *, parallel, progress, **run_arguments):
     """Runs every unfinished run of `runs` (`parallel` at a time); returns
-    {run.name: status} for all of them. `progress(done, total, run, status)` after each."""
+    {run.name: status} for all of them. `progress(done, total, run, status)` after each.
+    An exception (a `RunFailed`, Ctrl-C) starts no further run and stops those under way."""
     study_dir = run_arguments["study_dir"]
     statuses = {run.name: read_status(study_dir, run) for run in runs}
     todo = [run for run in runs if statuses[run.name] is None]
     done = len(runs) - len(todo)
     if not todo:
         return statuses
+    stop = _Stop()
+
+    def execute_or_stop(run):
+        try:
+            return execute_one(run, stop=stop, **run_arguments)
+        except BaseException:
+            stop.set()  # here, before this thread can take the next run
+            raise
+
     with concurrent.futures.ThreadPoolExecutor(max_workers=parallel) as pool:
-        futures = {pool.submit(execute_one, run, **run_arguments): run for run in todo}
+        futures = {pool.submit(execute_or_stop, run): run for run in todo}
         try:
             for future in concurrent.futures.as_completed(futures):
                 run = futures[future]
@@ -92,6 +181,7 @@ def execute(runs, *, parallel, progress, **run_arguments):
                 done += 1
                 progress(done, len(runs), run, statuses[run.name])
         except BaseException:
+            stop.set()
             for future in futures:
                 future.cancel()
             raise
