@@ -6,6 +6,7 @@ a subprocess of `python -m recipes.bert.pretrain`, as a user runs it.
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -254,3 +255,20 @@ def test_bad_input_raises_one_line_user_error(pretrain_main, config_file, tmp_pa
     message = str(raised.value)
     assert expected in message and "\n" not in message
     assert not os.path.exists(os.path.join(tmp_path, "checkpoints"))
+
+
+def test_an_evaluation_of_a_trained_run_keeps_its_training_record(trained_runs, config_file,
+                                                                   tmp_path):
+    model_dir = str(tmp_path / "run")
+    shutil.copytree(trained_runs[1][0], model_dir)
+    with open(os.path.join(model_dir, "results.json"), encoding="utf-8") as f:
+        trained = json.load(f)
+    result = run_pretrain(f"--config_file={config_file}", f"--model_dir={model_dir}",
+                          "--mode=eval", "--params_override=train.micro_batch_size=16")
+    assert result.returncode == 0, result.stderr[-3000:]
+    with open(os.path.join(model_dir, "results.json"), encoding="utf-8") as f:
+        evaluated = json.load(f)
+    assert evaluated["train"] == trained["train"] and evaluated["mode"] == "train"
+    assert evaluated["wall_time_seconds"] == trained["wall_time_seconds"]
+    assert evaluated["eval"]["masked_lm_accuracy"] >= 0 and trained["eval"] == {}
+    assert evaluated["eval_mode_wall_time_seconds"] > 0

@@ -321,7 +321,8 @@ class _Run:
         return results
 
     def write_results(self, train_logs, eval_results):
-        """`results.json` (written atomically): what a study tool reads from a run."""
+        """`results.json` (written atomically): what a study tool reads from a run. An
+        evaluation of a trained run (`--mode=eval`) replaces its `eval` and keeps the rest."""
         results = {
             "mode": self.options.mode,
             "global_batch_size": self.plan.global_batch_size,
@@ -334,6 +335,12 @@ class _Run:
             "train": train_logs,
         }
         path = os.path.join(self.model_dir, RESULTS_FILE)
+        if not train_logs and tf.io.gfile.exists(path):  # --mode=eval: the training's stays
+            with tf.io.gfile.GFile(path) as f:
+                trained = json.load(f)
+            if trained.get("train"):
+                results = {**trained, "eval": eval_results,
+                           "eval_mode_wall_time_seconds": results["wall_time_seconds"]}
         with tf.io.gfile.GFile(path + ".tmp", "w") as f:
             f.write(json.dumps(results, indent=2, sort_keys=True) + "\n")
         tf.io.gfile.rename(path + ".tmp", path, overwrite=True)
