@@ -263,3 +263,12 @@ def test_a_seed_tensorflow_cannot_take_is_refused_with_the_config(seed):
     config = _shared_sections(schema.TrainConfig(seed=seed))
     with pytest.raises(UserError, match=rf"train.seed={seed} must be from 0 to 2\*\*32 - 1"):
         schema.check(config)
+
+
+def test_a_section_with_its_keys_not_indented_says_so(tmp_path):
+    path = _write(tmp_path, "flat.yaml", "train:\nsteps: 4\n")
+    with pytest.raises(UserError, match=r"flat.yaml: config section 'train' is empty; indent "
+                                        r"its keys under it \(e.g. 'train:' then '  steps: "):
+        load_config(_Schema, [path], "")
+    with pytest.raises(UserError, match="config key 'train' must be a mapping of its keys"):
+        load_config(_Schema, [_write(tmp_path, "list.yaml", "train: [1, 2]\n")], "")

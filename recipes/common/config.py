@@ -233,10 +233,16 @@ def _merge(values, updates, schema_cls, source, prefix, renamed):
             )
         field_type = fields[key]
         if dataclasses.is_dataclass(field_type):
+            if value is None:  # `train:` with its keys not indented under it
+                raise UserError(
+                    f"{source}: config section {dotted!r} is empty; indent its keys under it "
+                    f"(e.g. '{dotted}:' then '  {next(iter(_fields(field_type)))}: ...'), or "
+                    "leave the section out"
+                )
             if not isinstance(value, dict):
                 raise UserError(
-                    f"{source}: config key {dotted!r} must be a mapping of "
-                    f"{field_type.__name__} keys, got {value!r}"
+                    f"{source}: config key {dotted!r} must be a mapping of its keys (a "
+                    f"section), got {value!r}"
                 )
             _merge(values[key], value, field_type, source, f"{dotted}.", renamed)
         else:
