@@ -184,3 +184,10 @@ def test_a_tf_config_that_cannot_make_a_cluster_is_one_line(monkeypatch, tf_conf
     monkeypatch.setenv("TF_CONFIG", tf_config)
     with pytest.raises(UserError, match=re.escape(words)):
         strategy_lib.make_strategy("multi_worker_mirrored")
+
+
+def test_strategy_tpu_without_a_tpu_names_the_flag_given():
+    """`--strategy=tpu` alone means the local TPU: the line names that flag, not --tpu."""
+    with pytest.raises(UserError, match=re.escape(
+            "--strategy=tpu (on the local TPU): no usable TPU on this machine (")):
+        strategy_lib.make_strategy("tpu")

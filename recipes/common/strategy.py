@@ -22,7 +22,7 @@ def make_strategy(strategy_name="", tpu="", communication="auto"):
     """Builds the strategy named by the flags, or the guess described in the module doc."""
     name = strategy_name or _guess(tpu)
     if name == "tpu":
-        strategy = _tpu_strategy(tpu or "local")
+        strategy = _tpu_strategy(tpu or "local", given_tpu=bool(tpu))
     elif name == "multi_worker_mirrored":
         if "TF_CONFIG" not in os.environ:
             raise UserError(
@@ -89,7 +89,7 @@ def _guess(tpu):
     return "default"
 
 
-def _tpu_strategy(tpu):
+def _tpu_strategy(tpu, given_tpu=True):
     """Connects to the TPU and initialises it, failing in bounded time with one line."""
     outcome = {}
 
@@ -117,9 +117,10 @@ def _tpu_strategy(tpu):
         first_line = first_line.split(" with these attrs")[0]  # TF appends op attributes
         if len(first_line) > 200:
             first_line = first_line[:200].rsplit(" ", 1)[0] + " ..."
+        given = f"--tpu={tpu}" if given_tpu else "--strategy=tpu (on the local TPU)"
         raise UserError(
-            f"--tpu={tpu}: no usable TPU on this machine ({first_line}); run on a "
-            "TPU VM, or drop --tpu to train on CPU/GPU"
+            f"{given}: no usable TPU on this machine ({first_line}); run on a "
+            "TPU VM, or drop --tpu and --strategy=tpu to train on CPU/GPU"
         )
     return tf.distribute.TPUStrategy(outcome["resolver"])
 
