@@ -163,6 +163,10 @@ BAD_USAGE = {
         "--direct_num_workers=2: not a prepare_data flag; Beam pipeline options need --runner",
     ),
     "unknown-option": (["--runner=FnApiRunner", "--no_such_option=1"], "--no_such_option=1: neither"),
+    "misspelt-flag-without-runner": (
+        ["--seq_lenght=64"],
+        "--seq_lenght=64: not a prepare_data flag; did you mean --seq_length? (Beam pipeline "
+        "options need --runner"),
     "empty-glob": (["--runner=FnApiRunner", "--input_path=/nonexistent/*.txt"], "matches no files"),
 }
 

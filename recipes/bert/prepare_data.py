@@ -31,6 +31,7 @@ if __name__ == "__main__":  # run as a program: TensorFlow's start-up lines off 
 
 import collections
 import dataclasses
+import difflib
 import json
 import logging as python_logging
 import os
@@ -573,10 +574,12 @@ def main(argv):
     values = flags.FLAGS
     logging.set_verbosity(logging.INFO)
     if _BEAM_ARGUMENTS and values.runner is None:
-        raise errors.UserError(
-            f"{_BEAM_ARGUMENTS[0]}: not a prepare_data flag; Beam pipeline options need "
-            "--runner (e.g. --runner=FnApiRunner for local processes)"
-        )
+        given = _BEAM_ARGUMENTS[0].split("=")[0].lstrip("-")
+        close = difflib.get_close_matches(given, list(flags.FLAGS), n=1)
+        hint = (f"did you mean --{close[0]}? (" if close else "") + (
+            "Beam pipeline options need --runner, e.g. --runner=FnApiRunner for local processes"
+        ) + (")" if close else "")
+        raise errors.UserError(f"{_BEAM_ARGUMENTS[0]}: not a prepare_data flag; {hint}")
     storage.check_writable(f"--output_dir={values.output_dir}", values.output_dir)
     beam_options = None
     if values.runner is not None:
