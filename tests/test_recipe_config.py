@@ -272,3 +272,10 @@ def test_a_section_with_its_keys_not_indented_says_so(tmp_path):
         load_config(_Schema, [path], "")
     with pytest.raises(UserError, match="config key 'train' must be a mapping of its keys"):
         load_config(_Schema, [_write(tmp_path, "list.yaml", "train: [1, 2]\n")], "")
+
+
+def test_a_key_given_twice_in_a_file_is_refused_not_silently_overwritten(tmp_path):
+    path = _write(tmp_path, "twice.yaml", "train:\n  steps: 4\n  steps: 5\n")
+    with pytest.raises(UserError, match=r"twice.yaml: the key 'steps' is given twice in one "
+                                        r"mapping at line 3, column 3; fix the YAML syntax"):
+        load_config(_Schema, [path], "")

@@ -159,7 +159,19 @@ def _read_yaml_file(path):
 
 class _Loader(yaml.SafeLoader):
     """PyYAML's safe loader that also reads `1e-3` as a float, as YAML 1.2 does (PyYAML
-    follows YAML 1.1, whose floats need a dot, `1.0e-3`, and gave the string '1e-3')."""
+    follows YAML 1.1, whose floats need a dot, `1.0e-3`, and gave the string '1e-3'), and
+    refuses a key given twice in one mapping (PyYAML keeps the last one silently)."""
+
+    def construct_mapping(self, node, deep=False):
+        seen = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            if key in seen:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"the key {key!r} is given twice in one mapping",
+                    key_node.start_mark)
+            seen.add(key)
+        return super().construct_mapping(node, deep=deep)
 
 
 _Loader.add_implicit_resolver(
