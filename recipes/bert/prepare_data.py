@@ -566,6 +566,16 @@ def _split_beam_arguments(argv: Sequence[str]) -> Tuple[List[str], List[str]]:
 _BEAM_ARGUMENTS: List[str] = []  # Filled from the command line before absl parses it.
 
 
+class _ConsoleFormatter(python_logging.Formatter):
+    """A log line as its message alone; a warning or an error says which it is."""
+
+    def format(self, record):
+        message = super().format(record)
+        if record.levelno >= python_logging.WARNING:
+            return f"{record.levelname.lower()}: {message}"
+        return message
+
+
 def main(argv):
     if len(argv) > 1:
         raise errors.UserError(
@@ -573,6 +583,8 @@ def main(argv):
         )
     values = flags.FLAGS
     logging.set_verbosity(logging.INFO)
+    # the console is for people: the progress lines without absl's `I1205 12:00:00.1 ...]`
+    logging.get_absl_handler().python_handler.setFormatter(_ConsoleFormatter())
     if _BEAM_ARGUMENTS and values.runner is None:
         given = _BEAM_ARGUMENTS[0].split("=")[0].lstrip("-")
         close = difflib.get_close_matches(given, list(flags.FLAGS), n=1)
