@@ -272,3 +272,6 @@ def test_an_evaluation_of_a_trained_run_keeps_its_training_record(trained_runs, 
     assert evaluated["wall_time_seconds"] == trained["wall_time_seconds"]
     assert evaluated["eval"]["masked_lm_accuracy"] >= 0 and trained["eval"] == {}
     assert evaluated["eval_mode_wall_time_seconds"] > 0
+    # the study refuses a misspelt --metric from this list, before any run
+    from recipes.study import adapter
+    assert sorted(evaluated["eval"]) == sorted(adapter.HELD_OUT_METRICS["bert"])
