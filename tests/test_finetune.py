@@ -212,6 +212,10 @@ def test_config_mistakes_are_one_line(pretraining_dir, override, message):
 
 
 def test_pretraining_dir_without_encoder_export_names_the_fix(tmp_path):
+    """A pretraining run (its config.yaml) whose model_garden/ export was never written."""
+    from recipes.bert import ecosystem_export
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump({
+        "model": {key: 2 for key in ecosystem_export.MODEL_KEYS}, "data": {"seq_length": 16}}))
     with pytest.raises(finetune.UserError,
                        match="python -m recipes.bert.ecosystem_export --model_dir="):
         finetune_data.PretrainingRun(str(tmp_path))

@@ -75,7 +75,7 @@ def test_several_gpus_guess_mirrored(monkeypatch, no_tf_config, recorders):
 def test_tpu_flag_comes_first_in_the_guess(monkeypatch, recorders):
     monkeypatch.setenv("TF_CONFIG", TF_CONFIG_WORKER_0)
     _two_fake_gpus(monkeypatch)
-    monkeypatch.setattr(strategy_lib, "_tpu_strategy", lambda tpu: RecordingStrategy(tpu))
+    monkeypatch.setattr(strategy_lib, "_tpu_strategy", lambda tpu, **_: RecordingStrategy(tpu))
     strategy = strategy_lib.make_strategy(tpu="my-tpu")
     assert type(strategy) is RecordingStrategy and strategy.args == ("my-tpu",)
 
