@@ -24,13 +24,13 @@ class PretrainingRun:
         if not tf.io.gfile.isdir(model_dir):
             raise UserError(f"encoder.pretraining_dir={model_dir} does not exist: give the "
                             "--model_dir of a pretraining run (python -m recipes.bert.pretrain)")
-        try:
-            ecosystem_export.pretraining_config(model_dir)
-        except UserError as error:
-            raise UserError(f"encoder.pretraining_dir: {error}") from None
         self.directory = os.path.join(model_dir, ecosystem_export.CHECKPOINT_SUBDIR)
         self.checkpoint = tf.train.latest_checkpoint(self.directory)
         if self.checkpoint is None:
+            try:  # the advice below is for a BERT pretraining run only
+                ecosystem_export.pretraining_config(model_dir)
+            except UserError as error:
+                raise UserError(f"encoder.pretraining_dir: {error}") from None
             raise UserError(
                 f"encoder.pretraining_dir: {self.directory} holds no encoder checkpoint; "
                 f"pretrain first, or write it from the run's export with "
