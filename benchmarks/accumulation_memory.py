@@ -129,7 +129,7 @@ def print_speed(speed):
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
     parser.add_argument("--child", nargs=3, type=int, metavar=("BATCH", "MICRO", "STEPS"),
                         help="internal: one measured configuration, run in a process of "
                              "its own by this script")

@@ -43,7 +43,7 @@ JOBS = ("steps only", "synchronous save, then the steps", "asynchronous save, th
 
 
 def _parse_arguments(argv):
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
     parser.add_argument("--size", choices=sorted(optimizer_step.SIZES), default="mini",
                         help="BERT encoder shape (default mini; base writes 1.3 GB per save)")
     parser.add_argument("--steps", type=int, default=5,

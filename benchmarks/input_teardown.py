@@ -41,7 +41,7 @@ SLOW_S = 1.0  # a deletion slower than this is counted as a wait
 
 
 def _parse_arguments(argv):
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
     recipe_throughput.add_recipe_flags(parser, "input_teardown",
                                        json_help="write every deletion time here")
     parser.add_argument("--seconds", type=float, default=25.0,

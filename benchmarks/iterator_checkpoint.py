@@ -60,7 +60,7 @@ POLICIES = {"fail": tf.data.experimental.ExternalStatePolicy.FAIL,  # tf.data's 
 
 
 def _parse_arguments(argv):
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
     recipe_throughput.add_recipe_flags(parser, "iterator_checkpoint",
                                        json_help="write every measurement here")
     parser.add_argument("--rounds", type=int, default=9,

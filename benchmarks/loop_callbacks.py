@@ -48,7 +48,7 @@ HOOKS = ("on_train_begin", "on_epoch_begin", "on_train_batch_begin", "on_train_b
 
 
 def _parse_arguments(argv):
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
     recipe_throughput.add_recipe_flags(
         parser, "loop_callbacks", json_help=None,
         work_dir_help=recipe_throughput.DATA_REUSED + ", and the checkpoints written")

@@ -104,7 +104,7 @@ def measure(micro_batch, accumulation_steps, steps, repeats):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
     parser.add_argument("--steps", type=int, default=10, help="optimizer steps per timing")
     parser.add_argument("--repeats", type=int, default=30, help="timings per variant")
     parser.add_argument(

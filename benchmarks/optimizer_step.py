@@ -245,7 +245,7 @@ def markdown(rows, bandwidth):
 
 
 def parse_arguments(argv):
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
     parser.add_argument("--size", choices=sorted(SIZES), default="base",
                         help="BERT encoder shape (default base; tiny runs in seconds)")
     parser.add_argument("--steps", type=int, default=9, help="timed steps per contender")

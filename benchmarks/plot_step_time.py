@@ -53,7 +53,7 @@ def plot(lines, output):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
     parser.add_argument("reports", nargs="+", help="JSON files of optimizer_step.py --json")
     parser.add_argument("--output", required=True, help="PNG file to write")
     args = parser.parse_args(argv)

@@ -221,7 +221,7 @@ def exit_status(main, argv=None):
 
 
 def _parse_arguments(argv):
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
     add_recipe_flags(parser, "recipe_throughput",
                      work_dir_help=DATA_REUSED + ", and where each timed training-loop run "
                      "writes its summaries (chunk_boundaries/; its checkpoints are deleted "

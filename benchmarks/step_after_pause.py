@@ -49,7 +49,7 @@ from recipes.common import errors  # noqa: E402
 
 
 def _parse_arguments(argv):
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
     recipe_throughput.add_recipe_flags(parser, "step_after_pause")
     parser.add_argument("--pauses", default="0.05,0.3",
                         help="seconds of each pause, comma-separated (no pause is always run)")

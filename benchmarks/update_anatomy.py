@@ -115,7 +115,7 @@ def measure(jobs, steps, warmup):
 
 
 def parse_arguments(argv):
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
     parser.add_argument("--shape", default="30522,768",
                         help="the variable's shape, comma-separated (default: BERT's word "
                              "embedding)")

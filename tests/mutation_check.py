@@ -368,7 +368,7 @@ def run_tests(root, tests, timeout):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], allow_abbrev=False)
     parser.add_argument("--only", action="append", default=[], metavar="NAME",
                         help="run only this mutation (repeatable)")
     parser.add_argument("--list", action="store_true", help="list the mutations and exit")

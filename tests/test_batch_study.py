@@ -215,6 +215,8 @@ def test_a_failure_that_is_not_divergence_stops_the_study(fake_recipe, tmp_path,
     "change, message",
     [
         ("--batch_sizes=8,x", "--batch_sizes: '8,x' is not a comma-separated list"),
+        # a flag named in full, as absl's (argparse would take --repeat for --repeats)
+        ("--epoch=2", "unrecognized arguments: --epoch=2"),
         ("--base_lr=lamb:0.1", "expected OPTIMIZER=LR items"),
         ("--config_file=/nowhere.yaml", "--config_file /nowhere.yaml does not exist"),
         ("--micro_batch_size=16", "8 is not a multiple of --micro_batch_size=16"),
