@@ -263,10 +263,4 @@ def main():
                 _usage_error(str(mode_error))
         _usage_error(f"{error} (python -m lamb_tf.model_garden {driver_name} --helpfull "
                      "lists the flags)")
-    try:
-        app.run(_check_then(driver.main, driver_name))
-    except SystemExit as finished:
-        # absl prints --help/--helpfull and exits with status 1; asked-for help is a success
-        if finished.code == 1 and set(sys.argv[1:]) & _HELP_FLAGS:
-            sys.exit(0)
-        raise
+    app.run(_check_then(driver.main, driver_name))  # (help was handled by the parse above)
