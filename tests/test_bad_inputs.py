@@ -62,7 +62,7 @@ CASES = {
     "batch-does-not-divide": (BERT, FRESH, ["--params_override=train.micro_batch_size=5"],
                               ["train.global_batch_size", "global_batch_size=16 is not divisible"]),
     "missing-data-files": (BERT, FRESH, ["--params_override=data.train_files=/nonexistent/train-*"],
-                           ["/nonexistent/train-*", "matches no TFRecord files",
+                           ["data.train_files: /nonexistent/train-* matches no TFRecord files",
                             "prepare_data"]),
     "corrupt-tfrecord": (BERT, FRESH, ["--params_override=data.train_files={d}/corrupt-*"],
                          ["corrupt TFRecord file {d}/corrupt-00000.tfrecord", "re-create it"]),
@@ -172,6 +172,10 @@ CASES = {
                           ["optimizer.learning_rate=nan must be a finite number >= 0"]),
     "learning-rate-negative": (BERT, FRESH, ["--params_override=optimizer.learning_rate=-0.01"],
                                ["optimizer.learning_rate=-0.01 must be a finite number >= 0"]),
+    "end-learning-rate-above-peak": (
+        BERT, FRESH, ["--params_override=optimizer.end_learning_rate=0.1"],
+        ["optimizer.end_learning_rate=0.1 is above optimizer.learning_rate=0.01, the peak it "
+         "decays from; give an end rate at most the peak"]),
     # Usage errors: absl's flag parsing, and the one flag without a default.
     "mode-bogus": (BERT, FRESH, ["--mode=bogus"],
                    ["flag --mode=bogus: value should be one of", "see --help"]),
@@ -202,11 +206,18 @@ CONFIG_ERRORS = {"unknown-key-in-file", "another-programs-config", "unknown-over
                  "resnet-batch-does-not-divide", "resnet-steps-not-a-multiple", "old-key-name",
                  "resnet-old-key-name", "learning-rate-nan", "log-every-off-the-calls",
                  "resnet-checkpoint-every-off-the-calls",
-                 "learning-rate-negative"}  # the whole config is checked before it is printed
+                 "learning-rate-negative",
+                 "end-learning-rate-above-peak"}  # the whole config is checked before it is printed
 TRAINING_STARTS = {"nan-in-training-data", "truncated-tfrecord-after-the-data-stage"}  # rows
 # that get past the restore: TensorBoard event files are then written; checkpoints, export
 # and config.yaml (and the config history config.<n>.yaml) must stay byte for byte.
 TENSORBOARD = ("train", "train_scalars", "eval")
+# Rows on a new model_dir found only by reading the data (the records, while training; the
+# sentence pairs, once the preparation has made them): the directory keeps the files of
+# the work done until then (TensorBoard's, the unfinished preparation's vocab.txt,
+# tensorflow.log); every other row leaves no --model_dir behind.
+FOUND_IN_THE_DATA = {"corrupt-tfrecord", "corpus-without-sentence-pairs",
+                     "resnet-record-not-a-jpeg", "resnet-corrupt-tfrecord"}
 # TF_CPP_MIN_LOG_LEVEL as a user has it: unset, so the recipes' start-up default applies.
 USER_ENV = {name: value for name, value in cli.ENV.items() if name != "TF_CPP_MIN_LOG_LEVEL"}
 TPU_SECONDS = 60  # the `--tpu` row must fail within this wall time on a machine without TPU
@@ -398,6 +409,8 @@ def test_bad_input_gives_one_line_and_writes_nothing(outcomes, case_id):
             values = cli.checkpoint_values(model_dir)
             assert all(np.isfinite(v).all() for v in values.values() if v.dtype.kind == "f")
         return
+    if case_id not in FOUND_IN_THE_DATA:  # a new --model_dir is not left behind
+        assert not os.path.exists(model_dir), os.listdir(model_dir)
     for output in ("export", "saved_model", os.path.join("data", "metadata.json")):
         assert not os.path.exists(os.path.join(model_dir, output)), output
     checkpoints = os.path.join(model_dir, "checkpoints")

@@ -7,14 +7,17 @@ import os
 
 import tensorflow as tf
 
-from recipes.bert import prepare_data
+from recipes.bert import input as input_lib
+from recipes.bert import prepare_data, vocabulary
 from recipes.common.errors import UserError
 
 DataFiles = collections.namedtuple("DataFiles", ["train_files", "eval_files", "vocab_file"])
 
 
 def check_data_config(data_config):
-    """The data keys prepare_data takes, checked by its own rules; a one-line UserError."""
+    """The data keys prepare_data takes, checked by its own rules, and configured files:
+    each glob matches, the vocabulary reads, and the training files fit the rest of the
+    config (`check_against_preparation`); a one-line UserError."""
     try:
         prepare_data.check_arguments(
             seq_length=data_config.seq_length,
@@ -22,6 +25,17 @@ def check_data_config(data_config):
             vocab_size=data_config.vocab_size, dupe_factor=data_config.dupe_factor)
     except prepare_data.ArgumentError as error:
         raise UserError(f"data: {error}") from None
+    if data_config.train_files:
+        missing = [key for key in ("eval_files", "vocab_file") if not getattr(data_config, key)]
+        if missing:
+            raise UserError(
+                f"data.train_files is set but data.{missing[0]} is empty; give the held-out "
+                "files and the vocabulary the training files were made with"
+            )
+        input_lib.list_files(data_config.train_files, "data.train_files")
+        input_lib.list_files(data_config.eval_files, "data.eval_files")
+        vocabulary.read_vocabulary(data_config.vocab_file)
+        check_against_preparation(data_config)
 
 
 def finished_preparation(data_dir):
@@ -38,7 +52,7 @@ def check_against_preparation(data_config):
     trains on the wrong pieces (larger). Files without that metadata are not checked."""
     files = sorted(tf.io.gfile.glob(data_config.train_files.split(",")[0].strip()))
     if not files:
-        return  # the input pipeline names the glob that matches nothing
+        return
     data_dir = os.path.dirname(files[0])
     metadata_path = os.path.join(data_dir, "metadata.json")
     if not tf.io.gfile.exists(metadata_path):
@@ -64,14 +78,7 @@ def check_against_preparation(data_config):
 def locate_or_prepare_data(data_config, model_dir):
     """Prepared TFRecords and vocabulary: the configured files, a finished preparation in
     the data directory, or a new preparation of the corpus there."""
-    if data_config.train_files:
-        missing = [key for key in ("eval_files", "vocab_file") if not getattr(data_config, key)]
-        if missing:
-            raise UserError(
-                f"data.train_files is set but data.{missing[0]} is empty; give the held-out "
-                "files and the vocabulary the training files were made with"
-            )
-        check_against_preparation(data_config)
+    if data_config.train_files:  # (checked by check_data_config)
         return DataFiles(data_config.train_files, data_config.eval_files, data_config.vocab_file)
     data_dir = data_config.data_dir or os.path.join(model_dir, "data")
     metadata_path = finished_preparation(data_dir)

@@ -171,8 +171,9 @@ class _BertPretrainDataLoaderReadingInTurn(pretrain_dataloader.BertPretrainDataL
         return batches
 
 
-def list_files(file_pattern):
-    """The sorted files of comma-separated globs (local or gs://), or a UserError."""
+def list_files(file_pattern, setting="pretraining data"):
+    """The sorted files of comma-separated globs (local or gs://), or a UserError that
+    begins with `setting`."""
     files = sorted(
         {
             path
@@ -183,14 +184,14 @@ def list_files(file_pattern):
     )
     if not files:
         raise UserError(
-            f"pretraining data: {file_pattern} matches no TFRecord files: run "
+            f"{setting}: {file_pattern} matches no TFRecord files: run "
             "`python -m recipes.bert.prepare_data --output_dir=DIR` and point the "
             "config at DIR/train-*.tfrecord"
         )
     directories = [path for path in files if tf.io.gfile.isdir(path)]
     if directories:
         raise UserError(
-            f"pretraining data: {file_pattern} names the directory {directories[0]}: give a "
+            f"{setting}: {file_pattern} names the directory {directories[0]}: give a "
             f"glob of its files, such as {directories[0].rstrip('/')}/train-*.tfrecord"
         )
     return files

@@ -150,8 +150,8 @@ def prepare_pretraining_data(
     beam = _Beam(beam_options, output_dir) if beam_options is not None else None
     tokens = vocabulary.read_vocabulary(vocab_file) if vocab_file is not None else None
     started = time.time()
+    files, source = _corpus_files(input_path, output_dir)  # a bad path: before any file
     metadata_path = _remove_finished_mark(output_dir)
-    files, source = _corpus_files(input_path, output_dir)
     # Pass 1: split, count, refuse bad files; then the vocabulary.
     if beam is not None:
         summaries, counts = beam.summarize(

@@ -199,9 +199,15 @@ def run(task_class, options):
     if options.verbose:
         print(f"resolved config:\n{config_lib.format_config(task.config)}", flush=True)
     strategy_lib.log_batch_plan(strategy, plan)
-    with strategy_lib.WorkerDirectory(options.model_dir, strategy) as work_dir, \
-            native_log.to_file(work_dir.path, options.verbose):  # C++ log lines: to a file
-        return _Run(task, options, strategy, plan, work_dir.path).execute()
+    fresh = not tf.io.gfile.exists(options.model_dir)
+    try:
+        with strategy_lib.WorkerDirectory(options.model_dir, strategy) as work_dir, \
+                native_log.to_file(work_dir.path, options.verbose):  # C++ log lines: to a file
+            return _Run(task, options, strategy, plan, work_dir.path).execute()
+    except UserError:  # found in task.prepare: a new --model_dir is not left behind
+        if fresh:
+            native_log.remove_if_only_log(options.model_dir)
+        raise
 
 
 def compile_model(task, strategy, plan):

@@ -64,6 +64,15 @@ def keep_for_exit():
         os.close(_descriptor_2_to(_last_log if exists else os.devnull))
 
 
+def remove_if_only_log(directory):
+    """Removes `directory` if it holds nothing but the log file `to_file` made there (a run
+    that failed before writing anything else into a directory it created)."""
+    if os.path.isdir(directory) and os.listdir(directory) in ([], [LOG_FILE]):
+        if os.listdir(directory):
+            os.remove(os.path.join(directory, LOG_FILE))
+        os.rmdir(directory)
+
+
 def _descriptor_2_to(path):
     """Points descriptor 2 at `path` (appending) and `sys.stderr`, if it wrote to
     descriptor 2, at a copy of the old one; returns another copy of the old descriptor 2."""

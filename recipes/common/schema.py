@@ -65,6 +65,7 @@ class OptimizerConfig:
     warmup_steps: int = 5
     # Power of the polynomial decay to `end_learning_rate` at train.steps (1 = linear).
     decay_power: float = 1.0
+    # Rate at train.steps, at most `learning_rate`.
     end_learning_rate: float = 0.0
     # true: the decay runs over all steps, warmup included (Google BERT); false: it starts
     # at the peak when the warmup ends (the LAMB authors' ResNet run, MLPerf LARS).
@@ -205,6 +206,11 @@ def _check_optimizer(optimizer, steps):
         value = getattr(optimizer, key)
         if not (math.isfinite(value) and value >= 0):
             raise UserError(f"optimizer.{key}={value} must be a finite number >= 0")
+    if optimizer.end_learning_rate > optimizer.learning_rate:  # a decay that would rise
+        raise UserError(
+            f"optimizer.end_learning_rate={optimizer.end_learning_rate} is above "
+            f"optimizer.learning_rate={optimizer.learning_rate}, the peak it decays from; "
+            "give an end rate at most the peak (0: decay to zero)")
     # The library's own checks of these arguments (the optimizers and the schedule make them
     # too, but only once the data is prepared and the model built), before any work
     from lamb_tf import arguments, exclusions
