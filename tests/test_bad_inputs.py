@@ -84,6 +84,11 @@ CASES = {
         BERT, FRESH, ["--params_override=data.seq_length=32"],
         ["data.train_files: ", "holds data prepared with seq_length=16, but "
          "data.seq_length=32; set data.seq_length=16 or give files prepared for it"]),
+    "train-steps-below-the-checkpoint": (
+        BERT, TRAINED, ["--params_override=train.steps=1,train.checkpoint_every=1,"
+                                   "optimizer.warmup_steps=0"],
+        ["holds a run trained to step 2, past train.steps=1: give train.steps=2 or more to "
+         "train it further, --mode=eval or --mode=export to use it, or a new --model_dir"]),
     "model-dir-holds-another-model-shape": (BERT, TRAINED,
                                            ["--params_override=model.hidden_size=32"],
                                            ["does not fit this model", "new --model_dir"]),

@@ -264,8 +264,12 @@ def test_an_evaluation_of_a_trained_run_keeps_its_training_record(trained_runs, 
     with open(os.path.join(model_dir, "results.json"), encoding="utf-8") as f:
         trained = json.load(f)
     result = run_pretrain(f"--config_file={config_file}", f"--model_dir={model_dir}",
-                          "--mode=eval", "--params_override=train.micro_batch_size=16")
+                          "--mode=eval", "--params_override=train.seed=1234")
     assert result.returncode == 0, result.stderr[-3000:]
+    # the changed key is shown for what this run does with the trained one
+    seed = yaml.safe_load(open(os.path.join(model_dir, "config.yaml"), encoding="utf-8"))
+    assert (f"config: train.seed {seed['train']['seed']!r} -> 1234 (evaluating the run in "
+            f"{model_dir})" in result.stdout), result.stdout
     with open(os.path.join(model_dir, "results.json"), encoding="utf-8") as f:
         evaluated = json.load(f)
     assert evaluated["train"] == trained["train"] and evaluated["mode"] == "train"

@@ -56,6 +56,13 @@ def latest_checkpoint(model_dir):
     return tf.train.latest_checkpoint(os.path.join(model_dir, CHECKPOINT_SUBDIR))
 
 
+def checkpoint_step(path):
+    """The optimizer step of a checkpoint the recipes saved (they number each by its step:
+    `<model_dir>/checkpoints/ckpt-<step>`), or None for another name."""
+    number = re.fullmatch(r"ckpt-(\d+)", os.path.basename(path))
+    return int(number.group(1)) if number else None
+
+
 def restore(manager, restore_dir=None):
     """Restores the newest checkpoint of `restore_dir` (default: the manager's directory)
     into the manager's objects; returns the restored optimizer step (0 if none).

@@ -141,7 +141,19 @@ def exports(config, mode):
     return mode == "export" or (config.export.enabled and mode in TRAIN_MODES)
 
 
-def compare_with_saved_config(task, model_dir):
+def check_steps_left(config, model_dir):
+    """A UserError, before any work, for training a run whose newest checkpoint is past
+    train.steps (it would train nothing and record the smaller train.steps as its config)."""
+    latest = checkpoints.latest_checkpoint(model_dir)
+    step = checkpoints.checkpoint_step(latest) if latest else None
+    if step is not None and step > config.train.steps:
+        raise UserError(
+            f"--model_dir {model_dir} holds a run trained to step {step}, past "
+            f"train.steps={config.train.steps}: give train.steps={step} or more to train it "
+            "further, --mode=eval or --mode=export to use it, or a new --model_dir")
+
+
+def compare_with_saved_config(task, model_dir, mode):
     """When --model_dir holds a checkpoint and its config.yaml: refuses a run whose
     config.yaml is not this program's (before anything is written there) and a change to a
     key of `task.fixed_on_resume` (one line each); prints every other changed key, old -> new."""
@@ -164,7 +176,8 @@ def compare_with_saved_config(task, model_dir):
                 f"{key} was {old!r} in the run in {model_dir}, now {new!r}: its checkpoint "
                 f"does not fit this model; keep {key}={old!r} or use a new --model_dir"
             )
-        print(f"config: {key} {old!r} -> {new!r} (resuming the run in {model_dir})", flush=True)
+        doing = {"eval": "evaluating", "export": "exporting"}.get(mode, "resuming")
+        print(f"config: {key} {old!r} -> {new!r} ({doing} the run in {model_dir})", flush=True)
 
 
 def plan_batch(config, num_replicas):
@@ -193,7 +206,9 @@ def run(task_class, options):
     check_model_dir(options.model_dir, options.mode)
     if exports(task.config, options.mode):
         check_export_dir(task, options.model_dir)
-    compare_with_saved_config(task, options.model_dir)
+    if options.mode in TRAIN_MODES:
+        check_steps_left(task.config, options.model_dir)
+    compare_with_saved_config(task, options.model_dir, options.mode)
     strategy = strategy_lib.make_strategy(options.strategy, options.tpu, options.communication)
     plan = plan_batch(task.config, strategy.num_replicas_in_sync)
     if options.verbose:
