@@ -145,6 +145,7 @@ def test_tiny_grid_picks_the_best_lr_and_reruns_it_with_seeds(fake_recipe, tmp_p
     assert open(os.path.join(study_dir, "study.png"), "rb").read(8) == b"\x89PNG\r\n\x1a\n"
     out = capsys.readouterr().out
     assert "sweep: 8 runs" in out and "seeds: 8 runs" in out and "[8/8]" in out
+    assert "steps per run (1 epochs of 64 examples): 8 at batch 8, 2 at batch 32" in out
 
 
 @pytest.mark.slow  # runs the fake recipe in processes
@@ -224,6 +225,8 @@ def test_a_failure_that_is_not_divergence_stops_the_study(fake_recipe, tmp_path,
         ("--epochs=nan", "--epochs: got nan; give a finite number above 0"),
         ("--epochs=inf", "--epochs: got inf; give a finite number above 0"),
         ("--epochs=0", "--epochs: got 0.0; give a finite number above 0"),
+        ("--epochs=1e30", "--epochs=1e+30 of --train_examples=64 is 8e+30 steps at batch 8, "
+         "more than a step counter (an int64) holds"),
         ("--train_examples=-64", "--train_examples: got -64; give a finite number above 0"),
         ("--micro_batch_size=0", "--micro_batch_size: got 0; give a finite number above 0"),
         ("--batch_sizes=8,-32", "--batch_sizes: got -32; give a finite number above 0"),

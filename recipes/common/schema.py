@@ -14,6 +14,7 @@ from recipes.common.errors import UserError
 
 OPTIMIZERS = ("lamb", "lars", "adamw", "momentum")
 PRECISIONS = ("float32", "mixed_bfloat16", "mixed_float16")
+MAX_STEPS = 2**63 - 1  # the optimizer's step counter (`iterations`) is an int64
 
 # Old key -> new key: an old key in a config file or override is one error naming the new.
 RENAMED_KEYS = {
@@ -123,6 +124,9 @@ def check(config):
     train, optimizer = config.train, config.optimizer
     check_positive("train", train, ("global_batch_size", "micro_batch_size", "steps",
                                     "checkpoint_every", "steps_per_execution", "log_every"))
+    if train.steps > MAX_STEPS:
+        raise UserError(f"train.steps={train.steps} is more than the optimizer's step counter "
+                        f"(an int64) holds; give at most {MAX_STEPS:,}")
     check_steps(train.steps, train.checkpoint_every)
     _check_callback_steps(train)
     if not 0 <= train.seed < 2**32:

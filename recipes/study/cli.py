@@ -265,6 +265,10 @@ def _main(args):
         # sweep, then the seeds of each cell's best, then the untuned line (last: the
         # tuned table is complete first when a study has to stop early)
         if not args.report_only:
+            steps = ", ".join(f"{plan_lib.steps_for(settings, batch):,} at batch {batch:,}"
+                              for batch in settings.batch_sizes)
+            print(f"steps per run ({settings.epochs:g} epochs of {settings.train_examples:,} "
+                  f"examples): {steps}", flush=True)
             print(f"sweep: {len(sweep_phase)} runs", flush=True)
         statuses = execute(
             sweep_phase, parallel=args.parallel, progress=_progress, **run_arguments

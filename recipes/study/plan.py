@@ -16,6 +16,8 @@ line at the square-root rule's own learning rate (multiplier 1, every seed, no s
 import dataclasses
 import math
 
+from recipes.common.schema import MAX_STEPS
+
 
 @dataclasses.dataclass(frozen=True)
 class Run:
@@ -129,6 +131,11 @@ def check(settings):
                 f"{settings.micro_batch_size}; pick batch sizes that are"
             )
         steps = steps_for(settings, batch)
+        if steps > MAX_STEPS:
+            raise PlanError(
+                f"--epochs={settings.epochs:g} of --train_examples={settings.train_examples:,}"
+                f" is {steps:.3g} steps at batch {batch}, more than a step counter (an int64) "
+                "holds; give a budget of epochs a run can finish")
         rules = {settings.lr_rule} | ({"sqrt"} if settings.untuned else set())
         for rule in rules:
             if warmup_for(settings, batch, rule) >= steps:
