@@ -10,7 +10,8 @@ Before launching (`check`), it names the first mistake in one line, exit status 
 anything is written: an unknown or malformed flag, a `--mode` the driver does not run, an
 experiment `exp_factory` does not know (with the closest registered names), a
 `--config_file` that is missing, a directory, not YAML or not a mapping, a config key
-(file or `--params_override`) the experiment's config lacks (with the closest key), and the
+(file or `--params_override`) the experiment's config lacks (with the closest key) or
+whose int, float or bool field cannot hold the value given (`_wrongly_typed`), and the
 few fields whose absence makes Model Garden crash deep in its trainer
 (`lamb_tf.model_garden.missing_field`: a learning-rate `decay_steps`, a `warmup_steps`, the
 data's `input_path`). TensorFlow's C++ start-up lines come before this module runs (`python
@@ -21,6 +22,7 @@ import difflib
 import importlib
 import re
 import sys
+import typing
 
 from lamb_tf.model_garden import DRIVERS, missing_field, register
 
@@ -140,8 +142,49 @@ def _unknown_key(config, override, prefix=""):
     return None
 
 
+_NUMBER_KINDS = {int: (int,), float: (int, float), bool: (bool,)}  # what a field takes
+
+
+def _wrongly_typed(config, override, prefix=""):
+    """(dotted key, field type name, value) for the first value of `override` that its
+    field in `config` cannot hold, or None. Checks the int, float and bool fields (and
+    their Optional forms; an int field takes a whole float such as YAML's 1e4): Model
+    Garden's `override` stores any value, and one of the wrong kind
+    (`trainer.train_steps=abc`) fails only inside its trainer, after model_dir is written."""
+    hints = typing.get_type_hints(type(config))
+    for key, value in override.items():
+        if key not in hints or not hasattr(config, key):
+            continue  # an unknown key: `params.override` names it
+        child, field_type = getattr(config, key), hints.get(key)
+        if child is None and isinstance(field_type, type) and hasattr(field_type, "as_dict"):
+            child = field_type()  # an unset section (a one-of's other branch): its defaults
+        if isinstance(value, dict) and hasattr(child, "as_dict"):
+            found = _wrongly_typed(child, value, f"{prefix}{key}.")
+            if found:
+                return found
+            continue
+        optional = False
+        if typing.get_origin(field_type) is typing.Union:
+            arguments = [a for a in typing.get_args(field_type) if a is not type(None)]
+            field_type, optional = (arguments[0] if len(arguments) == 1 else None), True
+        kinds = _NUMBER_KINDS.get(field_type)
+        if kinds is None or (value is None and optional):
+            continue
+        integral = field_type is int and isinstance(value, float) and value.is_integer()
+        if (isinstance(value, bool) != (field_type is bool)
+                or not (isinstance(value, kinds) or integral)):  # (1e4: YAML's float)
+            return prefix + str(key), field_type.__name__, value
+    return None
+
+
 def _override(params, override, source, experiment):
     """`params.override(override, is_strict=True)` with a mistake named in one line."""
+    wrong = _wrongly_typed(params, override)
+    if wrong:
+        key, type_name, value = wrong
+        raise _UsageError(f"{source}: config key '{key}' of Model Garden's {experiment} "
+                          f"config takes {'a' if type_name != 'int' else 'an'} {type_name}, "
+                          f"got {value!r}")
     try:
         params.override(override, is_strict=True)
     except (KeyError, ValueError, TypeError, AttributeError) as error:

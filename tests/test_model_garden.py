@@ -341,6 +341,18 @@ BAD_LAUNCHES = {
     "unknown-override": (["nlp", "--params_override=trainer.train_stepz=3"],
                          ["--params_override: unknown config key 'trainer.train_stepz'",
                           "did you mean trainer.train_steps?"]),
+    # Model Garden stores any value and its trainer fails on it after writing model_dir
+    "wrong-type-override": (["nlp", "--params_override=trainer.train_steps=abc"],
+                            ["--params_override: config key 'trainer.train_steps' of Model "
+                             "Garden's bert/pretraining config takes an int, got 'abc'"]),
+    "wrong-type-in-file": (["nlp", "--config_file={d}/wrong_type.yaml"],
+                           ["wrong_type.yaml: config key 'task.train_data.global_batch_size' "
+                            "of Model Garden's bert/pretraining config takes an int, got [2]"]),
+    "wrong-type-in-an-unset-one-of-branch": (
+        ["nlp", "--params_override=trainer.optimizer_config.learning_rate.polynomial."
+                "initial_learning_rate=x"],
+        ["config key 'trainer.optimizer_config.learning_rate.polynomial.initial_learning_rate'"
+         " of Model Garden's bert/pretraining config takes a float, got 'x'"]),
     "unknown-experiment": (["nlp", "--experiment=bert/pretrainnig"],
                            ["--experiment=bert/pretrainnig is not a registered Model Garden "
                             "experiment", "did you mean bert/pretraining"]),
@@ -364,6 +376,7 @@ def bad_launches(tmp_path_factory):
     (d / "a_directory.yaml").mkdir()
     (d / "broken.yaml").write_text("task:\n  model: {encoder: [\n")
     (d / "unknown_key.yaml").write_text("task:\n  train_data: {input_pathz: dummy}\n")
+    (d / "wrong_type.yaml").write_text("task:\n  train_data: {global_batch_size: [2]}\n")
     jobs, cases = [], {}
     for case_id, (args, _) in BAD_LAUNCHES.items():
         model_dir = d / f"model_{case_id}"
@@ -397,3 +410,23 @@ def test_launcher_bad_input_gives_one_line_exit_2_before_any_work(bad_launches, 
     for words in BAD_LAUNCHES[case_id][1]:
         assert words.format(d=d) in lines[0]
     assert not model_dir.exists()
+
+
+def test_launcher_takes_what_model_garden_s_fields_hold():
+    """A whole float for an int field (YAML reads 1e4 as a float), an int for a float field
+    and null for an Optional one pass the launcher's type check; a fraction for an int
+    field, a string for a float field and a number for a bool field do not."""
+    from official.core import exp_factory
+
+    from lamb_tf import model_garden_launcher
+
+    params = exp_factory.get_exp_config("bert/pretraining")
+    fine = {"trainer": {"train_steps": 1e4, "optimizer_config": {"learning_rate": {
+        "polynomial": {"initial_learning_rate": 1}}}},
+        "task": {"train_data": {"cycle_length": None, "is_training": False}}}
+    assert model_garden_launcher._wrongly_typed(params, fine) is None
+    for override, key in [({"trainer": {"train_steps": 2.5}}, "trainer.train_steps"),
+                          ({"task": {"train_data": {"is_training": 1}}},
+                           "task.train_data.is_training"),
+                          ({"trainer": {"train_steps": True}}, "trainer.train_steps")]:
+        assert model_garden_launcher._wrongly_typed(params, override)[0] == key
