@@ -214,13 +214,13 @@ def run(task_class, options):
     if options.verbose:
         print(f"resolved config:\n{config_lib.format_config(task.config)}", flush=True)
     strategy_lib.log_batch_plan(strategy, plan)
-    fresh = not tf.io.gfile.exists(options.model_dir)
+    new_model_dir = not tf.io.gfile.exists(options.model_dir)
     try:
         with strategy_lib.WorkerDirectory(options.model_dir, strategy) as work_dir, \
                 native_log.to_file(work_dir.path, options.verbose):  # C++ log lines: to a file
             return _Run(task, options, strategy, plan, work_dir.path).execute()
-    except UserError:  # found in task.prepare: a new --model_dir is not left behind
-        if fresh:
+    except UserError:  # found in task.prepare: the chief leaves no new --model_dir behind
+        if new_model_dir and strategy_lib.is_chief(strategy):
             native_log.remove_if_only_log(options.model_dir)
         raise
 

@@ -67,10 +67,11 @@ def keep_for_exit():
 def remove_if_only_log(directory):
     """Removes `directory` if it holds nothing but the log file `to_file` made there (a run
     that failed before writing anything else into a directory it created)."""
-    if os.path.isdir(directory) and os.listdir(directory) in ([], [LOG_FILE]):
-        if os.listdir(directory):
-            os.remove(os.path.join(directory, LOG_FILE))
-        os.rmdir(directory)
+    with contextlib.suppress(OSError):  # (then it stays: never an error of its own)
+        if os.path.isdir(directory) and os.listdir(directory) in ([], [LOG_FILE]):
+            if os.listdir(directory):
+                os.remove(os.path.join(directory, LOG_FILE))
+            os.rmdir(directory)
 
 
 def _descriptor_2_to(path):
