@@ -428,5 +428,9 @@ def test_launcher_takes_what_model_garden_s_fields_hold():
     for override, key in [({"trainer": {"train_steps": 2.5}}, "trainer.train_steps"),
                           ({"task": {"train_data": {"is_training": 1}}},
                            "task.train_data.is_training"),
-                          ({"trainer": {"train_steps": True}}, "trainer.train_steps")]:
+                          ({"trainer": {"train_steps": True}}, "trainer.train_steps"),
+                          ({"trainer": {"optimizer_config": {"learning_rate": {"polynomial": {
+                              "initial_learning_rate": "x"}}}}},
+                           "trainer.optimizer_config.learning_rate.polynomial."
+                           "initial_learning_rate")]:
         assert model_garden_launcher._wrongly_typed(params, override)[0] == key
