@@ -198,6 +198,11 @@ CASES = {
                                  ["--params_override=data.train_file_pattern={d}/not_a_jpeg-*"],
                                  ["corrupt record 0 (0-based) in {d}/not_a_jpeg-00000",
                                   "the image is not a JPEG"]),
+    # found with the config, before the digits are converted into the model_dir
+    "resnet-digits-need-ten-classes": (
+        RESNET, FRESH, ["--params_override=data.embedded_digits=true,data.num_classes=5"],
+        ["data.embedded_digits needs data.num_classes=10 and data.label_offset=1, got 5 "
+         "and 1"]),
     "resnet-empty-glob": (RESNET, FRESH, ["--params_override=data.train_file_pattern={d}/none-*"],
                           ["data.train_file_pattern='{d}/none-*' matches no file"]),
     "resnet-corrupt-tfrecord": (RESNET, FRESH,

@@ -55,6 +55,18 @@ def prepare_digits(output_dir, validation_fraction, num_shards, jpeg_quality, se
     return info
 
 
+def check_digits_config(data):
+    """A UserError, before the digits are converted, if `data` does not fit them (10
+    classes, labels from `convert.LABEL_OFFSET`)."""
+    if data.embedded_digits and (data.num_classes, data.label_offset) != (
+            len(digits.CLASS_NAMES), convert.LABEL_OFFSET):
+        raise UserError(
+            f"data.embedded_digits needs data.num_classes={len(digits.CLASS_NAMES)} and "
+            f"data.label_offset={convert.LABEL_OFFSET}, got {data.num_classes} and "
+            f"{data.label_offset}"
+        )
+
+
 def resolve_data(data, work_dir, mode):
     """The `Data` of this config: the digits converted into work_dir/digits, or the
     configured files (checked to exist for what `mode` reads)."""
@@ -67,15 +79,6 @@ def resolve_data(data, work_dir, mode):
             jpeg_quality=95,
             seed=data.seed,
         )
-        if (
-            data.num_classes != len(info["class_names"])
-            or data.label_offset != info["label_offset"]
-        ):
-            raise UserError(
-                f"data.embedded_digits needs data.num_classes={len(info['class_names'])} and "
-                f"data.label_offset={info['label_offset']}, got {data.num_classes} and "
-                f"{data.label_offset}"
-            )
         splits = info["splits"]
         resolved = Data(
             os.path.join(digits_dir, splits["train"]["file_pattern"]),

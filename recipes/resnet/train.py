@@ -43,6 +43,7 @@ class ResNetClassification(task.Task):
                 raise UserError(f"data.{key}={getattr(config.data, key)} must be above 0 and "
                                 "at most 1")
         schema.check_rates("train", config.train, ("label_smoothing",))
+        data_lib.check_digits_config(config.data)
 
     def prepare(self, model_dir, mode):
         self.data = data_lib.resolve_data(self.config.data, model_dir, mode)
