@@ -789,3 +789,37 @@ def test_a_directory_given_for_the_tfrecords_is_a_user_error(tmp_path):
         input_lib.make_pretraining_dataset(
             str(tmp_path), seq_length=8, max_predictions_per_seq=2, batch_size=2,
             is_training=False)
+
+
+def test_every_directory_of_the_configured_files_is_checked_against_its_preparation(tmp_path):
+    """data.train_files may join several preparations, and data.eval_files may come from
+    another one: each directory's metadata.json must fit the config, and the line names the
+    key and the directory that does not."""
+    from recipes.bert import data as data_lib
+    from recipes.bert.config import DataConfig
+
+    def preparation(name, seq_length):
+        directory = tmp_path / name
+        directory.mkdir()
+        (directory / "part-00000.tfrecord").write_bytes(b"")
+        (directory / "metadata.json").write_text(
+            f'{{"seq_length": {seq_length}, "max_predictions_per_seq": 4}}')
+        return str(directory)
+
+    fits, other, held_out = (preparation("fits", 32), preparation("other", 16),
+                             preparation("held_out", 16))
+    vocab_file = str(tmp_path / "vocab.txt")
+    write_vocab(vocab_file, RESERVED + ["a", "b"])
+
+    def check(train_files, eval_files):
+        data_lib.check_data_config(DataConfig(
+            train_files=train_files, eval_files=eval_files, vocab_file=vocab_file,
+            seq_length=32, max_predictions_per_seq=4))
+
+    check(f"{fits}/part-*", f"{fits}/part-*")  # one preparation that fits: no error
+    with pytest.raises(UserError, match=f"^data.train_files: {other} holds data prepared with "
+                                        "seq_length=16, but data.seq_length=32;"):
+        check(f"{fits}/part-*,{other}/part-*", f"{fits}/part-*")
+    with pytest.raises(UserError, match=f"^data.eval_files: {held_out} holds data prepared "
+                                        "with seq_length=16"):
+        check(f"{fits}/part-*", f"{held_out}/part-*")

@@ -32,10 +32,10 @@ def check_data_config(data_config):
                 f"data.train_files is set but data.{missing[0]} is empty; give the held-out "
                 "files and the vocabulary the training files were made with"
             )
-        input_lib.list_files(data_config.train_files, "data.train_files")
-        input_lib.list_files(data_config.eval_files, "data.eval_files")
+        files = {key: input_lib.list_files(getattr(data_config, key), f"data.{key}")
+                 for key in ("train_files", "eval_files")}
         vocabulary.read_vocabulary(data_config.vocab_file)
-        check_against_preparation(data_config)
+        check_against_preparation(data_config, files)
 
 
 def finished_preparation(data_dir):
@@ -45,24 +45,27 @@ def finished_preparation(data_dir):
     return metadata_path if os.path.exists(metadata_path) else None
 
 
-def check_against_preparation(data_config):
-    """Configured training files that sit beside the metadata.json of the preparation that
-    wrote them must fit the config: TFRecords of another length fail to parse deep inside
-    training, and a vocabulary other than theirs fails in the embedding lookup (smaller) or
-    trains on the wrong pieces (larger). Files without that metadata are not checked."""
-    files = sorted(tf.io.gfile.glob(data_config.train_files.split(",")[0].strip()))
-    if not files:
-        return
-    data_dir = os.path.dirname(files[0])
-    metadata_path = os.path.join(data_dir, "metadata.json")
-    if not tf.io.gfile.exists(metadata_path):
-        return
-    with tf.io.gfile.GFile(metadata_path) as f:
-        metadata = json.load(f)
+def check_against_preparation(data_config, files):
+    """Configured files (`files`: the listed paths of data.train_files and data.eval_files)
+    that sit beside the metadata.json of the preparation that wrote them must fit the
+    config, in every directory they come from: TFRecords of another length fail to parse
+    deep inside training or evaluation, and a vocabulary other than theirs fails in the
+    embedding lookup (smaller) or trains on the wrong pieces (larger). Files without that
+    metadata are not checked."""
+    for key, paths in files.items():
+        for data_dir in sorted({os.path.dirname(path) for path in paths}):
+            metadata_path = os.path.join(data_dir, "metadata.json")
+            if tf.io.gfile.exists(metadata_path):
+                with tf.io.gfile.GFile(metadata_path) as f:
+                    _check_preparation(data_config, f"data.{key}", data_dir, json.load(f))
+
+
+def _check_preparation(data_config, setting, data_dir, metadata):
+    """One preparation's metadata against the config (see check_against_preparation)."""
     for key in ("seq_length", "max_predictions_per_seq"):
         if key in metadata and metadata[key] != getattr(data_config, key):
             raise UserError(
-                f"data.train_files: {data_dir} holds data prepared with {key}={metadata[key]}, "
+                f"{setting}: {data_dir} holds data prepared with {key}={metadata[key]}, "
                 f"but data.{key}={getattr(data_config, key)}; set data.{key}={metadata[key]} "
                 "or give files prepared for it")
     if "vocab_size" in metadata and tf.io.gfile.exists(data_config.vocab_file):
