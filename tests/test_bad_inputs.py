@@ -473,7 +473,8 @@ README_ROWS = {
     "corpus too small for a held-out split (two one-sentence documents)":
         ["corpus-without-sentence-pairs"],
     "a vocabulary or a sequence length other than the data's (files beside their "
-    "preparation's `metadata.json`)": ["vocabulary-does-not-match-the-data",
+    "preparation's `metadata.json`, in each directory of `data.train_files` and "
+    "`data.eval_files`)": ["vocabulary-does-not-match-the-data",
                                        "data-of-another-sequence-length"],
     "`model_dir` holds another model shape": ["model-dir-holds-another-model-shape"],
     "`model_dir` holds another program's run": ["model-dir-of-another-program"],
