@@ -345,6 +345,10 @@ BAD_LAUNCHES = {
     "wrong-type-override": (["nlp", "--params_override=trainer.train_steps=abc"],
                             ["--params_override: config key 'trainer.train_steps' of Model "
                              "Garden's bert/pretraining config takes an int, got 'abc'"]),
+    "wrong-type-for-a-str-field": (["nlp", "--params_override=runtime.distribution_strategy=1"],
+                                   ["--params_override: config key 'runtime.distribution_strategy'"
+                                    " of Model Garden's bert/pretraining config takes a str, "
+                                    "got 1 (quote it: '1')"]),
     "wrong-type-in-file": (["nlp", "--config_file={d}/wrong_type.yaml"],
                            ["wrong_type.yaml: config key 'task.train_data.global_batch_size' "
                             "of Model Garden's bert/pretraining config takes an int, got [2]"]),
@@ -413,9 +417,10 @@ def test_launcher_bad_input_gives_one_line_exit_2_before_any_work(bad_launches, 
 
 
 def test_launcher_takes_what_model_garden_s_fields_hold():
-    """A whole float for an int field (YAML reads 1e4 as a float), an int for a float field
-    and null for an Optional one pass the launcher's type check; a fraction for an int
-    field, a string for a float field and a number for a bool field do not."""
+    """A whole float for an int field (YAML reads 1e4 as a float), an int for a float field,
+    null for an Optional one or a str one, and a string for a str field pass the launcher's
+    type check; a fraction for an int field, a string for a float field, a number for a
+    bool field and a number or a bool for a str field do not."""
     from official.core import exp_factory
 
     from lamb_tf import model_garden_launcher
@@ -423,9 +428,15 @@ def test_launcher_takes_what_model_garden_s_fields_hold():
     params = exp_factory.get_exp_config("bert/pretraining")
     fine = {"trainer": {"train_steps": 1e4, "optimizer_config": {"learning_rate": {
         "polynomial": {"initial_learning_rate": 1}}}},
-        "task": {"train_data": {"cycle_length": None, "is_training": False}}}
+        "task": {"init_checkpoint": None, "model": {"mlm_activation": "relu"},
+                 "train_data": {"cycle_length": None, "is_training": False}},
+        "runtime": {"distribution_strategy": "one_device"}}
     assert model_garden_launcher._wrongly_typed(params, fine) is None
     for override, key in [({"trainer": {"train_steps": 2.5}}, "trainer.train_steps"),
+                          ({"runtime": {"distribution_strategy": 1}},
+                           "runtime.distribution_strategy"),
+                          ({"task": {"model": {"mlm_activation": True}}},
+                           "task.model.mlm_activation"),
                           ({"task": {"train_data": {"is_training": 1}}},
                            "task.train_data.is_training"),
                           ({"trainer": {"train_steps": True}}, "trainer.train_steps"),
