@@ -63,6 +63,13 @@ def test_bad_override_is_one_line_naming_the_key(override, fragment):
     assert "\n" not in str(error.value)
 
 
+def test_a_number_for_a_string_key_says_how_to_quote_it_and_the_quoted_one_loads():
+    with pytest.raises(UserError, match=r"'name' must be str, got 3 \(int\); quote it to "
+                                        "give the string: '3'$"):
+        load_config(_Schema, [], "name=3")
+    assert load_config(_Schema, [], "name='3'").name == "3"
+
+
 def test_bad_file_errors_name_the_file(tmp_path):
     with pytest.raises(UserError, match="does not exist"):
         load_config(_Schema, [str(tmp_path / "missing.yaml")])

@@ -288,9 +288,11 @@ def _check_type(value, field_type, dotted, source):
         and not (field_type is not bool and isinstance(value, bool))
     ):
         return value
+    quote = ("; quote it to give the string: '{}'".format(value)
+             if field_type is str and isinstance(value, (bool, int, float)) else "")
     raise UserError(
         f"{source}: config key {dotted!r} must be {_type_name(field_type)}, "
-        f"got {value!r} ({type(value).__name__})"
+        f"got {value!r} ({type(value).__name__}){quote}"
     )
 
 
