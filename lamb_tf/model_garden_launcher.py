@@ -142,17 +142,19 @@ def _unknown_key(config, override, prefix=""):
     return None
 
 
-_KINDS = {int: (int,), float: (int, float), bool: (bool,), str: (str,)}  # what a field takes
+_NUMBER_KINDS = {int: (int,), float: (int, float), bool: (bool,)}  # what a field takes
 
 
 def _wrongly_typed(config, override, prefix=""):
     """(dotted key, field type name, value) for the first value of `override` that its
-    field in `config` cannot hold, or None. Checks the int, float, bool and str fields and
-    their Optional forms (None passes for a str field or one that holds None already; an
-    int field takes a whole float such as YAML's 1e4): Model Garden's `override` stores any
-    value, and one of the wrong kind (`trainer.train_steps=abc`,
-    `runtime.distribution_strategy=1`) fails only inside its trainer, after model_dir is
-    written. Fields of several types (`Union[str, List[str]]`) are not checked."""
+    field in `config` cannot hold, or None. Checks the int, float and bool fields and their
+    Optional forms (None passes where the field holds None already; an int field takes a
+    whole float such as YAML's 1e4), and refuses a number or a bool for a str field (a
+    list passes: Model Garden's readers take a list where its data configs say str):
+    Model Garden's `override` stores any value, and one of the wrong kind
+    (`trainer.train_steps=abc`, `runtime.distribution_strategy=1`) fails only inside its
+    trainer, after model_dir is written. Fields of several types (`Union[str, List[str]]`)
+    are not checked."""
     hints = typing.get_type_hints(type(config))
     for key, value in override.items():
         if key not in hints or not hasattr(config, key):
@@ -169,8 +171,10 @@ def _wrongly_typed(config, override, prefix=""):
         if typing.get_origin(field_type) is typing.Union:
             arguments = [a for a in typing.get_args(field_type) if a is not type(None)]
             field_type, optional = (arguments[0] if len(arguments) == 1 else None), True
-        kinds = _KINDS.get(field_type)
-        if kinds is None or (value is None and (optional or child is None or field_type is str)):
+        if field_type is str and isinstance(value, (bool, int, float)):
+            return prefix + str(key), "str", value
+        kinds = _NUMBER_KINDS.get(field_type)
+        if kinds is None or (value is None and (optional or child is None)):
             continue
         integral = field_type is int and isinstance(value, float) and value.is_integer()
         if (isinstance(value, bool) != (field_type is bool)
@@ -184,8 +188,7 @@ def _override(params, override, source, experiment):
     wrong = _wrongly_typed(params, override)
     if wrong:
         key, type_name, value = wrong
-        number = type_name == "str" and isinstance(value, (bool, int, float))
-        quote = f" (quote it: '{value}')" if number else ""
+        quote = f" (quote it: '{value}')" if type_name == "str" else ""
         raise _UsageError(f"{source}: config key '{key}' of Model Garden's {experiment} "
                           f"config takes {'a' if type_name != 'int' else 'an'} {type_name}, "
                           f"got {value!r}{quote}")

@@ -418,9 +418,10 @@ def test_launcher_bad_input_gives_one_line_exit_2_before_any_work(bad_launches, 
 
 def test_launcher_takes_what_model_garden_s_fields_hold():
     """A whole float for an int field (YAML reads 1e4 as a float), an int for a float field,
-    null for an Optional one or a str one, and a string for a str field pass the launcher's
-    type check; a fraction for an int field, a string for a float field, a number for a
-    bool field and a number or a bool for a str field do not."""
+    null for an Optional one or a str one, and a string or a list (Model Garden's readers
+    take a list of globs for input_path) for a str field pass the launcher's type check; a
+    fraction for an int field, a string for a float field, a number for a bool field and a
+    number or a bool for a str field do not."""
     from official.core import exp_factory
 
     from lamb_tf import model_garden_launcher
@@ -429,7 +430,8 @@ def test_launcher_takes_what_model_garden_s_fields_hold():
     fine = {"trainer": {"train_steps": 1e4, "optimizer_config": {"learning_rate": {
         "polynomial": {"initial_learning_rate": 1}}}},
         "task": {"init_checkpoint": None, "model": {"mlm_activation": "relu"},
-                 "train_data": {"cycle_length": None, "is_training": False}},
+                 "train_data": {"cycle_length": None, "is_training": False,
+                                "input_path": ["a-*", "b-*"]}},
         "runtime": {"distribution_strategy": "one_device"}}
     assert model_garden_launcher._wrongly_typed(params, fine) is None
     for override, key in [({"trainer": {"train_steps": 2.5}}, "trainer.train_steps"),
