@@ -186,6 +186,12 @@ CASES = {
                    ["flag --mode=bogus: value should be one of", "see --help"]),
     "missing-model-dir": (BERT, FRESH, [WITHOUT_MODEL_DIR],
                           ["--model_dir is required", "(see --help)"]),
+    # absl keeps the last value of a repeated flag: the first override would be dropped
+    "params-override-given-twice": (BERT, FRESH, ["--params_override=train.steps=4",
+                                                  "--params_override=train.log_every=1"],
+                                    ["--params_override is given 2 times and only the last "
+                                     "would count; give it once (join the items with commas: "
+                                     "--params_override=a.b=1,c.d=2)"]),
     # Found while training a trained model_dir further (after the data stage and the
     # restore): the trained run's config.yaml and checkpoints stay as they were.
     "truncated-tfrecord-after-the-data-stage": (
@@ -351,10 +357,13 @@ def outcomes(tmp_path_factory):
     def args_of(case_id, model_dir):
         program, _, extra, _ = CASES[case_id]
         base = _base_args(program, config_file, model_dir)
-        # A later --params_override replaces an earlier one: merge them into one flag.
+        # The base's and the row's --params_override merged into one flag (a repeated flag
+        # is refused), except in the row that repeats it on purpose.
         overrides = [a.split("=", 1)[1] for a in base + extra if a.startswith("--params_override=")]
         others = [a for a in base + extra if not a.startswith("--params_override=")]
-        if overrides:
+        if case_id == "params-override-given-twice":
+            others += [a for a in extra if a.startswith("--params_override=")]
+        elif overrides:
             others.append("--params_override=" + ",".join(overrides))
         if case_id in CONFIG_ERRORS:  # --verbose prints a valid config: a bad one never
             others.append("--verbose")
@@ -495,6 +504,7 @@ README_ROWS = {
         "optimizer-beta-out-of-range", "exclusion-pattern-invalid"],
     "a bad flag value": ["mode-bogus"],
     "no `--model_dir`": ["missing-model-dir"],
+    "a flag given twice (`--config_file` alone may repeat)": ["params-override-given-twice"],
     "a checkpoint interval of 0, steps not a multiple of it":
         ["checkpoint-every-zero", "resnet-steps-not-a-multiple"],
     "checkpoints or scalars off Keras' calls of `steps_per_execution` updates":

@@ -109,9 +109,30 @@ class RunOptions:
     extra: dict = dataclasses.field(default_factory=dict)  # ExtraFlag name -> value
 
 
+def _times_given(name, argv):
+    """How often the command line gives flag `name` (`--name=v`, `--name v`, `-name`, and
+    `--noname` for a bool), as absl reads it: up to a `--`. (absl's own `present` counts
+    parses, and the programs parse twice: recipes/common/errors.py.)"""
+    times = 0
+    for arg in argv:
+        if arg == "--":
+            break
+        if arg.startswith("-"):
+            given = arg.lstrip("-").split("=", 1)[0]
+            times += given in (name, "no" + name)
+    return times
+
+
 def read_options(extra_flags=()):
     """The parsed flags (the shared ones and `extra_flags`) as a `RunOptions`: the only
     place the training programs read FLAGS."""
+    for name in (*_KEY_FLAGS, *(extra.name for extra in extra_flags)):
+        times = _times_given(name, sys.argv[1:])
+        if times > 1 and name != "config_file":  # absl keeps the last value of the others
+            hint = (" (join the items with commas: --params_override=a.b=1,c.d=2)"
+                    if name == "params_override" else "")
+            raise UserError(f"--{name} is given {times} times and only the last would count; "
+                            f"give it once{hint}")
     if not FLAGS.model_dir and not FLAGS.help_config:  # None, or empty (an unset $VAR)
         given = "is required" if FLAGS.model_dir is None else "is empty"
         raise UserError(f"--model_dir {given}: the directory for this run's checkpoints, "
