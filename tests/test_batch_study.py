@@ -204,12 +204,42 @@ def test_killed_study_resumes_without_rerunning_finished_runs(fake_recipe, tmp_p
     assert "[2/8] lamb_b8_lr0.4_w1_s1: diverged" in result.stdout  # 1 of 8 already done
 
 
+@pytest.mark.slow  # runs the fake recipe in processes
+def test_a_study_dir_recorded_with_other_settings_is_refused_before_any_run(
+        fake_recipe, tmp_path, capsys):
+    """A run's name does not hold its steps (epochs) or the recipe's config and overrides:
+    a study with other settings in the same --study_dir must not tabulate its runs."""
+    study_dir = str(tmp_path / "study")
+    grid = [arg for arg in TINY_GRID if not arg.startswith(("--batch_sizes", "--optimizers",
+                                                            "--seeds"))]
+    grid += ["--batch_sizes=8", "--optimizers=lamb", "--seeds=1", f"--study_dir={study_dir}"]
+    assert cli.main(grid) == 0
+    capsys.readouterr()
+    before = starts(study_dir)
+    for change, difference in [
+            ("--epochs=2", "(steps 8 then, 16 now)"),  # 2 x 64 examples / batch 8
+            ("--params_override=train.seed=5", "(--params_override '' then, 'train.seed=5' now)"),
+    ]:
+        assert cli.main(grid + [change]) == 2
+        for extra in ([], ["--report_only"]):
+            assert cli.main(grid + [change] + extra) == 2
+        captured = capsys.readouterr()
+        lines = captured.err.splitlines()
+        assert len(lines) == 3 and captured.out == ""
+        assert lines[0].startswith(f"error: --study_dir={study_dir}: run lamb_b8_lr0.1_w1_s1 "
+                                   f"was recorded with other settings {difference}")
+        assert lines[0].endswith("; give another --study_dir for these settings, or the flags "
+                                 "of the study that made it")
+    assert starts(study_dir) == before  # nothing ran again
+    assert cli.main(grid + ["--report_only"]) == 0  # the settings that made it: tabulated
+
+
 def test_a_failure_that_is_not_divergence_stops_the_study(fake_recipe, tmp_path, capsys):
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("STUDY_FAKE_FAIL", "1")
         assert cli.main(TINY_GRID + [f"--study_dir={tmp_path / 'study'}"]) == 2
     (line,) = capsys.readouterr().err.splitlines()
-    assert line.startswith("error: run lamb_b8_lr0.1_w1_s1 failed (exit 2): error: no TFRecords")
+    assert line.startswith("error: run lamb_b8_lr0.1_w1_s1 failed (exit 2): no TFRecords")
 
 
 @pytest.mark.parametrize(
@@ -219,7 +249,12 @@ def test_a_failure_that_is_not_divergence_stops_the_study(fake_recipe, tmp_path,
         # a flag named in full, as absl's (argparse would take --repeat for --repeats)
         ("--epoch=2", "unrecognized arguments: --epoch=2"),
         ("--base_lr=lamb:0.1", "expected OPTIMIZER=LR items"),
-        ("--config_file=/nowhere.yaml", "--config_file /nowhere.yaml does not exist"),
+        ("--config_file=/nowhere.yaml", "--config_file /nowhere.yaml does not exist; check "
+         "the path (relative to the current directory)"),
+        # a misspelt optimizer is named with the flag it came from, before --base_lr's check
+        ("--optimizers=lamb,moment", "--optimizers: 'moment' is not an optimizer of the "
+         "recipes (optimizer.name: lamb, lars, adamw, momentum); did you mean momentum?"),
+        ("--untuned=adam", "--untuned: 'adam' is not an optimizer of the recipes"),
         ("--micro_batch_size=16", "8 is not a multiple of --micro_batch_size=16"),
         ("--params_override={train: {seed: 3}}", "use key=value,... items"),
         ("--epochs=nan", "--epochs: got nan; give a finite number above 0"),

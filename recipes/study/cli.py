@@ -154,7 +154,8 @@ def settings_from(args):
                                      f"seeds from 0 to {MAX_SEED}")
     for path in args.config_file:
         if not os.path.isfile(path):
-            raise plan_lib.PlanError(f"--config_file {path} does not exist")
+            raise plan_lib.PlanError(f"--config_file {path} does not exist; check the path "
+                                     "(relative to the current directory)")
     if "{" in args.params_override or "\n" in args.params_override:
         raise plan_lib.PlanError("--params_override: use key=value,... items (no YAML mapping)")
     return plan_lib.StudySettings(
@@ -234,10 +235,11 @@ def _checked_plan(args):
     adapter.check_settings(args.recipe, args.config_file, sweep_phase + untuned_phase,
                            args.params_override)
     storage.check_writable(f"--study_dir={args.study_dir}", args.study_dir)
+    planned = sweep_phase + untuned_phase + [
+        seed_run for run in sweep_phase for seed_run in plan_lib.seed_runs(run, settings.seeds)]
+    runner.check_recorded(args.study_dir, planned, runner.study_flags(
+        args.recipe, args.config_file, args.params_override))
     if args.report_only:
-        planned = sweep_phase + untuned_phase + [
-            seed_run for run in sweep_phase
-            for seed_run in plan_lib.seed_runs(run, settings.seeds)]
         if not any(runner.read_status(args.study_dir, run) for run in planned):
             raise UserError(
                 f"--report_only: --study_dir={args.study_dir} has no finished run of this "

@@ -14,9 +14,10 @@ first seed; the best is then rerun with the other seeds. An "untuned" optimizer 
 line at the square-root rule's own learning rate (multiplier 1, every seed, no sweep).
 """
 import dataclasses
+import difflib
 import math
 
-from recipes.common.schema import MAX_STEPS
+from recipes.common.schema import MAX_STEPS, OPTIMIZERS
 
 
 @dataclasses.dataclass(frozen=True)
@@ -118,6 +119,13 @@ def seed_runs(best_run, seeds):
 
 def check(settings):
     """Raises `PlanError` for settings no run could satisfy, before anything runs."""
+    for flag, names in (("--optimizers", settings.optimizers), ("--untuned", settings.untuned)):
+        for name in names:
+            if name not in OPTIMIZERS:
+                close = difflib.get_close_matches(name, OPTIMIZERS, n=1)
+                raise PlanError(
+                    f"{flag}: {name!r} is not an optimizer of the recipes (optimizer.name: "
+                    f"{', '.join(OPTIMIZERS)})" + (f"; did you mean {close[0]}?" if close else ""))
     for optimizer in settings.optimizers + settings.untuned:
         if optimizer not in settings.base_learning_rates:
             raise PlanError(

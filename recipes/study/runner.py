@@ -10,6 +10,7 @@ stops (a failure, Ctrl-C), no further run starts and the runs under way are stop
 SIGTERM (the recipes save a checkpoint of their step and exit); none of them is recorded.
 """
 import concurrent.futures
+import dataclasses
 import json
 import os
 import re
@@ -17,6 +18,7 @@ import subprocess
 import threading
 import time
 
+from recipes.common.errors import UserError
 from recipes.study import adapter
 
 RUNS_SUBDIR = "runs"
@@ -55,6 +57,32 @@ def read_status(study_dir, run):
         return None
     with open(path) as handle:
         return json.load(handle)
+
+
+def study_flags(recipe, config_files, extra_overrides):
+    """The study's flags that shape every run besides its `Run` settings, as a run's status
+    records them."""
+    return {"--recipe": recipe, "--config_file": list(config_files),
+            "--params_override": extra_overrides}
+
+
+def check_recorded(study_dir, runs, flags):
+    """A UserError for the first of `runs` recorded in `study_dir` with other settings
+    (`Run` fields its name does not hold, such as the steps of another --epochs; or other
+    `study_flags`): its figures would be tabulated as this study's."""
+    for run in runs:
+        status = read_status(study_dir, run)
+        if status is None:
+            continue
+        recorded = {**status.get("run", {}), **status.get("study_flags", flags)}
+        planned = {**dataclasses.asdict(run), **flags}
+        differences = [f"{key} {recorded.get(key)!r} then, {value!r} now"
+                       for key, value in planned.items() if recorded.get(key) != value]
+        if differences:
+            raise UserError(
+                f"--study_dir={study_dir}: run {run.name} was recorded with other settings "
+                f"({'; '.join(differences)}); give another --study_dir for these settings, "
+                "or the flags of the study that made it")
 
 
 def finished_runs(study_dir):
@@ -131,7 +159,9 @@ def execute_one(run, *, recipe, config_files, study_dir, extra_overrides, metric
             returncode = process.wait()
         finally:
             stop.finished(process)
-    status = {"run": run.__dict__, "process_seconds": round(time.perf_counter() - start, 1)}
+    status = {"run": dataclasses.asdict(run),
+              "study_flags": study_flags(recipe, config_files, extra_overrides),
+              "process_seconds": round(time.perf_counter() - start, 1)}
     if returncode == 0:
         try:
             result = adapter.read_results(directory, metric)
@@ -147,7 +177,8 @@ def execute_one(run, *, recipe, config_files, study_dir, extra_overrides, metric
     else:
         line = _last_error_line(log_path)
         if not is_divergence(line):
-            raise RunFailed(f"run {run.name} failed (exit {returncode}): {line} [log: {log_path}]")
+            raise RunFailed(f"run {run.name} failed (exit {returncode}): "
+                            f"{line.removeprefix('error: ')} [log: {log_path}]")
         status.update(status="diverged", error=line)
     _write_status(directory, status)
     return status
