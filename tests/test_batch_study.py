@@ -86,6 +86,29 @@ def test_overrides_set_the_shared_schema_keys():
     ]
 
 
+def test_a_negative_noise_scale_estimate_is_not_averaged_into_the_table():
+    """B_simple's estimate is negative while |G|² or tr(Σ) is below its noise: a cell's
+    noise scale is the mean of its positive estimates, and the table says how many were
+    not measurable."""
+    from recipes.study import report
+
+    grid = settings(batch_sizes=(64, 256), lr_multipliers=(1.0,))
+    sweeps = plan.sweep_runs(grid)
+    noise_by_batch = {64: [-275.0, 100.0, 300.0], 256: [-5.0, float("nan"), -1.0]}
+    statuses = {}
+    for (_, batch), (run,) in sweeps.items():
+        for seed_run, noise in zip([run, *plan.seed_runs(run, grid.seeds)],
+                                   noise_by_batch[batch]):
+            statuses[seed_run.name] = {"status": "ok", "process_seconds": 1.0, "result": {
+                "metric": 0.5, "steps": run.steps, "wall_time_seconds": 1.0,
+                "noise_scale": noise}}
+    rows = report.summarize(grid, sweeps, {}, statuses)
+    assert [row["noise_scale"] for row in rows] == [200.0, None]
+    table = report.markdown(rows, "accuracy").splitlines()
+    assert table[2].endswith("| 200 (1 not measurable) |")
+    assert table[3].endswith("| not measurable |")
+
+
 def test_adapter_reads_the_noise_scale_under_the_name_fit_logs():
     from lamb_tf import noise_scale
 

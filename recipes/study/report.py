@@ -1,5 +1,6 @@
 """The study's table (markdown + JSON) and plot (PNG) from the runs' recorded outcomes."""
 import json
+import math
 import os
 import statistics
 
@@ -29,6 +30,7 @@ def _row(line, optimizer, batch, chosen, seed_runs, sweep, statuses):
     results = _ok_results(statuses, seed_runs)
     metrics = [result["metric"] for result in results]
     noise = [result["noise_scale"] for result in results if result["noise_scale"] is not None]
+    measurable = [value for value in noise if math.isfinite(value) and value > 0]
     return {
         "line": line,
         "optimizer": optimizer,
@@ -53,7 +55,9 @@ def _row(line, optimizer, batch, chosen, seed_runs, sweep, statuses):
         "wall_time_seconds": (
             statistics.fmean(r["wall_time_seconds"] for r in results) if results else None
         ),
-        "noise_scale": statistics.fmean(noise) if noise else None,
+        # A negative estimate (|G|² or tr(Σ) still below its noise) is not a scale.
+        "noise_scale": statistics.fmean(measurable) if measurable else None,
+        "noise_scale_not_measurable": len(noise) - len(measurable),
     }
 
 
@@ -98,6 +102,10 @@ def markdown(rows, metric):
                 f"{row['metric_mean']:.4f}{spread} (n={row['seeds']}{diverged}{unfinished})"
             )
         noise = "–" if row["noise_scale"] is None else f"{row['noise_scale']:,.0f}"
+        if row["noise_scale_not_measurable"]:
+            count = row["noise_scale_not_measurable"]
+            noise = ("not measurable" if row["noise_scale"] is None
+                     else f"{noise} ({count} not measurable)")
         lr = "–" if row["learning_rate"] is None else f"{row['learning_rate']:.6g}"
         lines.append(
             f"| {row['line']} | {row['global_batch_size']:,} | {row['steps']} "
