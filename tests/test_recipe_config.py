@@ -45,8 +45,10 @@ def test_files_layer_in_order_then_override_wins(tmp_path):
 @pytest.mark.parametrize(
     "override, fragment",
     [
-        ("train.stepz=5", "unknown config key 'train.stepz'"),
-        ("trian.steps=5", "unknown config key 'trian'"),
+        ("train.stepz=5", "unknown config key 'train.stepz'; did you mean train.steps? "
+                          "known keys under train: end_learning_rate, jit_compile,"),
+        ("trian.steps=5", "unknown config key 'trian'; did you mean train? known keys: "),
+        ("train.zzz=5", "unknown config key 'train.zzz'; known keys under train: "),
         ("train.steps=abc", "'train.steps' must be int, got 'abc'"),
         ("train.steps=2.5", "'train.steps' must be int, got 2.5"),
         ("train.jit_compile=1", "'train.jit_compile' must be bool"),

@@ -12,6 +12,7 @@ unknown keys but accepts any type (a string lands in an int field), and the erro
 """
 
 import dataclasses
+import difflib
 import os
 import re
 import types
@@ -239,8 +240,10 @@ def _merge(values, updates, schema_cls, source, prefix, renamed):
             )
         if key not in fields:
             known = ", ".join(sorted(fields))
+            close = difflib.get_close_matches(str(key), list(fields), n=1)
+            guess = f"did you mean {prefix}{close[0]}? " if close else ""
             raise UserError(
-                f"{source}: unknown config key {dotted!r}; "
+                f"{source}: unknown config key {dotted!r}; {guess}"
                 f"known keys{' under ' + prefix[:-1] if prefix else ''}: {known}"
             )
         field_type = fields[key]
