@@ -288,3 +288,33 @@ def test_a_key_given_twice_in_a_file_is_refused_not_silently_overwritten(tmp_pat
     with pytest.raises(UserError, match=r"twice.yaml: the key 'steps' is given twice in one "
                                         r"mapping at line 3, column 3; fix the YAML syntax"):
         load_config(_Schema, [path], "")
+
+
+@pytest.mark.parametrize("fraction, message", [
+    # 0 would convert no held-out split at all, for the evaluation to read
+    ("0", "data.digits_validation_fraction=0.0 must be above 0 and below 1: the share of the "
+          "embedded digits held out for the evaluation; give e.g. 0.2"),
+    ("1.5", "data.digits_validation_fraction=1.5 must be above 0 and below 1: the share of "
+            "the embedded digits held out for the evaluation; give e.g. 0.2"),
+    ("0.0005", "data.digits_validation_fraction=0.0005 holds out 0 of the 500 embedded digits "
+               "of each class, leaving no held-out digit; give e.g. 0.2"),
+    ("0.9995", "data.digits_validation_fraction=0.9995 holds out 500 of the 500 embedded "
+               "digits of each class, leaving no training digit; give e.g. 0.2"),
+])
+def test_a_digits_split_without_held_out_or_training_digits_is_refused_by_check_config(
+        fraction, message):
+    from recipes.resnet import train as resnet_train
+
+    task_class = resnet_train.ResNetClassification
+    digits = "data.embedded_digits=true,data.num_classes=10,data.label_offset=1"
+    for good in ("0.2", "0.002", "0.998"):
+        task_class(load_config(task_class.config_class, [],
+                               f"{digits},data.digits_validation_fraction={good}")).check_config()
+    # the file patterns are used instead: the fraction is not read
+    task_class(load_config(task_class.config_class, [],
+                           f"data.digits_validation_fraction={fraction}")).check_config()
+    with pytest.raises(UserError) as error:
+        task_class(load_config(task_class.config_class, [],
+                               f"{digits},data.digits_validation_fraction={fraction}")
+                   ).check_config()
+    assert str(error.value) == message

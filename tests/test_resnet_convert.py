@@ -7,6 +7,7 @@ itself (label = class index + 1), never from the converter's own output.
 import os
 import subprocess
 import sys
+import types
 
 import numpy as np
 import pytest
@@ -225,3 +226,34 @@ def test_png_record_is_flagged_only_when_the_pipeline_reads_jpeg_only(tmp_path):
     assert [record.index for record in found] == [0, 1, 2]
     assert "decode_jpeg_only" in found[0].problem and "function_node" not in found[0].problem
     assert convert.find_corrupt_records(str(tmp_path / "train-*"), jpeg_only=False) == []
+
+
+@pytest.mark.parametrize("flag, value, message", [
+    ("validation_fraction", 2.0, "--validation_fraction=2.0 must be at least 0 and below 1; "
+                                 "give the share of each class to hold out as split "
+                                 "`validation` (e.g. 0.1; 0: none)"),
+    ("validation_fraction", -0.1, "--validation_fraction=-0.1 must be at least 0 and below 1"),
+    ("num_shards", 0, "--num_shards=0 must be at least 1; give the number of files per split"),
+    ("jpeg_quality", 101, "--jpeg_quality=101 must be from 1 to 100; give e.g. 95"),
+])
+def test_cli_values_the_converter_refuses_are_named_as_flags(flag, value, message):
+    good = dict(output_dir="records", validation_fraction=0.1, num_shards=4, jpeg_quality=95)
+    convert._check_conversion_flags(types.SimpleNamespace(**good))  # pylint: disable=protected-access
+    with pytest.raises(UserError) as caught:
+        convert._check_conversion_flags(  # pylint: disable=protected-access
+            types.SimpleNamespace(**{**good, flag: value}))
+    assert str(caught.value).startswith(message)
+
+
+@pytest.mark.slow  # a fresh process
+def test_cli_names_the_validation_fraction_flag_before_writing(tmp_path):
+    completed = subprocess.run(
+        [sys.executable, "-m", "recipes.resnet.convert", "--digits",
+         f"--output_dir={tmp_path / 'records'}", "--validation_fraction=2"],
+        cwd=REPO_ROOT, capture_output=True, text=True, timeout=300,
+        env={k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"})
+    assert completed.returncode == 2, completed.stderr[-2000:]
+    assert completed.stderr.strip().splitlines() == [
+        "error: --validation_fraction=2.0 must be at least 0 and below 1; give the share of "
+        "each class to hold out as split `validation` (e.g. 0.1; 0: none)"]
+    assert not (tmp_path / "records").exists()

@@ -197,3 +197,17 @@ def test_only_paths_without_a_remote_scheme_are_local():
     assert storage.all_local(["/data/train-0", "relative/train-1", "file:///data/train-2"])
     assert not storage.all_local(["/data/train-0", "gs://bucket/train-1"])
     assert not storage.all_local(["hdfs://namenode/train-0"])
+
+
+@pytest.mark.parametrize("steps", [1, 2, 3, 4])
+def test_examples_read_are_the_weight_one_examples_of_the_pipelines(four_files, steps):
+    # 24 records over 2 pipelines of 5 slots a step: 3 steps read them all, fewer a part
+    weights = sum(
+        weights.sum()
+        for pipeline_id in range(2)
+        for _, _, weights in input_lib.make_eval_dataset(
+            data_config(), four_files, 5, steps, input_context=context(2, pipeline_id)
+        ).as_numpy_iterator()
+    )
+    assert input_lib.eval_examples_read(24, steps, 5, num_pipelines=2) == weights
+    assert weights == min(24, steps * 10)

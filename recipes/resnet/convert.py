@@ -230,6 +230,11 @@ def write_split(sources, output_dir, split, num_shards, class_names, image_forma
     return paths
 
 
+def held_out_count(validation_fraction, class_size):
+    """Examples of a class of `class_size` that `split_holdout` holds out."""
+    return int(round(validation_fraction * class_size))
+
+
 def split_holdout(sources, validation_fraction, seed):
     """(train, validation): a shuffled, per-class (stratified) hold-out of `validation_fraction`."""
     rng = np.random.default_rng(seed)
@@ -240,7 +245,7 @@ def split_holdout(sources, validation_fraction, seed):
     for label in sorted(by_class):
         members = by_class[label]
         order = rng.permutation(len(members))
-        held_out = int(round(validation_fraction * len(members)))
+        held_out = held_out_count(validation_fraction, len(members))
         validation.extend(members[i] for i in order[:held_out])
         train.extend(members[i] for i in order[held_out:])
     # interleave classes inside each shard, as the ImageNet scripts do
@@ -468,8 +473,7 @@ def main(argv):
     chosen = [bool(FLAGS.image_dir), bool(FLAGS.npz), FLAGS.digits]
     if sum(chosen) != 1:
         raise UserError("pass exactly one of --image_dir, --npz, --digits (or --check)")
-    if not FLAGS.output_dir:
-        raise UserError("--output_dir is required: where to write the TFRecords")
+    _check_conversion_flags(FLAGS)
     storage.check_writable(f"--output_dir={FLAGS.output_dir}", FLAGS.output_dir)
     options = dict(
         num_shards=FLAGS.num_shards,
@@ -509,6 +513,24 @@ def main(argv):
         f"{len(info['class_names'])} classes, labels {LABEL_OFFSET}..{len(info['class_names'])}"
         f" in {os.path.join(FLAGS.output_dir, LABELS_FILE)}"
     )
+
+
+def _check_conversion_flags(FLAGS):  # pylint: disable=invalid-name
+    """One-line UserErrors naming the flag, before anything is read or written (the
+    converter's own checks name its arguments, without the `--`)."""
+    if not FLAGS.output_dir:
+        raise UserError("--output_dir is required: where to write the TFRecords")
+    if not 0.0 <= FLAGS.validation_fraction < 1.0:
+        raise UserError(
+            f"--validation_fraction={FLAGS.validation_fraction} must be at least 0 and below 1; "
+            "give the share of each class to hold out as split `validation` (e.g. 0.1; 0: none)"
+        )
+    if FLAGS.num_shards < 1:
+        raise UserError(f"--num_shards={FLAGS.num_shards} must be at least 1; give the "
+                        "number of files per split")
+    if not 1 <= FLAGS.jpeg_quality <= 100:
+        raise UserError(f"--jpeg_quality={FLAGS.jpeg_quality} must be from 1 to 100; give "
+                        "e.g. 95 (the default)")
 
 
 def _define_flags():

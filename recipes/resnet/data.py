@@ -57,13 +57,28 @@ def prepare_digits(output_dir, validation_fraction, num_shards, jpeg_quality, se
 
 def check_digits_config(data):
     """A UserError, before the digits are converted, if `data` does not fit them (10
-    classes, labels from `convert.LABEL_OFFSET`)."""
-    if data.embedded_digits and (data.num_classes, data.label_offset) != (
-            len(digits.CLASS_NAMES), convert.LABEL_OFFSET):
+    classes, labels from `convert.LABEL_OFFSET`, a held-out split and a training split
+    that both get digits of every class: the evaluation reads the held-out one)."""
+    if not data.embedded_digits:
+        return
+    if (data.num_classes, data.label_offset) != (len(digits.CLASS_NAMES), convert.LABEL_OFFSET):
         raise UserError(
             f"data.embedded_digits needs data.num_classes={len(digits.CLASS_NAMES)} and "
             f"data.label_offset={convert.LABEL_OFFSET}, got {data.num_classes} and "
             f"{data.label_offset}"
+        )
+    fraction = data.digits_validation_fraction
+    if not 0 < fraction < 1:
+        raise UserError(
+            f"data.digits_validation_fraction={fraction} must be above 0 and below 1: the "
+            "share of the embedded digits held out for the evaluation; give e.g. 0.2"
+        )
+    held_out = convert.held_out_count(fraction, digits.PER_CLASS)
+    if not 0 < held_out < digits.PER_CLASS:
+        raise UserError(
+            f"data.digits_validation_fraction={fraction} holds out {held_out} of the "
+            f"{digits.PER_CLASS} embedded digits of each class, leaving "
+            f"{'no held-out' if not held_out else 'no training'} digit; give e.g. 0.2"
         )
 
 
@@ -103,6 +118,12 @@ def _checked(resolved, mode):
     if mode in ("eval", "train_and_eval"):
         input_lib.list_files(resolved.eval_pattern, "data.eval_file_pattern")
         count = resolved.eval_examples or input_lib.count_records(resolved.eval_pattern)
+        if not count:
+            raise UserError(
+                f"data.eval_file_pattern={resolved.eval_pattern!r} holds no records: nothing "
+                "to evaluate; give held-out TFRecords (`python -m recipes.resnet.convert "
+                "--validation_fraction=0.1` writes some)"
+            )
         resolved = resolved._replace(eval_examples=count)
     return resolved
 

@@ -14,6 +14,7 @@ from recipes.common.errors import UserError
 
 CLASS_NAMES = [str(digit) for digit in range(10)]
 IMAGE_SIDE = 28  # MNIST images are 28x28
+PER_CLASS = 500  # images of each digit in mnist_5k.csv.gz
 
 
 def load_digits():

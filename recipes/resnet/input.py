@@ -144,6 +144,14 @@ def eval_steps(num_examples, global_batch_size, num_pipelines=1):
     return max(1, math.ceil(per_pipeline_examples / per_pipeline_batch))
 
 
+def eval_examples_read(num_examples, steps, pipeline_batch_size, num_pipelines=1):
+    """Real (not padding) examples that `steps` eval steps of `pipeline_batch_size` examples
+    per pipeline read: each pipeline's share (every N-th record), up to its batch slots."""
+    slots = steps * pipeline_batch_size
+    return sum(min(len(range(pipeline_id, num_examples, num_pipelines)), slots)
+               for pipeline_id in range(num_pipelines))
+
+
 def make_eval_dataset(
     data, file_pattern, per_replica_batch_size, steps, *, input_context=None, dtype="float32"
 ):

@@ -47,6 +47,7 @@ class ResNetClassification(task.Task):
 
     def prepare(self, model_dir, mode):
         self.data = data_lib.resolve_data(self.config.data, model_dir, mode)
+        self.told_eval_steps = False
         bfloat16 = self.config.runtime.precision == "mixed_bfloat16"
         self.image_dtype = "bfloat16" if bfloat16 else "float32"
 
@@ -77,27 +78,44 @@ class ResNetClassification(task.Task):
         )
 
     def evaluate(self, model, strategy):
-        batch = self.config.eval.global_batch_size
-        steps = self.config.eval.steps or input_lib.eval_steps(
-            self.data.eval_examples, batch, _num_input_pipelines(strategy)
-        )
+        per_replica_batch = self.config.eval.global_batch_size // strategy.num_replicas_in_sync
+        pipelines = _num_input_pipelines(strategy)
+        pipeline_batch = per_replica_batch * (strategy.num_replicas_in_sync // pipelines)
+        steps = self._eval_steps(pipeline_batch * pipelines, pipelines)
         dataset = strategy.distribute_datasets_from_function(
             lambda context: input_lib.make_eval_dataset(
                 self.config.data,
                 self.data.eval_pattern,
-                batch // strategy.num_replicas_in_sync,
+                per_replica_batch,
                 steps,
                 input_context=context,
                 dtype=self.image_dtype,
             )
         )
         self.evaluated_step = int(model.optimizer.iterations.numpy())
-        return model.evaluate(dataset, steps=steps, return_dict=True, verbose=0)
+        results = model.evaluate(dataset, steps=steps, return_dict=True, verbose=0)
+        self.evaluated_examples = input_lib.eval_examples_read(
+            self.data.eval_examples, steps, pipeline_batch, pipelines)
+        # Keras' loss is the mean over every batch slot, the zero-weight padding's too (its
+        # metrics are weighted): the mean over the real examples instead.
+        results["loss"] *= steps * pipeline_batch * pipelines / self.evaluated_examples
+        return results
+
+    def _eval_steps(self, global_batch, pipelines):
+        """eval.steps (0: all), at most the steps that read the held-out set once."""
+        whole = input_lib.eval_steps(self.data.eval_examples, global_batch, pipelines)
+        steps = self.config.eval.steps
+        if steps > whole and not self.told_eval_steps:  # once: train_and_eval evaluates twice
+            self.told_eval_steps = True
+            print(f"eval.steps={steps} is more than the {whole} step(s) of {global_batch} that "
+                  f"hold the {self.data.eval_examples} held-out examples: evaluating {whole}",
+                  flush=True)
+        return min(steps, whole) if steps else whole
 
     def describe_evaluation(self, results):
         return (
             f"top-1: {results['top_1_accuracy']:.4f}  top-5: {results['top_5_accuracy']:.4f}  "
-            f"loss: {results['loss']:.4f}  ({self.data.eval_examples} examples, step {self.evaluated_step})"
+            f"loss: {results['loss']:.4f}  ({self.evaluated_examples} examples, step {self.evaluated_step})"
         )
 
     def export(self, export_dir):

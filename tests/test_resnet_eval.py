@@ -1,0 +1,108 @@
+"""The ResNet task's held-out evaluation counts only real examples, whatever `eval.steps` is.
+
+The eval batches are padded with zero-weight examples (fixed shapes). The expected numbers
+are computed here, independently of Keras' evaluate: the model's logits on the examples of
+weight 1, and label-smoothed cross-entropy and top-1 written out in NumPy.
+"""
+
+import os
+
+import numpy as np
+import pytest
+import tensorflow as tf
+import tf_keras
+
+from recipes.common import config as config_lib
+from recipes.common import driver
+from recipes.resnet import convert, digits
+from recipes.resnet import input as input_lib
+from recipes.resnet import train as resnet_train
+
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TINY_CONFIG = os.path.join(REPO_ROOT, "configs", "resnet", "tiny_cpu.yaml")
+EVAL_BATCH = 8
+HELD_OUT = 20  # 2 of each class's 10 digits: 3 eval batches of 8, the last with 4 padded slots
+
+
+@pytest.fixture(scope="module")
+def held_out_digits(tmp_path_factory):
+    """10 real digits of each class as ImageNet TFRecords: 80 for training, 20 held out."""
+    directory = tmp_path_factory.mktemp("digits")
+    images, labels, names = digits.load_digits()
+    chosen = np.concatenate([np.flatnonzero(labels == label)[:10] for label in range(10)])
+    info = convert.convert_arrays(images[chosen], labels[chosen], str(directory),
+                                  class_names=names, validation_fraction=0.2, num_shards=2)
+    assert info["splits"]["validation"]["num_examples"] == HELD_OUT
+    return str(directory)
+
+
+def _task_and_model(data_dir, model_dir, strategy, eval_steps):
+    override = ",".join([
+        "data.embedded_digits=false", f"data.train_file_pattern={data_dir}/train-*",
+        f"data.eval_file_pattern={data_dir}/validation-*", f"eval.steps={eval_steps}",
+        f"eval.global_batch_size={EVAL_BATCH}", "train.global_batch_size=8",
+        "train.micro_batch_size=4",
+    ])
+    config = config_lib.load_config(resnet_train.ResNetConfig, [TINY_CONFIG], override)
+    task = resnet_train.ResNetClassification(config)
+    task.check_config()
+    task.prepare(model_dir, "eval")
+    tf_keras.utils.set_random_seed(0)
+    plan = driver.plan_batch(config, strategy.num_replicas_in_sync)
+    model, _ = driver.compile_model(task, strategy, plan)
+    return task, model
+
+
+def _expected(task, steps):
+    """(mean smoothed cross-entropy, top-1, count) over the real examples of `steps` batches."""
+    dataset = input_lib.make_eval_dataset(
+        task.config.data, task.data.eval_pattern, EVAL_BATCH, steps)
+    losses, hits = [], []
+    smoothing, classes = task.config.train.label_smoothing, task.config.data.num_classes
+    for images, labels, weights in dataset.as_numpy_iterator():
+        logits = task.classifier(images[weights == 1], training=False).numpy().astype(np.float64)
+        labels = labels[weights == 1]
+        log_p = logits - logits.max(1, keepdims=True)
+        log_p -= np.log(np.exp(log_p).sum(1, keepdims=True))
+        target = np.full_like(log_p, smoothing / classes)
+        target[np.arange(len(labels)), labels] += 1 - smoothing
+        losses.extend(-(target * log_p).sum(1))
+        hits.extend(logits.argmax(1) == labels)
+    return np.mean(losses), np.mean(hits), len(losses)
+
+
+@pytest.mark.parametrize("eval_steps, steps_read", [(0, 3), (1000, 3), (1, 1), (2, 2)])
+def test_loss_metrics_and_count_are_over_the_real_examples(
+        held_out_digits, tmp_path, capsys, eval_steps, steps_read):
+    strategy = tf.distribute.get_strategy()
+    task, model = _task_and_model(held_out_digits, str(tmp_path), strategy, eval_steps)
+    results = task.evaluate(model, strategy)
+    loss, top_1, count = _expected(task, steps_read)
+    assert count == min(HELD_OUT, steps_read * EVAL_BATCH)
+    np.testing.assert_allclose(results["loss"], loss, rtol=1e-5)
+    np.testing.assert_allclose(results["top_1_accuracy"], top_1, rtol=1e-6)
+    assert f"({count} examples, step 0)" in task.describe_evaluation(results)
+    told = "eval.steps=1000 is more than the 3 step(s) of 8 that hold the 20 held-out " \
+           "examples: evaluating 3"
+    assert (told in capsys.readouterr().out) == (eval_steps == 1000)
+
+
+def test_two_replicas_count_the_real_examples_once(held_out_digits, tmp_path, two_cpu_strategy):
+    task, model = _task_and_model(held_out_digits, str(tmp_path), two_cpu_strategy, 0)
+    results = task.evaluate(model, two_cpu_strategy)
+    loss, top_1, count = _expected(task, 3)
+    np.testing.assert_allclose(results["loss"], loss, rtol=1e-5)
+    np.testing.assert_allclose(results["top_1_accuracy"], top_1, rtol=1e-6)
+    assert f"({count} examples, step 0)" in task.describe_evaluation(results)
+
+
+def test_an_eval_set_without_records_is_refused_before_any_evaluation(tmp_path):
+    from recipes.common.errors import UserError
+    from recipes.resnet import data as data_lib
+    from recipes.resnet.config import DataConfig
+
+    (tmp_path / "validation-00000").write_bytes(b"")  # a TFRecord file of no records
+    data = DataConfig(eval_file_pattern=str(tmp_path / "validation-*"))
+    with pytest.raises(UserError, match=r"data.eval_file_pattern='.*validation-\*' holds no "
+                                        "records: nothing to evaluate"):
+        data_lib.resolve_data(data, str(tmp_path), "eval")
