@@ -241,12 +241,32 @@ _REQUIRED_FLAGS = {"experiment": "--experiment=bert/pretraining", "mode": "--mod
                    "model_dir": "--model_dir=/tmp/mg_bert"}
 
 
+def _check_model_dir(model_dir):
+    """A --model_dir that is a file, or under one: Model Garden's trainer fails on it with
+    a long traceback (FailedPreconditionError) after building the experiment."""
+    import os
+
+    import tensorflow as tf
+
+    path = model_dir
+    try:  # the nearest existing path of model_dir and its parents
+        while path and not tf.io.gfile.exists(path):
+            path = os.path.dirname(path.rstrip("/"))
+        is_file = bool(path) and not tf.io.gfile.isdir(path)
+    except tf.errors.OpError:  # e.g. no access to a bucket: Model Garden's own error follows
+        return
+    if is_file:
+        raise _UsageError(f"--model_dir={model_dir}: {path} is a file, not a directory; give "
+                          "a new directory or one of an earlier run")
+
+
 def check(flags_obj, driver_name):
     """Raises `_UsageError` for the first mistake in the flags or the experiment config."""
     for flag, example in _REQUIRED_FLAGS.items():
         if not getattr(flags_obj, flag):
             raise _UsageError(f"--{flag} is required, e.g. {example}")
     _check_mode(flags_obj.mode, driver_name)
+    _check_model_dir(flags_obj.model_dir)
     _check_experiment(flags_obj.experiment)
     params = _parsed_config(flags_obj)
     missing = missing_field(params, flags_obj.mode)

@@ -89,6 +89,11 @@ CASES = {
                                    "optimizer.warmup_steps=0"],
         ["holds a run trained to step 2, past train.steps=1: give train.steps=2 or more to "
          "train it further, --mode=eval or --mode=export to use it, or a new --model_dir"]),
+    # Found before any work (was: after the data stage and the model build).
+    "init-checkpoint-holds-no-checkpoint": (
+        BERT, FRESH, ["--params_override=train.init_checkpoint={d}/no_phase_one"],
+        ["train.init_checkpoint='{d}/no_phase_one' holds no checkpoint; give phase 1's "
+         "model_dir or a checkpoint path such as <model_dir>/checkpoints/ckpt-7038"]),
     "model-dir-holds-another-model-shape": (BERT, TRAINED,
                                            ["--params_override=model.hidden_size=32"],
                                            ["does not fit this model", "new --model_dir"]),

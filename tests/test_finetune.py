@@ -227,7 +227,7 @@ def test_stdlib_task_needs_a_run_on_the_embedded_corpus(pretraining_dir, tmp_pat
     config = config_lib.load_config(finetune.BertFinetuneConfig, (),
                                     f"encoder.pretraining_dir={pretraining_dir}")
     with pytest.raises(finetune.UserError, match="data.task=stdlib needs a pretraining run"):
-        finetune.BertFinetuneTask(config).prepare(str(tmp_path), "train")
+        finetune.BertFinetuneTask(config).check_config()  # before any work
 
 
 def test_comparison_adds_the_init_to_either_override_form():

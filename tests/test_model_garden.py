@@ -370,6 +370,13 @@ BAD_LAUNCHES = {
     "mode-the-driver-does-not-run": (["nlp", "--mode=train_and_validate"],
                                      ["--mode=train_and_validate is not a mode of Model "
                                       "Garden's nlp trainer"]),
+    # Model Garden's trainer: a FailedPreconditionError traceback after building the model
+    "model-dir-is-a-file": (["nlp", "--model_dir={d}/a_file"],
+                            ["--model_dir={d}/a_file: {d}/a_file is a file, not a directory",
+                             "give a new directory"]),
+    "model-dir-under-a-file": (["nlp", "--model_dir={d}/a_file/run"],
+                               ["--model_dir={d}/a_file/run: {d}/a_file is a file, not a "
+                                "directory"]),
 }
 
 
@@ -381,6 +388,7 @@ def bad_launches(tmp_path_factory):
     (d / "broken.yaml").write_text("task:\n  model: {encoder: [\n")
     (d / "unknown_key.yaml").write_text("task:\n  train_data: {input_pathz: dummy}\n")
     (d / "wrong_type.yaml").write_text("task:\n  train_data: {global_batch_size: [2]}\n")
+    (d / "a_file").write_text("not a directory")  # the --model_dir of model-dir-is-a-file
     jobs, cases = [], {}
     for case_id, (args, _) in BAD_LAUNCHES.items():
         model_dir = d / f"model_{case_id}"

@@ -35,13 +35,14 @@ class Example:
     label: str
 
 
-def read_examples(path) -> List[Example]:
-    """Examples of a `.tsv` (header row) or `.jsonl` file; one-line errors naming the line."""
-    if not tf.io.gfile.exists(path):
-        raise UserError(f"classification file {path} does not exist")
+def read_examples(path, key=None) -> List[Example]:
+    """Examples of a `.tsv` (header row) or `.jsonl` file; one-line errors naming the config
+    `key` that gave the file (e.g. data.train_file), if any, and the line."""
+    name = f"{key}={path}" if key else f"classification file {path}"
+    problem = file_problem(path)
+    if problem:
+        raise UserError(f"{name} {problem}")
     extension = os.path.splitext(path)[1]
-    if extension not in (".tsv", ".jsonl"):
-        raise UserError(f"classification file {path}: expected a .tsv or .jsonl file")
     with tf.io.gfile.GFile(path, "r") as f:
         text = f.read()
     if extension == ".tsv":
@@ -55,9 +56,11 @@ def read_examples(path) -> List[Example]:
             try:
                 row = json.loads(line)
             except ValueError:
-                raise UserError(f"{path} line {number} is not a JSON object") from None
+                row = None
             if not isinstance(row, dict):
-                raise UserError(f"{path} line {number} is not a JSON object")
+                raise UserError(
+                    f"{name} line {number} is not a JSON object; give one object per line, "
+                    'such as {"sentence": "...", "label": "..."}, or fix that line')
             rows.append(row)
         first_line = 1
     examples = []
@@ -66,26 +69,41 @@ def read_examples(path) -> List[Example]:
         second = row.get("sentence2")
         if first is None or row.get("label") is None:
             raise UserError(
-                f"{path} line {number} lacks 'sentence' (or 'sentence1') or 'label'; fields "
+                f"{name} line {number} lacks 'sentence' (or 'sentence1') or 'label'; fields "
                 "are sentence | sentence1 + sentence2, and label"
             )
         examples.append(Example(str(first), None if second is None else str(second),
                                 str(row["label"])))
     if not examples:
-        raise UserError(f"classification file {path} holds no example")
+        raise UserError(f"{name} holds no example; give at least one row after the header")
     pairs = {example.second is not None for example in examples}
     if len(pairs) > 1:
-        raise UserError(f"{path} mixes single sentences and pairs; use one kind per file")
+        raise UserError(f"{name} mixes single sentences and pairs; use one kind per file")
     return examples
 
 
-def label_ids(examples, labels, path):
-    """The index of each example's label in `labels`; an unknown label is one line."""
+def file_problem(path):
+    """What makes `path` no classification file, as the end of a sentence naming it, or
+    None: it does not exist, is a directory, or is not .tsv / .jsonl."""
+    if not tf.io.gfile.exists(path):
+        return "does not exist; check the path (a .tsv file with a header row, or .jsonl)"
+    if tf.io.gfile.isdir(path):
+        return "is a directory; give a .tsv file with a header row, or a .jsonl file"
+    if os.path.splitext(path)[1] not in (".tsv", ".jsonl"):
+        return "is not a .tsv or .jsonl file; convert it (or rename it, if it is one)"
+    return None
+
+
+def label_ids(examples, labels, source):
+    """The index of each example's label in `labels`; an unknown label is one line naming
+    `source` (the file, or `data.eval_file=<path>`)."""
     index = {label: i for i, label in enumerate(labels)}
     unknown = sorted({e.label for e in examples} - set(index))
     if unknown:
         raise UserError(
-            f"{path} has label(s) {unknown[:5]} that are not in the label list {list(labels)}"
+            f"{source} has label(s) {unknown[:5]} that are not in the label list {list(labels)} "
+            "(data.labels, or the training file's labels when it is null); add them to "
+            "data.labels (every label, in class-id order) or fix the file"
         )
     return [index[e.label] for e in examples]
 

@@ -37,7 +37,7 @@ from recipes.bert.finetune_config import BertFinetuneConfig  # noqa: E402
 from recipes.common import task as task_lib  # noqa: E402
 from recipes.common import driver  # noqa: E402
 from recipes.common import export as export_lib  # noqa: E402
-from recipes.common.errors import UserError  # noqa: E402
+from recipes.common.errors import UserError  # noqa: E402,F401  (raised by the checks)
 
 
 PREDICTIONS_FILE = "predictions.json"  # squad: {question id: answer} of the last evaluation
@@ -51,25 +51,26 @@ class BertFinetuneTask(task_lib.Task):
     fixed_on_resume = ("encoder.pretraining_dir", "encoder.init", "data.")
 
     def check_config(self):
+        """Keys, task files (classification: read whole; SQuAD: parsed in `prepare`) and
+        the pretraining run, before anything is printed or written."""
+        data = self.config.data
         finetune_config.check(self.config)
+        self.examples = (finetune_data.read_classification(data)
+                         if data.task == "classification" else None)
+        self.run = finetune_data.PretrainingRun(self.config.encoder.pretraining_dir)
+        self.seq_length = finetune_data.check_task_run(data, self.run)
 
     # ---- Data ---------------------------------------------------------------------------
 
     def prepare(self, model_dir, mode):
         data = self.config.data
         self.model_dir = model_dir
-        self.run = finetune_data.PretrainingRun(self.config.encoder.pretraining_dir)
-        self.seq_length = data.seq_length or self.run.seq_length
-        if self.seq_length > self.run.seq_length:
-            raise UserError(
-                f"data.seq_length={self.seq_length} is longer than the pretraining run's "
-                f"{self.run.seq_length}; use at most {self.run.seq_length} (0 = the run's)"
-            )
         if data.task == "squad":
             self.data = finetune_data.prepare_squad(data, self.run, self.seq_length)
         else:
             self.data = finetune_data.prepare_classification(
-                data, self.run, self.seq_length, model_dir, self.config.train.seed)
+                data, self.run, self.seq_length, model_dir, self.config.train.seed,
+                self.examples)
             self.labels = self.data.labels
 
     # ---- Model --------------------------------------------------------------------------

@@ -7,10 +7,16 @@ key with its reason; configs/bert/finetune_squad_v1.yaml carries BERT's SQuAD re
 import dataclasses
 from typing import Optional
 
+import tensorflow as tf
+
+from recipes.bert import classification
 from recipes.common import schema
 from recipes.common.errors import UserError
 
 TASKS = ("stdlib", "classification", "squad")
+# The data keys each task reads (stdlib builds its files from encoder.pretraining_dir).
+TASK_KEYS = {"stdlib": (), "classification": ("train_file", "eval_file", "labels"),
+             "squad": ("train_file", "eval_file")}
 INITS = ("pretrained", "none")
 
 
@@ -91,10 +97,42 @@ def check(config):
         raise UserError("encoder.pretraining_dir is empty: give a pretraining run's "
                         "model_dir (its encoder shape and vocabulary are used also with "
                         "encoder.init: none)")
+    check_task_keys(data)
     if data.task != "stdlib" and not (data.train_file and data.eval_file):
         raise UserError(f"data.task={data.task} needs data.train_file and data.eval_file")
+    check_task_files(data)
     if data.seq_length < 0:
         raise UserError(f"data.seq_length={data.seq_length} must be at least 0")
     for key in ("doc_stride", "max_query_length", "n_best_size", "max_answer_length"):
         if getattr(data, key) <= 0:
             raise UserError(f"data.{key}={getattr(data, key)} must be positive")
+
+
+def check_task_keys(data):
+    """A UserError for a data key (a file, the labels) that `data.task` does not read: the
+    run would silently train on something else."""
+    for key in ("train_file", "eval_file", "labels"):
+        if getattr(data, key) and key not in TASK_KEYS[data.task]:
+            readers = " or ".join(task for task, keys in TASK_KEYS.items() if key in keys)
+            why = ("the stdlib task builds its own files from encoder.pretraining_dir"
+                   if data.task == "stdlib" else "SQuAD answers are spans, not labels")
+            raise UserError(
+                f"data.{key} is set, but data.task={data.task} does not read it ({why}); "
+                f"set data.task={readers} to use it (docs/finetune.md), or leave data.{key} "
+                "unset")
+
+
+def check_task_files(data):
+    """A UserError naming the key of a task file that does not exist or cannot be one."""
+    for key in ("train_file", "eval_file") if data.task != "stdlib" else ():
+        path = getattr(data, key)
+        if data.task == "classification":
+            problem = classification.file_problem(path)
+        elif not tf.io.gfile.exists(path):
+            problem = "does not exist; check the path (a SQuAD v1.1 JSON file)"
+        elif tf.io.gfile.isdir(path):
+            problem = "is a directory; give a SQuAD v1.1 JSON file"
+        else:
+            problem = None
+        if problem:
+            raise UserError(f"data.{key}={path} {problem}")

@@ -1,6 +1,7 @@
 """Fine-tuning inputs: what is taken from the pretraining run (its encoder, vocabulary and
 sequence length), and the task's examples packed into arrays of the encoder's inputs
 (recipes/bert/finetune.py is the task that uses them)."""
+import collections
 import dataclasses
 import os
 
@@ -73,36 +74,71 @@ class ClassificationData:
     pairs: bool  # sentence pairs (two texts per example) or single sentences
 
 
-def prepare_classification(data, run, seq_length, model_dir, seed):
-    """The examples of `data.task` (classification, or the embedded stdlib task written into
-    <model_dir>/data from the pretraining run's held-out documents), packed."""
-    train_file, eval_file, labels = data.train_file, data.eval_file, data.labels
-    if data.task == "stdlib":
-        if run.corpus != "stdlib":
-            raise UserError(
-                "data.task=stdlib needs a pretraining run on the embedded corpus "
-                f"(data.corpus: stdlib, no data.train_files); the pretraining run used "
-                f"{run.corpus!r}"
-            )
-        train_file, eval_file, labels = stdlib_classification.write_task(
-            os.path.join(model_dir, "data"), run.data_dir, run.data_seed, seed)
-    train = classification.read_examples(train_file)
-    evaluation = classification.read_examples(eval_file)
+def check_task_run(data, run):
+    """The sequence length of fine-tuning (`data.seq_length`, 0: the run's), or a UserError
+    if the pretraining run (`PretrainingRun`) cannot give `data.task` or that length."""
+    if data.task == "stdlib" and run.corpus != "stdlib":
+        raise UserError(
+            "data.task=stdlib needs a pretraining run on the embedded corpus "
+            f"(data.corpus: stdlib, no data.train_files); the pretraining run used "
+            f"{run.corpus!r}; give such a run as encoder.pretraining_dir, or use "
+            "data.task=classification with your own files"
+        )
+    seq_length = data.seq_length or run.seq_length
+    if seq_length > run.seq_length:
+        raise UserError(
+            f"data.seq_length={seq_length} is longer than the pretraining run's "
+            f"{run.seq_length}; use at most {run.seq_length} (0 = the run's)"
+        )
+    return seq_length
+
+
+ClassificationExamples = collections.namedtuple(
+    "ClassificationExamples", ["train", "evaluation", "labels", "pairs", "label_ids"])
+
+
+def read_examples(train_file, eval_file, labels, keys=(None, None)):
+    """`ClassificationExamples` of two files, checked (one kind of example, every label in
+    the label list); errors name the config `keys` of the files, if given."""
+    names = [f"{key}={path}" if key else path for key, path in zip(keys, (train_file, eval_file))]
+    train = classification.read_examples(train_file, keys[0])
+    evaluation = classification.read_examples(eval_file, keys[1])
     labels = list(labels or sorted({e.label for e in train}))
     pairs = train[0].second is not None
     if (evaluation[0].second is not None) != pairs:
-        raise UserError(f"{train_file} and {eval_file} differ: one has sentence pairs")
+        raise UserError(f"{names[0]} and {names[1]} differ: one has sentence pairs, the other "
+                        "single sentences; give two files of the same kind")
+    ids = [classification.label_ids(examples, labels, name)
+           for examples, name in zip((train, evaluation), names)]
+    return ClassificationExamples(train, evaluation, labels, pairs, ids)
+
+
+def read_classification(data):
+    """The checked `ClassificationExamples` of data.task=classification (data.train_file,
+    data.eval_file, data.labels): read before any work, by the task's config check."""
+    return read_examples(data.train_file, data.eval_file, data.labels,
+                         keys=("data.train_file", "data.eval_file"))
+
+
+def prepare_classification(data, run, seq_length, model_dir, seed, examples=None):
+    """The examples of `data.task` (classification: `examples`, `read_classification`'s;
+    or the embedded stdlib task written into <model_dir>/data from the pretraining run's
+    held-out documents), packed."""
+    if data.task == "stdlib":
+        examples = read_examples(*stdlib_classification.write_task(
+            os.path.join(model_dir, "data"), run.data_dir, run.data_seed, seed))
+    examples = examples or read_classification(data)
     packer = classification.TextPacker(run.vocab_file, seq_length)
 
-    def arrays(examples, path):
-        features = classification.pack_examples(packer, examples)
-        return ({k: v.numpy() for k, v in features.items()},
-                {"logits": np.array(classification.label_ids(examples, labels, path))})
+    def arrays(split, ids):
+        features = classification.pack_examples(packer, split)
+        return {k: v.numpy() for k, v in features.items()}, {"logits": np.array(ids)}
 
-    print(f"data: {data.task}, {len(train)} training and {len(evaluation)} held-out "
-          f"examples, {len(labels)} labels", flush=True)
-    return ClassificationData(arrays(train, train_file), arrays(evaluation, eval_file),
-                              labels, pairs)
+    print(f"data: {data.task}, {len(examples.train)} training and {len(examples.evaluation)} "
+          f"held-out examples, {len(examples.labels)} labels", flush=True)
+    return ClassificationData(arrays(examples.train, examples.label_ids[0]),
+                              arrays(examples.evaluation, examples.label_ids[1]),
+                              examples.labels, examples.pairs)
 
 
 @dataclasses.dataclass

@@ -78,9 +78,12 @@ class BertPretraining(task.Task):
         )
 
     def describe_evaluation(self, results):
+        # Each number under its results.json key. masked_lm_cross_entropy: per masked token
+        # (Google's BERT's masked_lm_loss); results.json's masked_lm_loss is Keras' training
+        # loss term, over batch x max_predictions_per_seq (recipes/bert/model.py).
         return (
             f"masked_lm_accuracy={results['masked_lm_accuracy']:.4f} "
-            f"masked_lm_loss={results['masked_lm_cross_entropy']:.4f} "
+            f"masked_lm_cross_entropy={results['masked_lm_cross_entropy']:.4f} "
             f"next_sentence_accuracy={results['next_sentence_accuracy']:.4f}"
         )
 

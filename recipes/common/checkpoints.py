@@ -116,10 +116,9 @@ def require_checkpoint(model_dir):
     return path
 
 
-def restore_weights_only(model, init_checkpoint):
-    """The weights of another run (`train.init_checkpoint`: a model_dir or a checkpoint
-    path) into `model.inner_model`; the optimizer state and step start fresh (phase 2 of
-    mixed-batch training starts from phase 1's weights)."""
+def init_checkpoint_path(init_checkpoint):
+    """The checkpoint `train.init_checkpoint` names (a run's model_dir, a directory of
+    checkpoints or a checkpoint prefix; gs:// too), or a one-line UserError."""
     path = init_checkpoint
     if tf.io.gfile.isdir(init_checkpoint):
         path = latest_checkpoint(init_checkpoint) or tf.train.latest_checkpoint(init_checkpoint)
@@ -128,6 +127,14 @@ def restore_weights_only(model, init_checkpoint):
             f"train.init_checkpoint={init_checkpoint!r} holds no checkpoint; give phase 1's "
             "model_dir or a checkpoint path such as <model_dir>/checkpoints/ckpt-7038"
         )
+    return path
+
+
+def restore_weights_only(model, init_checkpoint):
+    """The weights of another run (`train.init_checkpoint`: a model_dir or a checkpoint
+    path) into `model.inner_model`; the optimizer state and step start fresh (phase 2 of
+    mixed-batch training starts from phase 1's weights)."""
+    path = init_checkpoint_path(init_checkpoint)
     # Only the path checkpoint -> model -> inner_model (the weights): a compiled Keras model
     # also tracks its optimizer, which must not come along.
     weights_only = tf.train.Checkpoint(model=tf.train.Checkpoint(inner_model=model.inner_model))

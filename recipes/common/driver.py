@@ -153,6 +153,17 @@ def check_steps_left(config, model_dir):
             "further, --mode=eval or --mode=export to use it, or a new --model_dir")
 
 
+def check_init_checkpoint(config, model_dir, mode):
+    """A UserError, before any work, for a train.init_checkpoint that a fresh training run
+    would restore (`checkpoints.restore_weights_only`, the same forms: a run's model_dir, a
+    directory of checkpoints, a checkpoint prefix; gs:// too) and that holds no checkpoint.
+    A resumed run, eval and export do not read the key."""
+    init_checkpoint = config.train.init_checkpoint
+    if (init_checkpoint and mode in TRAIN_MODES
+            and checkpoints.latest_checkpoint(model_dir) is None):
+        checkpoints.init_checkpoint_path(init_checkpoint)
+
+
 def compare_with_saved_config(task, model_dir, mode):
     """When --model_dir holds a checkpoint and its config.yaml: refuses a run whose
     config.yaml is not this program's (before anything is written there) and a change to a
@@ -208,6 +219,7 @@ def run(task_class, options):
         check_export_dir(task, options.model_dir)
     if options.mode in TRAIN_MODES:
         check_steps_left(task.config, options.model_dir)
+    check_init_checkpoint(task.config, options.model_dir, options.mode)
     compare_with_saved_config(task, options.model_dir, options.mode)
     strategy = strategy_lib.make_strategy(options.strategy, options.tpu, options.communication)
     plan = plan_batch(task.config, strategy.num_replicas_in_sync)

@@ -1,0 +1,153 @@
+"""Mistakes in the BERT programs' configs found before any work (one line naming the key,
+its value and what to do), called directly: `train.init_checkpoint` (the driver's check
+for every recipe), fine-tuning's task files, labels and `encoder.pretraining_dir`; and
+the console's held-out line naming each number as results.json does."""
+import os
+import re
+import types
+
+import pytest
+import tensorflow as tf
+
+from recipes.bert import classification, finetune, finetune_data, pretrain
+from recipes.common import config as config_lib
+from recipes.common import driver
+from recipes.common.errors import UserError
+
+
+# ---- train.init_checkpoint ----------------------------------------------------------------
+
+def _save_checkpoint(prefix):
+    """A one-variable checkpoint at `prefix`-1 (its `checkpoint` file beside it)."""
+    return tf.train.Checkpoint(v=tf.Variable(1.0)).save(prefix)
+
+
+def _init_config(init_checkpoint):
+    return types.SimpleNamespace(train=types.SimpleNamespace(init_checkpoint=init_checkpoint))
+
+
+def test_init_checkpoint_takes_a_run_a_checkpoint_directory_or_a_prefix(tmp_path):
+    new_run = str(tmp_path / "new_run")
+    phase_one = tmp_path / "phase_one"  # a run's model_dir: <model_dir>/checkpoints/ckpt-N
+    prefix = _save_checkpoint(str(phase_one / "checkpoints" / "ckpt"))
+    exported = _save_checkpoint(str(tmp_path / "model_garden" / "encoder"))  # its own dir
+    for given in (str(phase_one), prefix, str(tmp_path / "model_garden"), exported):
+        driver.check_init_checkpoint(_init_config(given), new_run, "train")
+    assert not os.path.exists(new_run)
+
+
+@pytest.mark.parametrize("given", ["none", "empty_dir", "phase_one/checkpoints/ckpt-9"])
+def test_an_init_checkpoint_without_a_checkpoint_is_one_line_naming_the_key(tmp_path, given):
+    (tmp_path / "empty_dir").mkdir()
+    _save_checkpoint(str(tmp_path / "phase_one" / "checkpoints" / "ckpt"))
+    path = str(tmp_path / given)
+    for mode in ("train", "train_and_eval"):
+        with pytest.raises(UserError, match=re.escape(
+                f"train.init_checkpoint={path!r} holds no checkpoint; give phase 1's model_dir "
+                "or a checkpoint path such as <model_dir>/checkpoints/ckpt-7038")):
+            driver.check_init_checkpoint(_init_config(path), str(tmp_path / "run"), mode)
+
+
+def test_an_init_checkpoint_is_not_read_when_the_run_resumes_or_does_not_train(tmp_path):
+    """A resumed run restores its own checkpoint, eval and export the latest: the key is
+    not used, so a phase 1 directory deleted since is no error."""
+    resumed = tmp_path / "resumed"
+    _save_checkpoint(str(resumed / "checkpoints" / "ckpt"))
+    missing = _init_config(str(tmp_path / "deleted_phase_one"))
+    driver.check_init_checkpoint(missing, str(resumed), "train")
+    for mode in ("eval", "export"):
+        driver.check_init_checkpoint(missing, str(tmp_path / "run"), mode)
+
+
+# ---- fine-tuning: the task's files and keys -----------------------------------------------
+
+def _finetune_task(override):
+    config = config_lib.load_config(finetune.BertFinetuneConfig, (), override)
+    return finetune.BertFinetuneTask(config)
+
+
+@pytest.mark.parametrize("key", ["data.train_file", "data.eval_file", "data.labels"])
+def test_a_key_the_stdlib_task_does_not_read_is_refused(tmp_path, key):
+    value = "[a,b]" if key == "data.labels" else str(tmp_path / "train.tsv")
+    with pytest.raises(UserError, match=re.escape(
+            f"{key} is set, but data.task=stdlib does not read it")) as raised:
+        _finetune_task(f"encoder.pretraining_dir={tmp_path},{key}={value}").check_config()
+    assert "set data.task=classification" in str(raised.value)
+
+
+def test_squad_does_not_read_labels(tmp_path):
+    (tmp_path / "s.json").write_text('{"data": []}')
+    files = f"data.train_file={tmp_path}/s.json,data.eval_file={tmp_path}/s.json"
+    with pytest.raises(UserError, match=re.escape(
+            "data.labels is set, but data.task=squad does not read it")):
+        _finetune_task(f"encoder.pretraining_dir={tmp_path},data.task=squad,{files},"
+                       "data.labels=[a,b]").check_config()
+
+
+@pytest.mark.parametrize("task", ["classification", "squad"])
+@pytest.mark.parametrize("key", ["data.train_file", "data.eval_file"])
+def test_a_missing_task_file_is_found_before_the_pretraining_run_is_read(tmp_path, task, key):
+    (tmp_path / "good.tsv").write_text("sentence\tlabel\na\tx\n")
+    files = {"data.train_file": str(tmp_path / "good.tsv"),
+             "data.eval_file": str(tmp_path / "good.tsv"), key: str(tmp_path / "nope.tsv")}
+    override = ",".join([f"encoder.pretraining_dir={tmp_path}/no_run", f"data.task={task}"]
+                        + [f"{k}={v}" for k, v in files.items()])
+    with pytest.raises(UserError, match=re.escape(
+            f"{key}={tmp_path}/nope.tsv does not exist; check the path")):
+        _finetune_task(override).check_config()
+
+
+def test_classification_file_errors_name_the_key_and_the_remedy(tmp_path):
+    (tmp_path / "bad.jsonl").write_text('{"sentence": "a", "label": "x"}\n[1, 2]\n')
+    with pytest.raises(UserError, match=re.escape(
+            f"data.train_file={tmp_path}/bad.jsonl line 2 is not a JSON object; give one "
+            "object per line")):
+        classification.read_examples(str(tmp_path / "bad.jsonl"), "data.train_file")
+    (tmp_path / "train.tsv").write_text("sentence\tlabel\na\tpos\nb\tneg\n")
+    (tmp_path / "newlabel.tsv").write_text("sentence\tlabel\nc\tzzz\n")
+    data = types.SimpleNamespace(train_file=str(tmp_path / "train.tsv"),
+                                 eval_file=str(tmp_path / "newlabel.tsv"), labels=None)
+    with pytest.raises(UserError, match=re.escape(
+            f"data.eval_file={tmp_path}/newlabel.tsv has label(s) ['zzz'] that are not in the "
+            "label list ['neg', 'pos']")) as raised:
+        finetune_data.read_classification(data)
+    assert "add them to data.labels" in str(raised.value)
+    assert "or fix the file" in str(raised.value)
+
+
+def test_classification_data_mistakes_are_found_in_the_config_check(tmp_path):
+    """Before the strategy and batch lines, before --model_dir: the driver runs
+    check_config first (the pretraining run may be missing: the files come first)."""
+    (tmp_path / "train.tsv").write_text("sentence\tlabel\na\tpos\nb\tneg\n")
+    (tmp_path / "newlabel.tsv").write_text("sentence\tlabel\nc\tzzz\n")
+    with pytest.raises(UserError, match=r"has label\(s\) \['zzz'\]"):
+        _finetune_task(f"encoder.pretraining_dir={tmp_path}/no_run,data.task=classification,"
+                       f"data.train_file={tmp_path}/train.tsv,"
+                       f"data.eval_file={tmp_path}/newlabel.tsv").check_config()
+
+
+def test_a_missing_pretraining_dir_is_found_in_the_config_check(tmp_path):
+    missing = str(tmp_path / "no_run")
+    with pytest.raises(UserError, match=re.escape(
+            f"encoder.pretraining_dir={missing} does not exist: give the --model_dir of a "
+            "pretraining run")):
+        _finetune_task(f"encoder.pretraining_dir={missing}").check_config()
+    (tmp_path / "config.yaml").write_text("data: {}\n")  # a directory without the export
+    with pytest.raises(UserError, match="^encoder.pretraining_dir: "):
+        _finetune_task(f"encoder.pretraining_dir={tmp_path}").check_config()
+
+
+# ---- the console's held-out line ----------------------------------------------------------
+
+def test_the_held_out_line_names_each_number_as_results_json_does():
+    """Keras' `masked_lm_loss` (the training loss term: summed cross-entropy over batch x
+    max_predictions_per_seq) and `masked_lm_cross_entropy` (per masked token) differ; the
+    console prints each value under the key it has in results.json."""
+    results = {"loss": 8.1, "masked_lm_loss": 7.1319, "masked_lm_cross_entropy": 7.5539,
+               "masked_lm_accuracy": 0.0123, "next_sentence_loss": 0.69,
+               "next_sentence_accuracy": 0.51}
+    line = pretrain.BertPretraining(None).describe_evaluation(results)
+    printed = dict(pair.split("=") for pair in line.split())
+    assert "masked_lm_cross_entropy" in printed and "masked_lm_accuracy" in printed
+    for name, value in printed.items():
+        assert value == f"{results[name]:.4f}", (name, line)
