@@ -295,6 +295,25 @@ def _usage_error(message):
     sys.exit(2)
 
 
+# Model Garden's flags that `<driver> --help` lists (all of them: --helpfull).
+_KEY_FLAGS = ("experiment", "mode", "model_dir", "config_file", "params_override", "tpu")
+
+
+def _set_driver_help(driver_name, usage):
+    """What absl's `--help` prints for `<driver> --help`: this usage and Model Garden's
+    main flags (absl prints the `__main__` module's docstring, here lamb_tf.model_garden's
+    notes on the registration, and the flags that module defines: none)."""
+    from absl import flags
+
+    sys.modules["__main__"].__doc__ = (
+        f"{usage.replace('{' + '|'.join(DRIVERS) + '}', driver_name)}\n\nModel Garden's own "
+        f"{driver_name} trainer ({DRIVERS[driver_name]}) with lamb_tf's LAMB and LARS as its "
+        "'lamb' and 'lars' optimizers; every flag: --helpfull.")
+    for name in _KEY_FLAGS:
+        if name in flags.FLAGS:
+            flags.FLAGS.register_key_flag_for_module(sys.argv[0], flags.FLAGS[name])
+
+
 def main():
     """`python -m lamb_tf.model_garden {nlp|vision} <Model Garden flags>`."""
     usage = (f"usage: python -m lamb_tf.model_garden {{{'|'.join(DRIVERS)}}} "
@@ -319,6 +338,7 @@ def main():
     tfm_flags.define_flags()
     register()
     app.define_help_flags()
+    _set_driver_help(driver_name, usage)
     try:  # parsed here first so that a bad flag is one line and exit status 2, as any mistake
         flags.FLAGS(sys.argv)
     except SystemExit as help_exit:  # absl prints --help/--helpfull, then exits with status 1

@@ -292,6 +292,24 @@ def test_launcher_passes_helpfull_to_the_trainer_and_exits_0():
     assert "--experiment" in result.stdout and "--params_override" in result.stdout
 
 
+@pytest.mark.slow  # imports Model Garden's NLP trainer in a fresh process
+def test_launcher_driver_help_is_its_usage_and_model_gardens_main_flags():
+    """`nlp --help`: absl prints the __main__ module's docstring (lamb_tf.model_garden's
+    notes on the registration) and that module's flags (none) unless the launcher says
+    otherwise."""
+    result = subprocess.run(
+        [sys.executable, "-m", "lamb_tf.model_garden", "nlp", "--help"],
+        capture_output=True, text=True, timeout=300,
+        env={**os.environ, "PYTHONPATH": REPO_ROOT, "TF_CPP_MIN_LOG_LEVEL": "3"})
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.startswith("usage: python -m lamb_tf.model_garden nlp --experiment="), (
+        result.stdout[:500])
+    assert "official.nlp.train" in result.stdout and "--helpfull" in result.stdout
+    for flag in ("--experiment", "--mode", "--model_dir", "--config_file", "--params_override"):
+        assert f"\n  {flag}:" in result.stdout, flag
+    assert "Model Garden integration" not in result.stdout  # lamb_tf/model_garden.py's notes
+
+
 # The launcher's command lines with a user mistake, run by one process that imports
 # TensorFlow and Model Garden's NLP trainer once, then forks one child per command line
 # that runs `python -m lamb_tf.model_garden <args>` as the command line does (as
