@@ -237,6 +237,16 @@ def run(task_class, options):
         raise
 
 
+def describe_noise_scale(global_batch_size, noise_scale):
+    """The console's line for the run's last gradient-noise-scale estimate: a negative (or
+    not finite) one is no scale yet, while |G|² or tr(Σ) is below its noise."""
+    if math.isfinite(noise_scale) and noise_scale > 0:
+        return f"batch {global_batch_size:,}; measured noise scale ≈ {noise_scale:,.0f}"
+    return (f"batch {global_batch_size:,}; noise scale not measurable yet (estimate "
+            f"{noise_scale:,.0f}: the gradient norms are still mostly noise; it settles with "
+            "more updates)")
+
+
 def compile_model(task, strategy, plan):
     """(compiled GradientAccumulationModel around `task.build_model()`, its optimizer, the
     inner one under a float16 LossScaleOptimizer), built in `strategy`'s scope with the
@@ -295,8 +305,8 @@ class _Run:
             self.task.export(self.config.export.dir or
                              os.path.join(self.model_dir, self.task.export_subdir))
         if NOISE_SCALE_LOG in train_logs:
-            print(f"batch {self.plan.global_batch_size:,}; measured noise scale ≈ "
-                  f"{train_logs[NOISE_SCALE_LOG]:,.0f}", flush=True)
+            print(describe_noise_scale(self.plan.global_batch_size,
+                                       train_logs[NOISE_SCALE_LOG]), flush=True)
         if mode != "export":
             self.write_results(train_logs, results)
         print(f"outputs in {self.model_dir}: " + ", ".join(
