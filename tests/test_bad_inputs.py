@@ -149,7 +149,8 @@ CASES = {
     "model-dir-of-another-program": (
         RESNET, TRAINED, ["--params_override=data.embedded_digits=true"],
         ["holds a run this program cannot resume: its config.yaml does not load as this "
-         "program's (", "is it another program's run? Give a new --model_dir"]),
+         "program's (unknown config key 'data.corpus'); is it another program's run? Give a "
+         "new --model_dir"]),
     # The export replaces its directory: one of other files, or the run's own, is refused.
     "export-dir-holds-other-files": (
         BERT, TRAINED, ["--mode=export", "--params_override=export.dir={d}/notes"],

@@ -173,11 +173,12 @@ def compare_with_saved_config(task, model_dir, mode):
         return
     try:
         saved = config_lib.load_config(type(task.config), [saved_path])
-    except UserError as error:
+    except UserError as error:  # its first clause: the key lists that follow are this program's
+        reason = str(error).removeprefix(saved_path + ": ").split("; ")[0]
         raise UserError(
             f"--model_dir {model_dir} holds a run this program cannot resume: its config.yaml "
-            f"does not load as this program's ({str(error).removeprefix(saved_path + ': ')}); is "
-            "it another program's run? Give a new --model_dir"
+            f"does not load as this program's ({reason}); is it another program's run? Give a "
+            "new --model_dir"
         ) from None
     for key, old, new in config_lib.changed_keys(saved, task.config):
         fixed = any(key == f or (f.endswith(".") and key.startswith(f))
