@@ -235,3 +235,21 @@ def test_comparison_adds_the_init_to_either_override_form():
     assert finetune_compare.with_init("train.steps=5", "none") == "train.steps=5,encoder.init=none"
     assert json.loads(finetune_compare.with_init("{train: {steps: 5}}", "none")) == {
         "train": {"steps": 5}, "encoder": {"init": "none"}}
+
+
+@pytest.mark.parametrize("mode, doing", [("train_and_eval", "fine-tuning"),
+                                         ("eval", "evaluating"), ("export", "exporting")])
+def test_comparison_says_what_it_does_with_each_encoder(mode, doing, tmp_path, monkeypatch,
+                                                        capsys):
+    from recipes.common import flags as flags_lib
+
+    monkeypatch.setattr(finetune_compare.driver, "load_task", lambda *_: types.SimpleNamespace(
+        config=types.SimpleNamespace(encoder=types.SimpleNamespace(init="pretrained"))))
+    monkeypatch.setattr(finetune_compare.driver, "run", lambda *_: {"accuracy": 0.5})
+    options = flags_lib.RunOptions(
+        config_files=(), params_override="", model_dir=str(tmp_path), mode=mode, tpu="",
+        strategy="", communication="auto", deterministic=False)
+    finetune_compare.compare_inits(None, options)
+    banners = [line for line in capsys.readouterr().out.splitlines() if line.startswith("====")]
+    assert banners == [f"==== {doing} the pretrained encoder ====",
+                       f"==== {doing} the random init encoder ===="]

@@ -33,7 +33,8 @@ def compare_inits(task_class, options):
                         "encoder.init at pretrained")
     results = {}
     for name, init in COMPARED_INITS:
-        print(f"==== fine-tuning the {name.replace('_', ' ')} encoder ====", flush=True)
+        doing = {"eval": "evaluating", "export": "exporting"}.get(options.mode, "fine-tuning")
+        print(f"==== {doing} the {name.replace('_', ' ')} encoder ====", flush=True)
         results[name] = driver.run(task_class, dataclasses.replace(
             options, model_dir=os.path.join(options.model_dir, name),
             params_override=with_init(options.params_override, init)))
