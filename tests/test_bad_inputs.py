@@ -196,8 +196,8 @@ CASES = {
     "params-override-given-twice": (BERT, FRESH, ["--params_override=train.steps=4",
                                                   "--params_override=train.log_every=1"],
                                     ["--params_override is given 2 times and only the last "
-                                     "would count; give it once (join the items with commas: "
-                                     "--params_override=a.b=1,c.d=2)"]),
+                                     "would count; give it once, joining the items with commas: "
+                                     "--params_override=a.b=1,c.d=2"]),
     # Found while training a trained model_dir further (after the data stage and the
     # restore): the trained run's config.yaml and checkpoints stay as they were.
     "truncated-tfrecord-after-the-data-stage": (
@@ -510,7 +510,7 @@ README_ROWS = {
         "optimizer-beta-out-of-range", "exclusion-pattern-invalid"],
     "a bad flag value": ["mode-bogus"],
     "no `--model_dir`": ["missing-model-dir"],
-    "a flag given twice (`--config_file` alone may repeat)": ["params-override-given-twice"],
+    "`--params_override` given twice": ["params-override-given-twice"],
     "a checkpoint interval of 0, steps not a multiple of it":
         ["checkpoint-every-zero", "resnet-steps-not-a-multiple"],
     "checkpoints or scalars off Keras' calls of `steps_per_execution` updates":

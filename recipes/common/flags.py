@@ -126,13 +126,14 @@ def _times_given(name, argv):
 def read_options(extra_flags=()):
     """The parsed flags (the shared ones and `extra_flags`) as a `RunOptions`: the only
     place the training programs read FLAGS."""
-    for name in (*_KEY_FLAGS, *(extra.name for extra in extra_flags)):
-        times = _times_given(name, sys.argv[1:])
-        if times > 1 and name != "config_file":  # absl keeps the last value of the others
-            hint = (" (join the items with commas: --params_override=a.b=1,c.d=2)"
-                    if name == "params_override" else "")
-            raise UserError(f"--{name} is given {times} times and only the last would count; "
-                            f"give it once{hint}")
+    # absl keeps the last value of a repeated flag: right for --mode or --model_dir (a
+    # script's defaults, then the caller's), not for the items of --params_override, which
+    # layer as --config_file's files do.
+    times = _times_given("params_override", sys.argv[1:])
+    if times > 1:
+        raise UserError(f"--params_override is given {times} times and only the last would "
+                        "count; give it once, joining the items with commas: "
+                        "--params_override=a.b=1,c.d=2")
     if not FLAGS.model_dir and not FLAGS.help_config:  # None, or empty (an unset $VAR)
         given = "is required" if FLAGS.model_dir is None else "is empty"
         raise UserError(f"--model_dir {given}: the directory for this run's checkpoints, "
