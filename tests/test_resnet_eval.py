@@ -81,7 +81,7 @@ def test_loss_metrics_and_count_are_over_the_real_examples(
     assert count == min(HELD_OUT, steps_read * EVAL_BATCH)
     np.testing.assert_allclose(results["loss"], loss, rtol=1e-5)
     np.testing.assert_allclose(results["top_1_accuracy"], top_1, rtol=1e-6)
-    assert f"({count} examples, step 0)" in task.describe_evaluation(results)
+    assert f"({count:,} examples, step 0)" in task.describe_evaluation(results)
     told = "eval.steps=1000 is more than the 3 step(s) of 8 that hold the 20 held-out " \
            "examples: evaluating 3"
     assert (told in capsys.readouterr().out) == (eval_steps == 1000)
@@ -93,7 +93,7 @@ def test_two_replicas_count_the_real_examples_once(held_out_digits, tmp_path, tw
     loss, top_1, count = _expected(task, 3)
     np.testing.assert_allclose(results["loss"], loss, rtol=1e-5)
     np.testing.assert_allclose(results["top_1_accuracy"], top_1, rtol=1e-6)
-    assert f"({count} examples, step 0)" in task.describe_evaluation(results)
+    assert f"({count:,} examples, step 0)" in task.describe_evaluation(results)
 
 
 def test_an_eval_set_without_records_is_refused_before_any_evaluation(tmp_path):

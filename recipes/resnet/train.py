@@ -113,9 +113,11 @@ class ResNetClassification(task.Task):
         return min(steps, whole) if steps else whole
 
     def describe_evaluation(self, results):
+        # each number under its results.json key, as the other programs print theirs
         return (
-            f"top-1: {results['top_1_accuracy']:.4f}  top-5: {results['top_5_accuracy']:.4f}  "
-            f"loss: {results['loss']:.4f}  ({self.evaluated_examples} examples, step {self.evaluated_step})"
+            f"top_1_accuracy={results['top_1_accuracy']:.4f} "
+            f"top_5_accuracy={results['top_5_accuracy']:.4f} loss={results['loss']:.4f} "
+            f"({self.evaluated_examples:,} examples, step {self.evaluated_step})"
         )
 
     def export(self, export_dir):
