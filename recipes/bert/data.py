@@ -34,8 +34,8 @@ def check_data_config(data_config):
             )
         files = {key: input_lib.list_files(getattr(data_config, key), f"data.{key}")
                  for key in ("train_files", "eval_files")}
-        vocabulary.read_vocabulary(data_config.vocab_file)
-        check_against_preparation(data_config, files)
+        pieces = len(vocabulary.read_vocabulary(data_config.vocab_file))
+        check_against_preparation(data_config, files, pieces)
 
 
 def finished_preparation(data_dir):
@@ -45,22 +45,23 @@ def finished_preparation(data_dir):
     return metadata_path if os.path.exists(metadata_path) else None
 
 
-def check_against_preparation(data_config, files):
+def check_against_preparation(data_config, files, pieces):
     """Configured files (`files`: the listed paths of data.train_files and data.eval_files)
     that sit beside the metadata.json of the preparation that wrote them must fit the
     config, in every directory they come from: TFRecords of another length fail to parse
     deep inside training or evaluation, and a vocabulary other than theirs fails in the
     embedding lookup (smaller) or trains on the wrong pieces (larger). Files without that
-    metadata are not checked."""
+    metadata are not checked. `pieces`: the entries of data.vocab_file."""
     for key, paths in files.items():
         for data_dir in sorted({os.path.dirname(path) for path in paths}):
             metadata_path = os.path.join(data_dir, "metadata.json")
             if tf.io.gfile.exists(metadata_path):
                 with tf.io.gfile.GFile(metadata_path) as f:
-                    _check_preparation(data_config, f"data.{key}", data_dir, json.load(f))
+                    _check_preparation(data_config, f"data.{key}", data_dir, json.load(f),
+                                       pieces)
 
 
-def _check_preparation(data_config, setting, data_dir, metadata):
+def _check_preparation(data_config, setting, data_dir, metadata, pieces):
     """One preparation's metadata against the config (see check_against_preparation)."""
     for key in ("seq_length", "max_predictions_per_seq"):
         if key in metadata and metadata[key] != getattr(data_config, key):
@@ -68,14 +69,11 @@ def _check_preparation(data_config, setting, data_dir, metadata):
                 f"{setting}: {data_dir} holds data prepared with {key}={metadata[key]}, "
                 f"but data.{key}={getattr(data_config, key)}; set data.{key}={metadata[key]} "
                 "or give files prepared for it")
-    if "vocab_size" in metadata and tf.io.gfile.exists(data_config.vocab_file):
-        with tf.io.gfile.GFile(data_config.vocab_file) as f:
-            pieces = sum(1 for line in f if line.strip())
-        if pieces != metadata["vocab_size"]:
-            raise UserError(
-                f"data.vocab_file {data_config.vocab_file} holds {pieces} pieces, but the "
-                f"files in {data_dir} were made with a vocabulary of {metadata['vocab_size']}; "
-                f"give that one ({os.path.join(data_dir, 'vocab.txt')})")
+    if "vocab_size" in metadata and pieces != metadata["vocab_size"]:
+        raise UserError(
+            f"data.vocab_file {data_config.vocab_file} holds {pieces} pieces, but the "
+            f"files in {data_dir} were made with a vocabulary of {metadata['vocab_size']}; "
+            f"give that one ({os.path.join(data_dir, 'vocab.txt')})")
 
 
 def locate_or_prepare_data(data_config, model_dir):
