@@ -18,8 +18,24 @@ LEGACY_KEYWORDS = {
 }
 
 
+def _scalar_as_number(value):
+    """A 0-d NumPy array or eager scalar tensor as its Python number (tf_keras and Model
+    Garden's optimizers take them for their hyperparameters); any other value unchanged."""
+    if getattr(value, "ndim", None) == 0 and hasattr(value, "item"):  # a 0-d NumPy array
+        return value.item()
+    if hasattr(value, "numpy") and not hasattr(value, "assign"):  # not a variable
+        try:
+            array = value.numpy()
+        except Exception:  # a symbolic tensor: no value yet
+            return value
+        if getattr(array, "ndim", None) == 0:
+            return array.item()
+    return value
+
+
 def _real_number(name, value):
     """`value` as a float, or TypeError naming `name` (bools are not numbers here)."""
+    value = _scalar_as_number(value)
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise TypeError(f"{name} must be a real number, got {value!r} ({type(value).__name__}).")
     value = float(value)
@@ -29,7 +45,7 @@ def _real_number(name, value):
 
 
 def non_negative(name, value):
-    """A finite float >= 0 (learning rate, weight decay, momentum)."""
+    """A finite float >= 0 (learning rate, weight decay)."""
     value = _real_number(name, value)
     if value < 0:
         raise ValueError(f"{name} must be >= 0, got {value!r}.")
@@ -49,6 +65,14 @@ def beta(name, value):
     value = _real_number(name, value)
     if not 0.0 <= value < 1.0:
         raise ValueError(f"{name} must be in [0, 1), got {value!r}.")
+    return value
+
+
+def unit_interval(name, value):
+    """A finite float in [0, 1] (momentum: Keras' SGD refuses the same values)."""
+    value = _real_number(name, value)
+    if not 0.0 <= value <= 1.0:
+        raise ValueError(f"{name} must be in [0, 1], got {value!r}.")
     return value
 
 
@@ -112,6 +136,11 @@ def learning_rate(value, schedule_class, variable_classes):
 
     if isinstance(value, (schedule_class, *variable_classes)):
         return value
+    if hasattr(value, "assign"):  # tf_keras' own optimizers would copy it once, silently
+        raise TypeError(
+            f"learning_rate is a {type(value).__module__}.{type(value).__name__}, a variable "
+            "this Keras flavour's optimizers do not read at every step: give a tf.Variable "
+            "(either flavour) or a number.")
     if hasattr(value, "get_config") and callable(value):
         raise TypeError(
             f"learning_rate is a {type(value).__module__}.{type(value).__name__}, which is not a "
@@ -125,7 +154,6 @@ def learning_rate(value, schedule_class, variable_classes):
             return value
         if value.shape.rank != 0 or not value.dtype.is_floating and not value.dtype.is_integer:
             raise TypeError(f"learning_rate must be a scalar number, got the tensor {value!r}.")
-        value = value.numpy().item()
     return non_negative("learning_rate", value)
 
 

@@ -81,7 +81,7 @@ class LarsArguments(_OwnArguments):
 
     Args:
       learning_rate: any form `LambArguments` takes.
-      momentum: μ >= 0.
+      momentum: μ in [0, 1] (as Keras' SGD).
       weight_decay_rate: λ >= 0, added to the gradient (L2 decay inside the trust ratio).
       eeta: trust coefficient > 0: ratio = eeta · ‖x‖ / ‖g + λx‖.
       nesterov: Nesterov momentum.
@@ -99,7 +99,7 @@ class LarsArguments(_OwnArguments):
                  nesterov=False, classic_momentum=True, exclude_from_weight_decay=None,
                  exclude_from_layer_adaptation=None, name="LARS", **keras_kwargs):
         own = {
-            "momentum": arguments.non_negative("momentum", momentum),
+            "momentum": arguments.unit_interval("momentum", momentum),
             "eeta": arguments.positive("eeta", eeta),
             "nesterov": arguments.boolean("nesterov", nesterov),
             "classic_momentum": arguments.boolean("classic_momentum", classic_momentum),

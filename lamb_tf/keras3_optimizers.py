@@ -50,7 +50,7 @@ class _LayerwiseOptimizer(layerwise.LayerwiseMixin, keras.optimizers.Optimizer):
             name, learning_rate, weight_decay_rate, exclude_from_weight_decay,
             exclude_from_layer_adaptation, keras_kwargs)
         variable = learning_rate if isinstance(learning_rate, self._VARIABLE_CLASSES) else None
-        # not tracked: the user's variable is not optimizer state
+        # not an attribute Keras tracks: the user's variable is not in `variables`...
         object.__setattr__(self, "_learning_rate_variable", variable)
         if variable is not None:
             # The base keeps a learning-rate variable of its own, as for a number, so that the
@@ -58,6 +58,10 @@ class _LayerwiseOptimizer(layerwise.LayerwiseMixin, keras.optimizers.Optimizer):
             # saved one loads into it; every step copies the user's variable into it.
             learning_rate = float(tf.convert_to_tensor(variable).numpy())
         super().__init__(learning_rate=learning_rate, name=name, weight_decay=None, **keras_kwargs)
+        if variable is not None:
+            # ...but a checkpoint holds it, as tf_keras' does: restoring a run puts the
+            # saved rate (after ReduceLROnPlateau, say) back into the user's variable
+            self._track_trackable(variable, name="learning_rate_variable")
         self._set_checked(checked)
 
     def _get_current_learning_rate(self):

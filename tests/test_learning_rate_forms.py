@@ -141,3 +141,25 @@ def test_a_callable_rate_reads_as_a_tensor_and_setting_it_says_what_to_do():
     assert float(flavour.keras.backend.get_value(optimizer.learning_rate)) == RATES[0]
     with pytest.raises(TypeError, match="callable, called at every step.*tf.Variable"):
         optimizer.learning_rate = RATES[1]
+
+
+@pytest.mark.parametrize("flavour_name,optimizer_name", CASES)
+def test_a_checkpoint_restores_a_variable_rate_into_the_users_variable(
+        flavour_name, optimizer_name, tmp_path):
+    """A run resumed from a tf.train.Checkpoint goes on at the rate it had (one that
+    ReduceLROnPlateau lowered, say), not at the rate its fresh variable starts with."""
+    flavour = FLAVOURS[flavour_name]()
+    optimizer_class = getattr(flavour.module, optimizer_name)
+    variable = flavour.variable("layer/kernel", X0)
+    optimizer = optimizer_class(tf.Variable(RATES[0]))
+    flavour.apply(optimizer, [G], [variable])
+    optimizer.learning_rate = RATES[1]  # as Keras' learning-rate callbacks set it
+    path = tf.train.Checkpoint(optimizer=optimizer, variable=variable).save(str(tmp_path / "c"))
+
+    fresh_rate = tf.Variable(RATES[0])
+    restored_variable = flavour.variable("layer/kernel", X0)
+    restored = optimizer_class(fresh_rate)
+    tf.train.Checkpoint(optimizer=restored, variable=restored_variable).restore(path)
+    assert float(fresh_rate.numpy()) == RATES[1]
+    flavour.apply(restored, [G], [restored_variable])
+    assert ref.relative_error(restored_variable.numpy(), _expected(optimizer_name)) < 1e-5

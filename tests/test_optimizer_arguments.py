@@ -7,7 +7,9 @@ accepted.
 import math
 import re
 
+import numpy as np
 import pytest
+import tensorflow as tf
 
 from flavours import FLAVOURS
 
@@ -47,7 +49,8 @@ LAMB_BAD = SHARED_BAD + [
     (dict(bias_correction="False"), TypeError, "bias_correction must be True or False, got 'False'"),
 ]
 LARS_BAD = SHARED_BAD + [
-    (dict(momentum=-0.9), ValueError, "momentum must be >= 0, got -0.9"),
+    (dict(momentum=-0.9), ValueError, "momentum must be in [0, 1], got -0.9"),
+    (dict(momentum=1.5), ValueError, "momentum must be in [0, 1], got 1.5"),  # Keras' SGD too
     (dict(eeta=0.0), ValueError, "eeta must be > 0, got 0.0"),
     (dict(nesterov=1), TypeError, "nesterov must be True or False, got 1"),
 ]
@@ -81,3 +84,25 @@ def test_valid_edge_values_are_accepted(flavour_name):
                             weight_decay=None, exclude_from_weight_decay=("bias",))
     assert optimizer.get_config()["exclude_from_weight_decay"] == ["bias"]
     assert module.LARS(learning_rate=1, momentum=0.0).momentum == 0.0
+    assert module.LARS(learning_rate=1, momentum=1.0).momentum == 1.0
+
+
+@pytest.mark.parametrize("flavour_name", FLAVOURS)
+def test_scalar_tensors_and_arrays_are_taken_as_numbers(flavour_name):
+    """Model Garden's LAMB and tf_keras' optimizers take them for their hyperparameters."""
+    module = FLAVOURS[flavour_name]().module
+    config = module.LAMB(learning_rate=np.array(0.002), beta_1=tf.constant(0.8),
+                         epsilon=np.float32(1e-5), weight_decay_rate=tf.constant(0.01)).get_config()
+    assert float(config["learning_rate"]) == pytest.approx(0.002)
+    assert (config["beta_1"], config["epsilon"]) == (pytest.approx(0.8), pytest.approx(1e-5))
+    assert config["weight_decay_rate"] == pytest.approx(0.01)
+    with pytest.raises(TypeError, match="beta_1 must be a real number"):
+        module.LAMB(beta_1=tf.constant([0.9, 0.9]))
+
+
+def test_a_keras3_variable_rate_in_a_tf_keras_optimizer_is_refused():
+    """tf_keras' own optimizers copy such a rate once, silently: it would not be read at every
+    step as a tf.Variable is."""
+    import keras
+    with pytest.raises(TypeError, match="do not read at every step: give a tf.Variable"):
+        FLAVOURS["tf_keras"]().module.LAMB(keras.Variable(0.001))
