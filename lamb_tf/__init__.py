@@ -18,6 +18,7 @@ import importlib
 from lamb_tf import accumulation  # noqa: F401  (registers tf_keras' GradientAccumulationModel)
 from lamb_tf import keras3_accumulation  # noqa: F401  (registers Keras 3's)
 from lamb_tf import keras3_optimizers  # noqa: F401  (registers Keras 3's LAMB/LARS)
+from lamb_tf import scaling  # noqa: F401  (registers nothing: lamb_tf.scaling.* as documented)
 from lamb_tf import schedules  # noqa: F401  (registers the schedules of both flavours)
 from lamb_tf import tf_keras_optimizers  # noqa: F401  (registers tf_keras' LAMB/LARS)
 

@@ -1,6 +1,7 @@
 """`lamb_tf.LAMB`/`LARS` are the classes of the active `tf.keras` (fresh processes, since the
 choice is fixed when `tf.keras` is first used), `import lamb_tf` does not make that choice
-(it registers the classes of both flavours but leaves `tf.keras` unresolved), and
+(it registers the classes of both flavours but leaves `tf.keras` unresolved, and makes the
+submodules the README names reachable as attributes), and
 `model.compile(optimizer=...)` + `fit` works in both flavours, also with `jit_compile=True`.
 """
 import os
@@ -21,6 +22,8 @@ import sys
 import lamb_tf
 # the library needs only tensorflow and tf-keras (the recipes' stack is an extra)
 assert not {"official", "tensorflow_text", "yaml"} & set(sys.modules), "recipes' stack imported"
+# the submodules the README names as lamb_tf.<module>.<name>
+assert callable(lamb_tf.scaling.scaled_learning_rate) and lamb_tf.accumulation.BatchPlan
 # set only now: `import lamb_tf` must not have resolved tf.keras
 os.environ["TF_USE_LEGACY_KERAS"] = sys.argv[1]
 import tensorflow as tf
