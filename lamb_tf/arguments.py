@@ -111,16 +111,16 @@ def positive_int(name, value):
     return value
 
 
-def phi_bounds(value):
+def phi_bounds(name, value):
     """None, or `(gamma_l, gamma_u)` with 0 <= gamma_l <= gamma_u, as a tuple of floats."""
     if value is None:
         return None
     if isinstance(value, (str, bytes)) or not hasattr(value, "__len__") or len(value) != 2:
-        raise TypeError(f"phi_bounds must be None or a pair (gamma_l, gamma_u), got {value!r}.")
-    gamma_l = non_negative("phi_bounds[0] (gamma_l)", value[0])
-    gamma_u = non_negative("phi_bounds[1] (gamma_u)", value[1])
+        raise TypeError(f"{name} must be None or a pair (gamma_l, gamma_u), got {value!r}.")
+    gamma_l = non_negative(f"{name}[0] (gamma_l)", value[0])
+    gamma_u = non_negative(f"{name}[1] (gamma_u)", value[1])
     if gamma_l > gamma_u:
-        raise ValueError(f"phi_bounds must have gamma_l <= gamma_u, got {value!r}.")
+        raise ValueError(f"{name} must have gamma_l <= gamma_u, got {value!r}.")
     return (gamma_l, gamma_u)
 
 

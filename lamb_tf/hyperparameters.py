@@ -12,7 +12,13 @@ from lamb_tf import arguments
 class _OwnArguments:
     """Hands the shared arguments to the flavour's base, then stores and reports its own."""
 
-    _OWN_ARGUMENTS = ()  # names of the checked arguments this optimizer adds to the shared ones
+    # {argument this optimizer adds to the shared ones: its check in lamb_tf.arguments}; the
+    # same check runs when one is set later (`LayerwiseMixin.__setattr__`)
+    _OWN_ARGUMENTS = {}
+
+    def _checked(self, **values):
+        """The own arguments `values`, each through its check (before any variable exists)."""
+        return {name: self._OWN_ARGUMENTS[name](name, value) for name, value in values.items()}
 
     def _initialise(self, own, name, learning_rate, weight_decay_rate, exclude_from_weight_decay,
                     exclude_from_layer_adaptation, keras_kwargs):
@@ -56,19 +62,16 @@ class LambArguments(_OwnArguments):
         and `gradient_aggregator`.
     """
 
-    _OWN_ARGUMENTS = ("beta_1", "beta_2", "epsilon", "phi_bounds", "bias_correction")
+    _OWN_ARGUMENTS = {"beta_1": arguments.beta, "beta_2": arguments.beta,
+                      "epsilon": arguments.positive, "phi_bounds": arguments.phi_bounds,
+                      "bias_correction": arguments.boolean}
 
     def __init__(self, learning_rate=1e-3, beta_1=0.9, beta_2=0.999, epsilon=1e-6,
                  weight_decay_rate=0.0, exclude_from_weight_decay=None,
                  exclude_from_layer_adaptation=None, name="LAMB", phi_bounds=None,
                  bias_correction=True, **keras_kwargs):
-        own = {
-            "beta_1": arguments.beta("beta_1", beta_1),
-            "beta_2": arguments.beta("beta_2", beta_2),
-            "epsilon": arguments.positive("epsilon", epsilon),
-            "phi_bounds": arguments.phi_bounds(phi_bounds),
-            "bias_correction": arguments.boolean("bias_correction", bias_correction),
-        }
+        own = self._checked(beta_1=beta_1, beta_2=beta_2, epsilon=epsilon,
+                            phi_bounds=phi_bounds, bias_correction=bias_correction)
         self._initialise(own, name, learning_rate, weight_decay_rate, exclude_from_weight_decay,
                          exclude_from_layer_adaptation, keras_kwargs)
 
@@ -93,16 +96,13 @@ class LarsArguments(_OwnArguments):
       **keras_kwargs: as for LAMB; the same keywords are refused.
     """
 
-    _OWN_ARGUMENTS = ("momentum", "eeta", "nesterov", "classic_momentum")
+    _OWN_ARGUMENTS = {"momentum": arguments.unit_interval, "eeta": arguments.positive,
+                      "nesterov": arguments.boolean, "classic_momentum": arguments.boolean}
 
     def __init__(self, learning_rate=0.01, momentum=0.9, weight_decay_rate=0.0, eeta=0.001,
                  nesterov=False, classic_momentum=True, exclude_from_weight_decay=None,
                  exclude_from_layer_adaptation=None, name="LARS", **keras_kwargs):
-        own = {
-            "momentum": arguments.unit_interval("momentum", momentum),
-            "eeta": arguments.positive("eeta", eeta),
-            "nesterov": arguments.boolean("nesterov", nesterov),
-            "classic_momentum": arguments.boolean("classic_momentum", classic_momentum),
-        }
+        own = self._checked(momentum=momentum, eeta=eeta, nesterov=nesterov,
+                            classic_momentum=classic_momentum)
         self._initialise(own, name, learning_rate, weight_decay_rate, exclude_from_weight_decay,
                          exclude_from_layer_adaptation, keras_kwargs)

@@ -51,6 +51,20 @@ class LayerwiseMixin:
         for attribute, value in checked.items():
             setattr(self, attribute, value)
 
+    def __setattr__(self, name, value):
+        # a hyperparameter set after construction: checked as the constructor checks it,
+        # and refused once built (the per-variable decisions and a traced step hold it)
+        checks = {"weight_decay_rate": arguments.non_negative,
+                  **getattr(self, "_OWN_ARGUMENTS", {})}
+        if name in checks:
+            if hasattr(self, "_paths_and_shapes"):
+                raise AttributeError(
+                    f"{self.name}.{name} cannot change once the optimizer is built: its "
+                    f"per-variable decisions and any traced step use it; give {name}= to "
+                    "the constructor of a new optimizer")
+            value = checks[name](name, value)
+        super().__setattr__(name, value)
+
     def exclude_from_weight_decay(self, var_list=None, var_names=None):
         """Keras' method, here the same as extending the constructor's list.
 

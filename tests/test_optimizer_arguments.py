@@ -106,3 +106,23 @@ def test_a_keras3_variable_rate_in_a_tf_keras_optimizer_is_refused():
     import keras
     with pytest.raises(TypeError, match="do not read at every step: give a tf.Variable"):
         FLAVOURS["tf_keras"]().module.LAMB(keras.Variable(0.001))
+
+
+@pytest.mark.parametrize("flavour_name", FLAVOURS)
+@pytest.mark.parametrize("optimizer_name,name,value", [
+    ("LAMB", "weight_decay_rate", 0.1), ("LAMB", "beta_1", 0.5), ("LARS", "momentum", 0.5)])
+def test_a_hyperparameter_set_later_is_checked_and_fixed_once_built(
+        flavour_name, optimizer_name, name, value):
+    """Before build, a new value is checked as the constructor checks it and used; after
+    build it is refused: the per-variable (decay, adapt) decisions and any traced step were
+    made with the old one, so it would be reported but not applied."""
+    flavour = FLAVOURS[flavour_name]()
+    optimizer = getattr(flavour.module, optimizer_name)(0.1)
+    with pytest.raises(ValueError, match=f"{name} must be"):
+        setattr(optimizer, name, -1.0)
+    setattr(optimizer, name, value)
+    assert optimizer.get_config()[name] == pytest.approx(value)
+    optimizer.build([flavour.variable("layer/kernel", [1.0, 2.0])])
+    with pytest.raises(AttributeError, match=f"{name} cannot change once the optimizer is built"):
+        setattr(optimizer, name, value / 2)
+    assert optimizer.get_config()[name] == pytest.approx(value)

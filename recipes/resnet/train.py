@@ -113,12 +113,9 @@ class ResNetClassification(task.Task):
         return min(steps, whole) if steps else whole
 
     def describe_evaluation(self, results):
-        # each number under its results.json key, as the other programs print theirs
-        return (
-            f"top_1_accuracy={results['top_1_accuracy']:.4f} "
-            f"top_5_accuracy={results['top_5_accuracy']:.4f} loss={results['loss']:.4f} "
-            f"({self.evaluated_examples:,} examples, step {self.evaluated_step})"
-        )
+        shown = " ".join(f"{key}={results[key]:.4f}"  # results.json's keys, as BERT's line
+                         for key in ("top_1_accuracy", "top_5_accuracy", "loss"))
+        return f"{shown} ({self.evaluated_examples:,} examples, step {self.evaluated_step})"
 
     def export(self, export_dir):
         export_lib.export(
