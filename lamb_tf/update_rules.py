@@ -82,9 +82,12 @@ def l2_norm(x):
     768×3072 kernel.
     """
     columns = x.shape[-1] if x.shape.rank and x.shape[-1] else 1  # scalar, empty: one column
+    # a 16-bit layer's squares summed in float32: Σx² overflows float16 (65,504) at ‖x‖ = 256
+    wide = tf.float32 if x.dtype in (tf.float16, tf.bfloat16) else x.dtype
     # Σ_j x_ij² for every row i, then Σ_i
-    squares = tf.reshape(tf.square(x), [-1, columns])
-    return tf.sqrt(tf.reduce_sum(tf.linalg.matvec(squares, tf.ones([columns], x.dtype))))
+    squares = tf.reshape(tf.square(tf.cast(x, wide)), [-1, columns])
+    norm = tf.sqrt(tf.reduce_sum(tf.linalg.matvec(squares, tf.ones([columns], wide))))
+    return tf.cast(norm, x.dtype)
 
 
 def dense_gradient(g, shape):

@@ -36,6 +36,22 @@ def test_l2_norm_is_the_float64_norm_of_the_whole_layer(shape, jit_compile):
     assert float(got) == pytest.approx(np.sqrt(np.sum(x.astype(np.float64) ** 2)), rel=1e-6)
 
 
+@pytest.mark.parametrize("dtype", [tf.float16, tf.bfloat16])
+def test_a_16_bit_layer_norm_does_not_overflow(dtype):
+    """‖x‖ = √(1000 · 10²) ≈ 316 fits float16, but Σx² = 1e5 does not: summed in float32."""
+    x = np.full([1000], 10.0)
+    got = update_rules.l2_norm(tf.constant(x, dtype))
+    assert got.dtype == dtype
+    assert float(got) == pytest.approx(np.sqrt(np.sum(x ** 2)), rel=1e-2)  # 16-bit rounding
+    g = np.full([1000], 0.5)
+    zeros = tf.zeros([1000], dtype)
+    x_next, _, _, _ = update_rules.lamb_step(tf.constant(x, dtype), tf.constant(g, dtype), zeros,
+                                             zeros, 1, 1e-3, 0.9, 0.999, 1e-6, 0.0)
+    expected, _, _ = ref.lamb_step(x, g, np.zeros(1000), np.zeros(1000), 1, 1e-3, 0.9, 0.999,
+                                   1e-6, 0.0)
+    np.testing.assert_allclose(tf.cast(x_next, tf.float64).numpy(), expected, rtol=1e-2)
+
+
 def test_trust_ratio_gradient_is_finite_at_zero_norm():
     """No inf/nan is formed even in the branch that is not taken (XLA- and tape-safe)."""
     u_norm = tf.Variable(0.0)
