@@ -26,6 +26,7 @@ micro-batch (e.g. masked-LM loss divided by the number of masked tokens in the m
 becomes the mean of the micro-batches' normalised losses instead.
 """
 import dataclasses
+import inspect
 
 import tensorflow as tf
 import tf_keras
@@ -132,14 +133,49 @@ def split_into_micro_batches(batch, accumulation_steps):
                 f"the per-replica batch of {batch_size} examples is not divisible by "
                 f"accumulation_steps={accumulation_steps}; see lamb_tf.accumulation.plan_batch"
             )
-        micro_batches = tf.reshape(
-            tensor, tf.concat([[accumulation_steps, -1], tf.shape(tensor)[1:]], axis=0)
-        )
+        checks = []
+        if batch_size is None:  # known only when the step runs: fit's last, partial batch
+            checks.append(tf.debugging.Assert(
+                tf.equal(tf.shape(tensor)[0] % accumulation_steps, 0),
+                ["gradient accumulation: a batch of", tf.shape(tensor)[0], "examples does not "
+                 f"split into accumulation_steps={accumulation_steps} micro-batches; this is "
+                 "usually an epoch's last, partial batch: batch the dataset with "
+                 "drop_remainder=True, or give fit a number of examples its batch_size "
+                 "divides"]))
+        with tf.control_dependencies(checks):
+            micro_batches = tf.reshape(
+                tensor, tf.concat([[accumulation_steps, -1], tf.shape(tensor)[1:]], axis=0)
+            )
         micro_size = None if batch_size is None else batch_size // accumulation_steps
         micro_batches.set_shape([accumulation_steps, micro_size] + tensor.shape[1:].as_list())
         return micro_batches
 
     return tf.nest.map_structure(split, batch)
+
+
+def check_fit_arrays(fit, accumulation_steps, num_replicas, args, kwargs):
+    """A ValueError before `fit(*args, **kwargs)` trains when its arrays leave a batch (the
+    full one, or an epoch's last, partial one) that does not split into `num_replicas` x
+    `accumulation_steps` micro-batches. Datasets, generators, `validation_split` and
+    `steps_per_epoch` are left to the check each step makes (`split_into_micro_batches`)."""
+    bound = inspect.signature(fit).bind(*args, **kwargs).arguments
+    leaves = tf.nest.flatten(bound.get("x"))
+    if (not leaves or bound.get("validation_split") or bound.get("steps_per_epoch")
+            or not all(hasattr(leaf, "shape") and len(leaf.shape) for leaf in leaves)
+            or leaves[0].shape[0] is None):
+        return
+    examples, divisor = int(leaves[0].shape[0]), accumulation_steps * num_replicas
+    batch_size = bound.get("batch_size") or 32  # Keras' default
+    full, last = min(batch_size, examples), examples % batch_size if examples > batch_size else 0
+    fix = {"each": f"give a batch_size that {divisor} divides",
+           "the last, partial": f"give x[:{examples - last}] (whole batches only), or a "
+                                "tf.data.Dataset batched with drop_remainder=True"}
+    for which, size in (("each", full), ("the last, partial", last)):
+        if size % divisor:
+            raise ValueError(
+                f"fit: x holds {examples} examples, so with batch_size={batch_size} {which} "
+                f"batch has {size}, which does not split into {num_replicas} replica(s) x "
+                f"accumulation_steps={accumulation_steps} micro-batches: {fix[which]}")
 
 
 def accumulate_gradients(
@@ -309,6 +345,11 @@ class GradientAccumulationModel(tf_keras.Model):
 
     def call(self, inputs, training=None):
         return self.inner_model(inputs, training=training)
+
+    def fit(self, *args, **kwargs):
+        check_fit_arrays(super().fit, self.accumulation_steps,
+                         self.distribute_strategy.num_replicas_in_sync, args, kwargs)
+        return super().fit(*args, **kwargs)
 
     def train_step(self, data):
         x, y, sample_weight = tf_keras.utils.unpack_x_y_sample_weight(data)

@@ -46,6 +46,11 @@ class GradientAccumulationModel(keras.Model):
     def call(self, inputs, training=None):
         return self.inner_model(inputs, training=training)
 
+    def fit(self, *args, **kwargs):
+        accumulation.check_fit_arrays(super().fit, self.accumulation_steps,
+                                      self.distribute_strategy.num_replicas_in_sync, args, kwargs)
+        return super().fit(*args, **kwargs)
+
     def train_step(self, data):
         optimizer = self.optimizer
         if getattr(optimizer, "gradient_accumulation_steps", None):

@@ -1,0 +1,67 @@
+"""A batch that does not split into k micro-batches, in both flavours' accumulation models:
+arrays given to `fit` are checked before any training (one ValueError naming the sizes and
+the fix); a dataset's batches, whose size is known only when the step runs, fail at that
+batch with the same sizes named, not with a bare reshape error.
+"""
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from flavours import FLAVOURS
+
+
+def _accumulation_model(flavour_name, k):
+    flavour = FLAVOURS[flavour_name]()
+    keras = flavour.keras
+    if flavour_name == "tf_keras":
+        from lamb_tf.accumulation import GradientAccumulationModel
+    else:
+        from lamb_tf.keras3_accumulation import GradientAccumulationModel
+    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)])
+    wrapper = GradientAccumulationModel(model, k)
+    wrapper.compile(optimizer=flavour.module.LAMB(0.01), loss="mse")
+    return wrapper, model
+
+
+def _arrays(examples):
+    return np.ones((examples, 4), np.float32), np.ones((examples, 1), np.float32)
+
+
+@pytest.mark.parametrize("flavour_name", FLAVOURS)
+@pytest.mark.parametrize("examples,batch_size,expected", [
+    (70, 16, "x holds 70 examples, so with batch_size=16 the last, partial batch has 6, which "
+             "does not split into 1 replica(s) x accumulation_steps=4 micro-batches: give "
+             "x[:64] (whole batches only)"),
+    (64, 18, "with batch_size=18 each batch has 18, which does not split into 1 replica(s) x "
+             "accumulation_steps=4 micro-batches: give a batch_size that 4 divides"),
+    (30, None, "x holds 30 examples, so with batch_size=32 each batch has 30"),  # Keras' 32
+])
+def test_arrays_that_leave_a_batch_k_does_not_divide_are_refused_before_training(
+        flavour_name, examples, batch_size, expected):
+    wrapper, model = _accumulation_model(flavour_name, 4)
+    before = [np.array(w) for w in model.get_weights()]
+    x, y = _arrays(examples)
+    with pytest.raises(ValueError) as error:
+        wrapper.fit(x, y, batch_size=batch_size, epochs=1, verbose=0)
+    assert expected in str(error.value)
+    for a, b in zip(before, model.get_weights()):
+        np.testing.assert_array_equal(a, b)  # no step ran
+
+
+@pytest.mark.parametrize("flavour_name", FLAVOURS)
+def test_arrays_of_whole_batches_train(flavour_name):
+    wrapper, model = _accumulation_model(flavour_name, 4)
+    before = [np.array(w) for w in model.get_weights()]
+    wrapper.fit(*_arrays(72), batch_size=16, epochs=1, verbose=0)  # last batch: 8 = 2 x 4
+    assert int(np.asarray(wrapper.optimizer.iterations)) == 5
+    assert any(not np.array_equal(a, b) for a, b in zip(before, model.get_weights()))
+
+
+@pytest.mark.parametrize("flavour_name", FLAVOURS)
+def test_a_dataset_batch_k_does_not_divide_names_the_sizes(flavour_name):
+    wrapper, _ = _accumulation_model(flavour_name, 4)
+    dataset = tf.data.Dataset.from_tensor_slices(_arrays(70)).batch(16)  # last batch: 6
+    with pytest.raises(tf.errors.InvalidArgumentError,
+                       match=r"a batch of\] \[6\] \[examples does not split into "
+                             r"accumulation_steps=4 micro-batches.*drop_remainder=True"):
+        wrapper.fit(dataset, epochs=1, verbose=0)
