@@ -17,6 +17,8 @@ compiled step both are part of the step's XLA program anyway.
 `benchmarks/optimizer_step.py` and `benchmarks/update_anatomy.py` measure the effect;
 docs/performance.md has the numbers.
 """
+import functools
+
 import tensorflow as tf
 
 from lamb_tf import update_rules
@@ -31,7 +33,7 @@ class _InPlaceUpdate:
     """One update function, run as an XLA kernel or, for small variables, as plain ops."""
 
     def __init__(self, update, smallest_compiled):
-        self._compiled = tf.function(update, jit_compile=True)
+        self._compiled = {}  # {(shape, dtype): the update as a tf.function with jit_compile}
         self._uncompiled = update
         # None: the module's SMALLEST_COMPILED, read when the optimizer builds its slots
         self._smallest_compiled = (SMALLEST_COMPILED if smallest_compiled is None
@@ -40,9 +42,22 @@ class _InPlaceUpdate:
     def _by_size(self, variable):
         """The compiled update for a variable of at least `smallest_compiled` elements."""
         elements = variable.shape.num_elements()
-        if elements is None or elements >= self._smallest_compiled:
-            return self._compiled
-        return self._uncompiled
+        if elements is not None and elements < self._smallest_compiled:
+            return self._uncompiled
+        # One function per shape and dtype, each traced once: a single shared one would be
+        # traced per shape all the same, and an eager loop over a model's many shapes would
+        # then log TensorFlow's "triggered tf.function retracing" warning at the user. TF
+        # counts the traces of all functions of one code object together: each function
+        # gets a `functools.partial` (which has none) so that its count is its own.
+        key = (tuple(variable.shape), variable.dtype)
+        if key not in self._compiled:
+            self._compiled[key] = tf.function(functools.partial(self._uncompiled),
+                                              jit_compile=True)
+        return self._compiled[key]
+
+    def tracing_count(self):
+        """How many compiled traces this update made (one per shape and dtype it ran)."""
+        return sum(f.experimental_get_tracing_count() for f in self._compiled.values())
 
 
 class LambUpdate(_InPlaceUpdate):

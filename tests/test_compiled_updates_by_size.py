@@ -18,10 +18,10 @@ def test_only_variables_from_the_threshold_on_use_the_xla_kernel():
     update = compiled_updates.LambUpdate(smallest_compiled=16)
     (x, m, v), ratio = _lamb_state(15)
     update(x, tf.ones([15]), m, v, ratio, **HYPER)
-    assert update._compiled.experimental_get_tracing_count() == 0
+    assert update.tracing_count() == 0
     (x, m, v), ratio = _lamb_state(16)
     update(x, tf.ones([16]), m, v, ratio, **HYPER)
-    assert update._compiled.experimental_get_tracing_count() == 1
+    assert update.tracing_count() == 1
 
 
 def test_lars_small_variable_runs_as_plain_ops_and_still_moves():
@@ -29,7 +29,7 @@ def test_lars_small_variable_runs_as_plain_ops_and_still_moves():
     x, velocity, ratio = tf.Variable(tf.fill([4], 0.5)), tf.Variable(tf.zeros([4])), tf.Variable(0.0)
     update(x, tf.ones([4]), velocity, ratio, eta=0.1, momentum=0.9, weight_decay_rate=0.0,
            eeta=1.0, nesterov=False, classic_momentum=True, decay=False, adapt=True)
-    assert update._compiled.experimental_get_tracing_count() == 0
+    assert update.tracing_count() == 0
     # classic momentum: ratio = eeta ||x|| / ||g|| = 1 / 2; x <- x - eta * ratio * g
     assert abs(float(ratio.numpy()) - 0.5) < 1e-7
     assert abs(float(x.numpy()[0]) - (0.5 - 0.1 * 0.5)) < 1e-7
@@ -38,3 +38,23 @@ def test_lars_small_variable_runs_as_plain_ops_and_still_moves():
 def test_default_threshold_is_read_when_the_update_is_made(monkeypatch):
     monkeypatch.setattr(compiled_updates, "SMALLEST_COMPILED", 0)
     assert compiled_updates.LambUpdate()._smallest_compiled == 0
+
+
+def test_an_eager_loop_over_many_shapes_logs_no_retracing_warning():
+    """One compiled function per shape: TensorFlow's retracing warning (raised after 5
+    traces of one function) would tell the user their own loop is wrong."""
+    import logging
+    records = []
+    handler = logging.Handler()
+    handler.emit = records.append
+    tf.get_logger().addHandler(handler)
+    try:
+        update = compiled_updates.LambUpdate(smallest_compiled=16)
+        for elements in range(16, 23):  # 7 shapes
+            (x, m, v), ratio = _lamb_state(elements)
+            update(x, tf.ones([elements]), m, v, ratio, **HYPER)
+            update(x, tf.ones([elements]), m, v, ratio, **HYPER)
+    finally:
+        tf.get_logger().removeHandler(handler)
+    assert update.tracing_count() == 7
+    assert not [r for r in records if "retracing" in r.getMessage()], records
