@@ -113,9 +113,8 @@ class ResNetClassification(task.Task):
         return min(steps, whole) if steps else whole
 
     def describe_evaluation(self, results):
-        shown = " ".join(f"{key}={results[key]:.4f}"  # results.json's keys, as BERT's line
-                         for key in ("top_1_accuracy", "top_5_accuracy", "loss"))
-        return f"{shown} ({self.evaluated_examples:,} examples, step {self.evaluated_step})"
+        return (f"{super().describe_evaluation(results)} "  # results.json's keys and values
+                f"({self.evaluated_examples:,} examples, step {self.evaluated_step})")
 
     def export(self, export_dir):
         export_lib.export(
