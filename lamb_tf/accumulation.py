@@ -27,6 +27,7 @@ becomes the mean of the micro-batches' normalised losses instead.
 """
 import dataclasses
 import inspect
+import math
 
 import tensorflow as tf
 import tf_keras
@@ -156,24 +157,34 @@ def split_into_micro_batches(batch, accumulation_steps):
 def check_fit_arrays(fit, accumulation_steps, num_replicas, args, kwargs):
     """A ValueError before `fit(*args, **kwargs)` trains when its arrays leave a batch (the
     full one, or an epoch's last, partial one) that does not split into `num_replicas` x
-    `accumulation_steps` micro-batches. Datasets, generators, `validation_split` and
-    `steps_per_epoch` are left to the check each step makes (`split_into_micro_batches`)."""
+    `accumulation_steps` micro-batches; with `validation_split`, of the examples Keras
+    keeps for training (the first floor(n x (1 - split)), as both Keras flavours cut them).
+    Datasets, generators and `steps_per_epoch` are left to the check each step makes
+    (`split_into_micro_batches`)."""
     bound = inspect.signature(fit).bind(*args, **kwargs).arguments
     leaves = tf.nest.flatten(bound.get("x"))
-    if (not leaves or bound.get("validation_split") or bound.get("steps_per_epoch")
+    if (not leaves or bound.get("steps_per_epoch")
             or not all(hasattr(leaf, "shape") and len(leaf.shape) for leaf in leaves)
             or leaves[0].shape[0] is None):
         return
     examples, divisor = int(leaves[0].shape[0]), accumulation_steps * num_replicas
+    split = bound.get("validation_split") or 0
+    holds = f"x holds {examples} examples"
+    if split:
+        examples = int(math.floor(examples * (1.0 - split)))
+        holds += f", validation_split={split} leaves {examples} to train"
     batch_size = bound.get("batch_size") or 32  # Keras' default
     full, last = min(batch_size, examples), examples % batch_size if examples > batch_size else 0
+    whole = (f"give x[:{examples - last}] (whole batches only)" if not split else
+             f"give x of whole batches and validation_data=(x_val, y_val) instead of "
+             f"validation_split")
     fix = {"each": f"give a batch_size that {divisor} divides",
-           "the last, partial": f"give x[:{examples - last}] (whole batches only), or a "
-                                "tf.data.Dataset batched with drop_remainder=True"}
+           "the last, partial": f"{whole}, or a tf.data.Dataset batched with "
+                                "drop_remainder=True"}
     for which, size in (("each", full), ("the last, partial", last)):
         if size % divisor:
             raise ValueError(
-                f"fit: x holds {examples} examples, so with batch_size={batch_size} {which} "
+                f"fit: {holds}, so with batch_size={batch_size} {which} "
                 f"batch has {size}, which does not split into {num_replicas} replica(s) x "
                 f"accumulation_steps={accumulation_steps} micro-batches: {fix[which]}")
 

@@ -58,6 +58,25 @@ def test_arrays_of_whole_batches_train(flavour_name):
 
 
 @pytest.mark.parametrize("flavour_name", FLAVOURS)
+def test_validation_split_is_checked_on_the_examples_it_leaves_to_train(flavour_name):
+    wrapper, model = _accumulation_model(flavour_name, 4)
+    before = [np.array(w) for w in model.get_weights()]
+    with pytest.raises(ValueError) as error:  # Keras trains on the first 63 of 70
+        wrapper.fit(*_arrays(70), batch_size=16, validation_split=0.1, epochs=1, verbose=0)
+    assert ("x holds 70 examples, validation_split=0.1 leaves 63 to train, so with "
+            "batch_size=16 the last, partial batch has 15, which does not split into 1 "
+            "replica(s) x accumulation_steps=4 micro-batches: give x of whole batches and "
+            "validation_data=(x_val, y_val) instead of validation_split") in str(error.value)
+    for a, b in zip(before, model.get_weights()):
+        np.testing.assert_array_equal(a, b)  # no step ran
+    # 70 without the split would be refused (last batch 6); 20% held out leaves 56 = 3 x 16 + 8
+    history = wrapper.fit(*_arrays(70), batch_size=16, validation_split=0.2, epochs=1,
+                          verbose=0)
+    assert int(np.asarray(wrapper.optimizer.iterations)) == 4
+    assert "val_loss" in history.history
+
+
+@pytest.mark.parametrize("flavour_name", FLAVOURS)
 def test_a_dataset_batch_k_does_not_divide_names_the_sizes(flavour_name):
     wrapper, _ = _accumulation_model(flavour_name, 4)
     dataset = tf.data.Dataset.from_tensor_slices(_arrays(70)).batch(16)  # last batch: 6

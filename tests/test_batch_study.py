@@ -317,6 +317,25 @@ def test_user_mistakes_are_one_line_before_any_run(change, message, tmp_path, ca
     assert captured.out == "" and not study_dir.exists()
 
 
+@pytest.mark.parametrize("files", ["", "missing"])
+def test_training_files_that_are_not_there_are_one_line_before_any_run(
+        files, tmp_path, capsys):
+    # Found by the recipe's own check of the files its runs read (Task.check_data), in this
+    # process: before, the first run failed on them after the study had written runs/.
+    pattern = str(tmp_path / "nowhere" / "train-*") if files else ""
+    override = "data.embedded_digits=false" + (f",data.train_file_pattern={pattern}"
+                                                if files else "")  # the config's: ""
+    study_dir = tmp_path / "study"
+    assert cli.main(TINY_GRID + [f"--params_override={override}",
+                                 f"--study_dir={study_dir}"]) == 2
+    captured = capsys.readouterr()
+    (line,) = captured.err.splitlines()
+    expected = (f"error: data.train_file_pattern={pattern!r} matches no file" if files
+                else "error: data.train_file_pattern is empty")
+    assert line.startswith(expected)
+    assert captured.out == "" and not study_dir.exists()
+
+
 @pytest.mark.slow
 def test_tiny_grid_through_the_real_resnet_recipe(tmp_path):
     """2 batch sizes x 2 learning rates, 4 and 2 steps, the real CLI (two optimizers'
@@ -370,9 +389,16 @@ def test_the_documented_study_commands_are_valid(tmp_path, monkeypatch, capsys):
     """Every `python -m recipes.study` command of docs/batch_study.md parses and passes the
     recipe's config checks for every run it plans (with --report_only into an empty
     directory: nothing runs; its refusal is the last check), so the published commands
-    cannot rot."""
+    cannot rot. The digits' TFRecords that the page converts first stand in as empty files
+    of their names, under tmp_path instead of /tmp."""
     commands = _documented_study_commands()
     assert len(commands) == 3  # the example, the ResNet study, the BERT study
+    digits = tmp_path / "study_digits"
+    (digits / "digits").mkdir(parents=True)
+    for split in ("train", "validation"):
+        (digits / "digits" / f"{split}-00000-of-00004").write_bytes(b"")
+    commands = [[arg.replace("/tmp/study_digits", str(digits)) for arg in argv]
+                for argv in commands]
     monkeypatch.chdir(REPO_ROOT)  # the commands' config paths are relative to the root
     for name, value in (("TF_USE_LEGACY_KERAS", "1"), ("TF_CPP_MIN_LOG_LEVEL", "2")):
         monkeypatch.setenv(name, value)  # what the check sets, undone for the next tests

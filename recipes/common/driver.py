@@ -1,6 +1,7 @@
 """The one training program: every recipe is a `Task` (recipes/common/task.py) run by `main`.
 
-    config (validated whole) → strategy, batch plan → print config → seeds, precision →
+    config (validated whole) → strategy, batch plan → the data it reads (task.check_data)
+    → print config → seeds, precision →
     task.prepare → model (accumulation, optimizer, compile) → restore → train →
     evaluate → export → results.json
 
@@ -224,6 +225,7 @@ def run(task_class, options):
     compare_with_saved_config(task, options.model_dir, options.mode)
     strategy = strategy_lib.make_strategy(options.strategy, options.tpu, options.communication)
     plan = plan_batch(task.config, strategy.num_replicas_in_sync)
+    task.check_data(options.mode)
     if options.verbose:
         print(f"resolved config:\n{config_lib.format_config(task.config)}", flush=True)
     strategy_lib.log_batch_plan(strategy, plan)

@@ -11,6 +11,8 @@ The driver calls, in order (a method the task does not need keeps the default):
 
     task = TaskClass(config)            # config: a validated `config_class` instance
     task.check_config()                 # before anything is printed or written
+    task.check_data(mode)               # the data mode reads is there (nothing printed
+                                        # yet; a study checks every run's first)
     task.prepare(model_dir, mode)       # find / prepare data (no model yet)
     with strategy.scope():
         network = task.build_model()    # the tf_keras model to train
@@ -57,6 +59,13 @@ class Task:
     def check_config(self):
         """Recipe-level checks across keys that the schema's types cannot express; raise
         `UserError` (one line). Runs before the config is printed or anything is written."""
+
+    def check_data(self, mode):
+        """Checks, writing nothing, that the data `mode` reads is there (the files a
+        configured glob names, say); raise `UserError` (one line). The driver calls it
+        once the batch plan is made, before anything is printed, and a study for each of
+        its runs before the first starts, so a missing file is found before any directory
+        is made. Data that `prepare` makes is not missing; `prepare` may check again."""
 
     def prepare(self, model_dir, mode):
         """Finds or prepares the data for `mode` (train | eval | train_and_eval | export);

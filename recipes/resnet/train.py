@@ -45,6 +45,9 @@ class ResNetClassification(task.Task):
         schema.check_rates("train", config.train, ("label_smoothing",))
         data_lib.check_digits_config(config.data)
 
+    def check_data(self, mode):
+        data_lib.check_data_files(self.config.data, mode)
+
     def prepare(self, model_dir, mode):
         self.data = data_lib.resolve_data(self.config.data, model_dir, mode)
         self.told_eval_steps = False
@@ -117,13 +120,9 @@ class ResNetClassification(task.Task):
                 f"({self.evaluated_examples:,} examples, step {self.evaluated_step})")
 
     def export(self, export_dir):
-        export_lib.export(
-            self.classifier,
-            self.config.data,
-            export_dir,
-            jpeg_only=self.config.export.jpeg_serving,
-            labels_file=self.data.labels_file,
-        )
+        export_lib.export(self.classifier, self.config.data, export_dir,
+                          jpeg_only=self.config.export.jpeg_serving,
+                          labels_file=self.data.labels_file)
 
     def explain_input_error(self, error, split):
         pattern = self.data.train_pattern if split == "train" else self.data.eval_pattern

@@ -30,6 +30,7 @@ HELD_OUT_METRICS = {
     "resnet": ("loss", "top_1_accuracy", "top_5_accuracy"),
 }
 RESULTS_FILE = "results.json"
+MODE = "train_and_eval"  # each run trains, then evaluates: the metric is a held-out one
 NOISE_SCALE_LOG = "gradient_noise_scale"  # lamb_tf.noise_scale.NOISE_SCALE_LOG (no TF import)
 
 
@@ -67,14 +68,15 @@ def command(recipe, config_files, run, model_dir, extra_overrides=""):
         + [
             f"--params_override={override_string(run, extra_overrides)}",
             f"--model_dir={model_dir}",
-            "--mode=train_and_eval",
+            f"--mode={MODE}",
         ]
     )
 
 
 def check_settings(recipe, config_files, runs, extra_overrides=""):
-    """Loads and validates the recipe config of every run in this process (nothing runs or
-    is written); raises the recipe's `UserError` for the first bad one."""
+    """Loads and validates the recipe config of every run, and checks the data it reads, in
+    this process (nothing runs or is written); raises the recipe's `UserError` for the
+    first bad one."""
     os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")  # as the recipes' CLIs
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # TensorFlow's start-up chatter
     driver = importlib.import_module("recipes.common.driver")
@@ -84,7 +86,7 @@ def check_settings(recipe, config_files, runs, extra_overrides=""):
             config_files=tuple(config_files),
             params_override=override_string(run, extra_overrides),
         )
-        driver.load_task(task_class, options)
+        driver.load_task(task_class, options).check_data(MODE)
 
 
 def task_class_of(recipe):
