@@ -11,7 +11,7 @@ The driver calls, in order (a method the task does not need keeps the default):
 
     task = TaskClass(config)            # config: a validated `config_class` instance
     task.check_config()                 # before anything is printed or written
-    task.check_data(mode)               # the data mode reads is there (nothing printed
+    task.check_data(mode)               # the data mode reads is there (nothing written
                                         # yet; a study checks every run's first)
     task.prepare(model_dir, mode)       # find / prepare data (no model yet)
     with strategy.scope():
@@ -63,9 +63,10 @@ class Task:
     def check_data(self, mode):
         """Checks, writing nothing, that the data `mode` reads is there (the files a
         configured glob names, say); raise `UserError` (one line). The driver calls it
-        once the batch plan is made, before anything is printed, and a study for each of
-        its runs before the first starts, so a missing file is found before any directory
-        is made. Data that `prepare` makes is not missing; `prepare` may check again."""
+        once the batch plan is made (after the `strategy:` line, before the batch plan and
+        the rest are printed), and a study for each of its runs before the first starts,
+        so a missing file is found before any directory is made. Data that `prepare`
+        makes is not missing; `prepare` may check again."""
 
     def prepare(self, model_dir, mode):
         """Finds or prepares the data for `mode` (train | eval | train_and_eval | export);
