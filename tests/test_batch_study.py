@@ -319,9 +319,11 @@ def test_user_mistakes_are_one_line_before_any_run(change, message, tmp_path, ca
 
 @pytest.mark.parametrize("files", ["", "missing"])
 def test_training_files_that_are_not_there_are_one_line_before_any_run(
-        files, tmp_path, capsys):
+        files, tmp_path, monkeypatch, capsys):
     # Found by the recipe's own check of the files its runs read (Task.check_data), in this
     # process: before, the first run failed on them after the study had written runs/.
+    for name, value in (("TF_USE_LEGACY_KERAS", "1"), ("TF_CPP_MIN_LOG_LEVEL", "2")):
+        monkeypatch.setenv(name, value)  # what the check sets, undone for the next tests
     pattern = str(tmp_path / "nowhere" / "train-*") if files else ""
     override = "data.embedded_digits=false" + (f",data.train_file_pattern={pattern}"
                                                 if files else "")  # the config's: ""
