@@ -86,7 +86,7 @@ def check_data_files(data, mode):
     """A UserError, writing nothing, for a configured TFRecord glob that `mode` reads and
     that is empty or matches no file (the embedded digits are converted in `resolve_data`)."""
     if not data.embedded_digits:
-        _list_files(Data(data.train_file_pattern, data.eval_file_pattern, None, None), mode)
+        _list_files(data.train_file_pattern, data.eval_file_pattern, mode)
 
 
 def resolve_data(data, work_dir, mode):
@@ -119,15 +119,15 @@ def resolve_data(data, work_dir, mode):
     return _checked(resolved, mode)
 
 
-def _list_files(resolved, mode):
+def _list_files(train_pattern, eval_pattern, mode):
     if mode in ("train", "train_and_eval"):
-        input_lib.list_files(resolved.train_pattern, "data.train_file_pattern")
+        input_lib.list_files(train_pattern, "data.train_file_pattern")
     if mode in ("eval", "train_and_eval"):
-        input_lib.list_files(resolved.eval_pattern, "data.eval_file_pattern")
+        input_lib.list_files(eval_pattern, "data.eval_file_pattern")
 
 
 def _checked(resolved, mode):
-    _list_files(resolved, mode)
+    _list_files(resolved.train_pattern, resolved.eval_pattern, mode)
     if mode in ("eval", "train_and_eval"):
         count = resolved.eval_examples or input_lib.count_records(resolved.eval_pattern)
         if not count:
