@@ -113,7 +113,9 @@ CASES = {
     "resnet-checkpoint-every-zero": (RESNET, FRESH,
                                      ["--params_override=train.checkpoint_every=0"],
                                      ["train.checkpoint_every=0 must be positive"]),
-    "resnet-batch-does-not-divide": (RESNET, FRESH, ["--params_override=train.micro_batch_size=5"],
+    "resnet-batch-does-not-divide": (RESNET, FRESH,  # (files that exist: those are checked first)
+                                     ["--params_override=train.micro_batch_size=5,"
+                                      "data.train_file_pattern={d}/not_a_jpeg-*"],
                                      ["train.global_batch_size",
                                       "global_batch_size=16 is not divisible"]),
     "resnet-steps-not-a-multiple": (RESNET, FRESH, ["--params_override=train.steps=3"],
@@ -240,6 +242,9 @@ TENSORBOARD = ("train", "train_scalars", "eval")
 # tensorflow.log); every other row leaves no --model_dir behind.
 FOUND_IN_THE_DATA = {"corrupt-tfrecord", "corpus-without-sentence-pairs",
                      "resnet-record-not-a-jpeg", "resnet-corrupt-tfrecord"}
+# Rows whose data files are missing: found before the strategy is made (a TPU connected),
+# so the console shows the error line alone, without the `strategy:` line.
+FOUND_BEFORE_THE_STRATEGY = {"missing-data-files", "resnet-empty-glob"}
 # TF_CPP_MIN_LOG_LEVEL as a user has it: unset, so the recipes' start-up default applies.
 USER_ENV = {name: value for name, value in cli.ENV.items() if name != "TF_CPP_MIN_LOG_LEVEL"}
 TPU_SECONDS = 60  # the `--tpu` row must fail within this wall time on a machine without TPU
@@ -443,6 +448,11 @@ def test_bad_input_gives_one_line_and_writes_nothing(outcomes, case_id):
     tfrecords = [name for _, _, files in os.walk(model_dir) for name in files
                  if ".tfrecord" in name or name.startswith(("train-", "validation-"))]
     assert not tfrecords, tfrecords
+
+
+@pytest.mark.parametrize("case_id", sorted(FOUND_BEFORE_THE_STRATEGY))
+def test_missing_data_files_are_found_before_the_strategy_is_made(outcomes, case_id):
+    assert cli.read(outcomes[case_id][3] + ".out") == ""
 
 
 def test_an_export_dir_of_other_files_keeps_them(outcomes):

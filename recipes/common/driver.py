@@ -1,6 +1,6 @@
 """The one training program: every recipe is a `Task` (recipes/common/task.py) run by `main`.
 
-    config (validated whole) → strategy, batch plan → the data it reads (task.check_data)
+    config (validated whole) → the data it reads (task.check_data) → strategy, batch plan
     → print config → seeds, precision →
     task.prepare → model (accumulation, optimizer, compile) → restore → train →
     evaluate → export → results.json
@@ -223,9 +223,9 @@ def run(task_class, options):
         check_steps_left(task.config, options.model_dir)
     check_init_checkpoint(task.config, options.model_dir, options.mode)
     compare_with_saved_config(task, options.model_dir, options.mode)
+    task.check_data(options.mode)  # before a TPU is connected: a missing file fails fast
     strategy = strategy_lib.make_strategy(options.strategy, options.tpu, options.communication)
     plan = plan_batch(task.config, strategy.num_replicas_in_sync)
-    task.check_data(options.mode)
     if options.verbose:
         print(f"resolved config:\n{config_lib.format_config(task.config)}", flush=True)
     strategy_lib.log_batch_plan(strategy, plan)

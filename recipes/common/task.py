@@ -63,10 +63,10 @@ class Task:
     def check_data(self, mode):
         """Checks, writing nothing, that the data `mode` reads is there (the files a
         configured glob names, say); raise `UserError` (one line). The driver calls it
-        once the batch plan is made (after the `strategy:` line, before the batch plan and
-        the rest are printed), and a study for each of its runs before the first starts,
-        so a missing file is found before any directory is made. Data that `prepare`
-        makes is not missing; `prepare` may check again."""
+        after the config checks, before the strategy is made (no TPU is connected, no
+        line printed), and a study for each of its runs before the first starts, so a
+        missing file is found before any directory is made. Data that `prepare` makes is
+        not missing; `prepare` may check again."""
 
     def prepare(self, model_dir, mode):
         """Finds or prepares the data for `mode` (train | eval | train_and_eval | export);
