@@ -1,4 +1,5 @@
-"""Shared test setup: quiet TensorFlow logs and two logical CPU devices.
+"""Shared test setup: quiet TensorFlow logs, two logical CPU devices, and a temporary
+directory (TMPDIR) for the programs the tests start, removed at the end.
 
 Two logical CPUs let `tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])` run real
 cross-replica all-reduces on this machine. The split has to happen before TensorFlow
@@ -9,6 +10,7 @@ import os
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
+import shutil  # noqa: E402
 import tempfile  # noqa: E402
 
 import pytest  # noqa: E402
@@ -16,6 +18,7 @@ import pytest  # noqa: E402
 from recipes.common import native_log  # noqa: E402
 
 _LEGACY_KERAS_AT_START = os.environ.get("TF_USE_LEGACY_KERAS")
+_SCRATCH = None  # TMPDIR of the programs the tests start; TensorFlow's start-up log
 
 
 def pytest_configure(config):
@@ -27,7 +30,14 @@ def pytest_configure(config):
     a log file, not the console."""
     if getattr(config.option, "numprocesses", None) and "PYTEST_XDIST_WORKER" not in os.environ:
         return
-    with native_log.to_file(tempfile.mkdtemp(prefix="lamb_tf_tests_")):
+    global _SCRATCH
+    _SCRATCH = tempfile.mkdtemp(prefix="lamb_tf_tests_")
+    # The programs the tests start write their temporary files here, and the directory goes
+    # at the end: AutoGraph writes a module per converted function to TMPDIR and removes it
+    # at exit, which a forked child ending in `os._exit` (tests/preloaded_cli.py) or a
+    # killed run never reaches. (This process keeps its own, so pytest's tmp_path is as usual.)
+    os.environ["TMPDIR"] = _SCRATCH
+    with native_log.to_file(_SCRATCH):
         import tensorflow as tf
 
         cpus = tf.config.list_physical_devices("CPU")
@@ -37,6 +47,11 @@ def pytest_configure(config):
     # imported during collection (it sets TF_USE_LEGACY_KERAS=1 for its own CLI) cannot flip
     # it for the tests that follow; the variable itself is put back once collection is done.
     assert tf.keras.optimizers.Optimizer is not None
+
+
+def pytest_unconfigure(config):
+    if _SCRATCH:
+        shutil.rmtree(_SCRATCH, ignore_errors=True)
 
 
 def pytest_collection_finish(session):

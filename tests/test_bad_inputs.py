@@ -455,6 +455,14 @@ def test_missing_data_files_are_found_before_the_strategy_is_made(outcomes, case
     assert cli.read(outcomes[case_id][3] + ".out") == ""
 
 
+def test_the_command_lines_temporary_files_go_to_the_tests_own_directory(outcomes):
+    """AutoGraph's modules of the forked command lines (which end in os._exit, skipping the
+    clean-up at exit) are in the TMPDIR that tests/conftest.py removes, not left in /tmp."""
+    scratch = os.environ.get("TMPDIR", "")
+    assert os.path.basename(scratch).startswith("lamb_tf_tests_"), scratch
+    assert glob.glob(os.path.join(scratch, "__autograph_generated_file*.py"))
+
+
 def test_an_export_dir_of_other_files_keeps_them(outcomes):
     inputs = outcomes["export-dir-holds-other-files"][5]
     assert os.listdir(os.path.join(inputs, "notes")) == ["a.txt"]
