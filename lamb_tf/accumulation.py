@@ -159,12 +159,13 @@ def check_fit_arrays(fit, accumulation_steps, num_replicas, args, kwargs):
     full one, or an epoch's last, partial one) that does not split into `num_replicas` x
     `accumulation_steps` micro-batches; with `validation_split`, of the examples Keras
     keeps for training (the first floor(n x (1 - split)), as both Keras flavours cut them).
-    Datasets, generators and `steps_per_epoch` are left to the check each step makes
-    (`split_into_micro_batches`)."""
+    With `steps_per_epoch`, as both flavours run it: one pass over the arrays after another
+    across the epochs, the partial batch last in each (met only if the run gets that far),
+    and without `batch_size` batches of ceil(n / steps_per_epoch). Datasets and generators
+    are left to the check each step makes (`split_into_micro_batches`)."""
     bound = inspect.signature(fit).bind(*args, **kwargs).arguments
     leaves = tf.nest.flatten(bound.get("x"))
-    if (not leaves or bound.get("steps_per_epoch")
-            or not all(hasattr(leaf, "shape") and len(leaf.shape) for leaf in leaves)
+    if (not leaves or not all(hasattr(leaf, "shape") and len(leaf.shape) for leaf in leaves)
             or leaves[0].shape[0] is None):
         return
     examples, divisor = int(leaves[0].shape[0]), accumulation_steps * num_replicas
@@ -173,8 +174,18 @@ def check_fit_arrays(fit, accumulation_steps, num_replicas, args, kwargs):
     if split:
         examples = int(math.floor(examples * (1.0 - split)))
         holds += f", validation_split={split} leaves {examples} to train"
-    batch_size = bound.get("batch_size") or 32  # Keras' default
+    steps_per_epoch = bound.get("steps_per_epoch")
+    # Keras' default batch: 32, or with steps_per_epoch what covers x in that many steps
+    batch_size = bound.get("batch_size") or (
+        math.ceil(examples / steps_per_epoch) if steps_per_epoch else 32)
     full, last = min(batch_size, examples), examples % batch_size if examples > batch_size else 0
+    if steps_per_epoch:
+        steps = (bound.get("epochs", 1) - bound.get("initial_epoch", 0)) * steps_per_epoch
+        if steps <= examples // batch_size:  # the run ends before the partial batch
+            last = 0
+        else:
+            holds += (f" and steps_per_epoch={steps_per_epoch} runs {steps} steps, the passes "
+                      f"over x one after another")
     whole = (f"give x[:{examples - last}] (whole batches only)" if not split else
              f"give x of whole batches and validation_data=(x_val, y_val) instead of "
              f"validation_split")

@@ -77,6 +77,36 @@ def test_validation_split_is_checked_on_the_examples_it_leaves_to_train(flavour_
 
 
 @pytest.mark.parametrize("flavour_name", FLAVOURS)
+@pytest.mark.parametrize("batch_size,steps_per_epoch,epochs,expected", [
+    # 70 = 4 x 16 + 6: both flavours go on into the next pass, so step 5 is the partial 6
+    (16, 3, 2, "x holds 70 examples and steps_per_epoch=3 runs 6 steps, the passes over x "
+               "one after another, so with batch_size=16 the last, partial batch has 6, which "
+               "does not split into 1 replica(s) x accumulation_steps=4 micro-batches: give "
+               "x[:64] (whole batches only)"),
+    # no batch_size: Keras takes ceil(70 / 3) = 24, and 70 = 2 x 24 + 22
+    (None, 3, 1, "so with batch_size=24 the last, partial batch has 22"),
+    (None, 5, 1, "so with batch_size=14 each batch has 14"),
+])
+def test_steps_per_epoch_that_reach_a_batch_k_does_not_divide_are_refused_before_training(
+        flavour_name, batch_size, steps_per_epoch, epochs, expected):
+    wrapper, model = _accumulation_model(flavour_name, 4)
+    before = [np.array(w) for w in model.get_weights()]
+    with pytest.raises(ValueError) as error:
+        wrapper.fit(*_arrays(70), batch_size=batch_size, steps_per_epoch=steps_per_epoch,
+                    epochs=epochs, verbose=0)
+    assert expected in str(error.value)
+    for a, b in zip(before, model.get_weights()):
+        np.testing.assert_array_equal(a, b)  # no step ran
+
+
+@pytest.mark.parametrize("flavour_name", FLAVOURS)
+def test_steps_per_epoch_that_end_before_the_partial_batch_train(flavour_name):
+    wrapper, _ = _accumulation_model(flavour_name, 4)
+    wrapper.fit(*_arrays(70), batch_size=16, steps_per_epoch=2, epochs=2, verbose=0)
+    assert int(np.asarray(wrapper.optimizer.iterations)) == 4  # the 4 whole batches of 16
+
+
+@pytest.mark.parametrize("flavour_name", FLAVOURS)
 def test_a_dataset_batch_k_does_not_divide_names_the_sizes(flavour_name):
     wrapper, _ = _accumulation_model(flavour_name, 4)
     dataset = tf.data.Dataset.from_tensor_slices(_arrays(70)).batch(16)  # last batch: 6
