@@ -27,6 +27,18 @@ def _arrays(examples):
     return np.ones((examples, 4), np.float32), np.ones((examples, 1), np.float32)
 
 
+def _refusal_before_training(flavour_name, examples, **fit_arguments):
+    """The ValueError's message of `fit` on `examples` arrays with k = 4, checked to come
+    before any step."""
+    wrapper, model = _accumulation_model(flavour_name, 4)
+    before = [np.array(w) for w in model.get_weights()]
+    with pytest.raises(ValueError) as error:
+        wrapper.fit(*_arrays(examples), verbose=0, **fit_arguments)
+    for a, b in zip(before, model.get_weights()):
+        np.testing.assert_array_equal(a, b)  # no step ran
+    return str(error.value)
+
+
 @pytest.mark.parametrize("flavour_name", FLAVOURS)
 @pytest.mark.parametrize("examples,batch_size,expected", [
     (70, 16, "x holds 70 examples, so with batch_size=16 the last, partial batch has 6, which "
@@ -38,14 +50,8 @@ def _arrays(examples):
 ])
 def test_arrays_that_leave_a_batch_k_does_not_divide_are_refused_before_training(
         flavour_name, examples, batch_size, expected):
-    wrapper, model = _accumulation_model(flavour_name, 4)
-    before = [np.array(w) for w in model.get_weights()]
-    x, y = _arrays(examples)
-    with pytest.raises(ValueError) as error:
-        wrapper.fit(x, y, batch_size=batch_size, epochs=1, verbose=0)
-    assert expected in str(error.value)
-    for a, b in zip(before, model.get_weights()):
-        np.testing.assert_array_equal(a, b)  # no step ran
+    assert expected in _refusal_before_training(flavour_name, examples, batch_size=batch_size,
+                                                epochs=1)
 
 
 @pytest.mark.parametrize("flavour_name", FLAVOURS)
@@ -59,17 +65,14 @@ def test_arrays_of_whole_batches_train(flavour_name):
 
 @pytest.mark.parametrize("flavour_name", FLAVOURS)
 def test_validation_split_is_checked_on_the_examples_it_leaves_to_train(flavour_name):
-    wrapper, model = _accumulation_model(flavour_name, 4)
-    before = [np.array(w) for w in model.get_weights()]
-    with pytest.raises(ValueError) as error:  # Keras trains on the first 63 of 70
-        wrapper.fit(*_arrays(70), batch_size=16, validation_split=0.1, epochs=1, verbose=0)
+    message = _refusal_before_training(  # Keras trains on the first 63 of 70
+        flavour_name, 70, batch_size=16, validation_split=0.1, epochs=1)
     assert ("x holds 70 examples, validation_split=0.1 leaves 63 to train, so with "
             "batch_size=16 the last, partial batch has 15, which does not split into 1 "
             "replica(s) x accumulation_steps=4 micro-batches: give x of whole batches and "
-            "validation_data=(x_val, y_val) instead of validation_split") in str(error.value)
-    for a, b in zip(before, model.get_weights()):
-        np.testing.assert_array_equal(a, b)  # no step ran
+            "validation_data=(x_val, y_val) instead of validation_split") in message
     # 70 without the split would be refused (last batch 6); 20% held out leaves 56 = 3 x 16 + 8
+    wrapper, _ = _accumulation_model(flavour_name, 4)
     history = wrapper.fit(*_arrays(70), batch_size=16, validation_split=0.2, epochs=1,
                           verbose=0)
     assert int(np.asarray(wrapper.optimizer.iterations)) == 4
@@ -89,14 +92,8 @@ def test_validation_split_is_checked_on_the_examples_it_leaves_to_train(flavour_
 ])
 def test_steps_per_epoch_that_reach_a_batch_k_does_not_divide_are_refused_before_training(
         flavour_name, batch_size, steps_per_epoch, epochs, expected):
-    wrapper, model = _accumulation_model(flavour_name, 4)
-    before = [np.array(w) for w in model.get_weights()]
-    with pytest.raises(ValueError) as error:
-        wrapper.fit(*_arrays(70), batch_size=batch_size, steps_per_epoch=steps_per_epoch,
-                    epochs=epochs, verbose=0)
-    assert expected in str(error.value)
-    for a, b in zip(before, model.get_weights()):
-        np.testing.assert_array_equal(a, b)  # no step ran
+    assert expected in _refusal_before_training(flavour_name, 70, batch_size=batch_size,
+                                                steps_per_epoch=steps_per_epoch, epochs=epochs)
 
 
 @pytest.mark.parametrize("flavour_name", FLAVOURS)
