@@ -8,6 +8,7 @@ called and with what. tests/test_multi_worker.py runs the real MultiWorkerMirror
 import json
 import re
 import os
+import tempfile
 import threading
 import time
 
@@ -164,6 +165,23 @@ def test_worker_directory_of_a_non_chief_is_private_and_removed(monkeypatch, tmp
             raise RuntimeError("training failed")  # cleaned up on the error path too
     assert not os.path.exists(directory.path)
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_killed_workers_directory_goes_when_that_worker_starts_again(monkeypatch, tmp_path):
+    """A worker killed outright leaves its directory (checkpoints of the whole model); the
+    next start of that worker of a run into the same model_dir removes it, and no other's."""
+    monkeypatch.setenv("TF_CONFIG", json.dumps(
+        {"cluster": {"worker": ["h:1", "h:2"]}, "task": {"type": "worker", "index": 1}}))
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    run, other_run = str(tmp_path / "run"), str(tmp_path / "other_run")
+    killed = strategy_lib.WorkerDirectory(run, _ClusterStrategy())  # never cleaned up
+    open(os.path.join(killed.path, "ckpt-1.index"), "w").close()
+    other = strategy_lib.WorkerDirectory(other_run, _ClusterStrategy())
+    with strategy_lib.WorkerDirectory(run, _ClusterStrategy()) as again:
+        assert os.path.isdir(again.path) and again.path != killed.path
+        assert not os.path.exists(killed.path)
+        assert os.path.isdir(other.path)
+    assert sorted(os.listdir(tmp_path)) == [os.path.basename(other.path)]
 
 
 def test_log_batch_plan_prints_the_arithmetic(capsys, two_cpu_strategy):

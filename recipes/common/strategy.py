@@ -5,6 +5,7 @@ Guess order (an explicit `--strategy` overrides it): `--tpu` given → TPUStrate
 otherwise the default (single-device) strategy.
 """
 
+import hashlib
 import json
 import os
 import shutil
@@ -158,7 +159,10 @@ class WorkerDirectory:
     """`model_dir` on the chief; a private temporary directory, removed on exit, elsewhere.
 
     MultiWorkerMirroredStrategy needs every worker to run the same save calls (they may hold
-    collectives), but only the chief's files are kept.
+    collectives), but only the chief's files are kept. A worker killed outright (SIGKILL,
+    out of memory) cannot remove its directory, which holds the model's checkpoints: the
+    same worker of a run into the same `model_dir` removes it when it starts again, so
+    killed runs do not pile up in the temporary directory.
     """
 
     def __init__(self, model_dir, strategy):
@@ -168,7 +172,9 @@ class WorkerDirectory:
             self.path = model_dir
         else:
             task_type, task_id = task(strategy)
-            self.path = tempfile.mkdtemp(prefix=f"lamb_tf_{task_type}{task_id}_")
+            prefix = f"lamb_tf_{task_type}{task_id}_{_digest(model_dir)}_"
+            _remove_own_directories(tempfile.gettempdir(), prefix)  # a killed run's
+            self.path = tempfile.mkdtemp(prefix=prefix)
 
     def cleanup(self):
         if not self.chief:
@@ -179,3 +185,19 @@ class WorkerDirectory:
 
     def __exit__(self, *unused_exc):
         self.cleanup()
+
+
+def _digest(model_dir):
+    """12 hex digits that name `model_dir` (a path or URI, made absolute if local)."""
+    name = model_dir if "://" in model_dir else os.path.abspath(model_dir)
+    return hashlib.sha256(name.encode("utf-8")).hexdigest()[:12]
+
+
+def _remove_own_directories(parent, prefix):
+    """Removes the directories in `parent` whose names start with `prefix` and that this
+    user owns (never a symbolic link: the temporary directory is shared)."""
+    for name in os.listdir(parent):
+        path = os.path.join(parent, name)
+        if name.startswith(prefix) and not os.path.islink(path) and os.path.isdir(path) \
+                and os.stat(path).st_uid == os.getuid():
+            shutil.rmtree(path, ignore_errors=True)
