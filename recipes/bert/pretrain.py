@@ -1,7 +1,8 @@
 r"""BERT pretraining with LAMB: the task the shared driver (recipes/common/driver.py) runs.
 
-The embedded default (the project's main job; prepares the stdlib corpus, trains a tiny
-BERT at an effective batch of 2,048 through gradient accumulation, exports, evaluates):
+The embedded default (the project's main job; prepares the stdlib corpus, evaluates,
+trains a tiny BERT at an effective batch of 2,048 through gradient accumulation, evaluates
+again, exports):
 
   python -m recipes.bert.pretrain --config_file=configs/bert/tiny_cpu.yaml \
       --model_dir=/tmp/bert_tiny
