@@ -60,6 +60,23 @@ def test_explicit_flavours_subclass_their_keras():
         assert issubclass(getattr(keras3_optimizers, name), keras.optimizers.Optimizer)
 
 
+def test_a_tf_keras_model_takes_the_tf_keras_class_not_keras_3s():
+    """What the README says of mixing flavours, in a Keras 3 process: tf_keras refuses the
+    Keras 3 optimizer with its own message; the explicit tf_keras class trains."""
+    import tf_keras
+
+    import lamb_tf
+    from lamb_tf import keras3_optimizers, tf_keras_optimizers
+
+    assert lamb_tf.LAMB is keras3_optimizers.LAMB  # tf.keras is Keras 3 in the tests
+    model = tf_keras.Sequential([tf_keras.Input((2,)), tf_keras.layers.Dense(1)])
+    with pytest.raises(ValueError, match="Could not interpret optimizer identifier"):
+        model.compile(optimizer=lamb_tf.LAMB(0.01), loss="mse")
+    model.compile(optimizer=tf_keras_optimizers.LAMB(0.01), loss="mse")
+    model.fit(np.ones((4, 2), np.float32), np.ones((4, 1), np.float32), verbose=0)
+    assert int(model.optimizer.iterations) == 1
+
+
 def _fit(flavour, optimizer, jit_compile):
     k = flavour.keras
     k.utils.set_random_seed(1)
