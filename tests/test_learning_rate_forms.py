@@ -163,3 +163,25 @@ def test_a_checkpoint_restores_a_variable_rate_into_the_users_variable(
     assert float(fresh_rate.numpy()) == RATES[1]
     flavour.apply(restored, [G], [restored_variable])
     assert ref.relative_error(restored_variable.numpy(), _expected(optimizer_name)) < 1e-5
+
+
+@pytest.mark.parametrize("flavour_name", FLAVOURS)
+def test_a_checkpoint_of_a_number_rate_into_a_variable_rate(flavour_name, tmp_path):
+    """docs/optimizers.md: tf_keras restores a number rate's checkpoint into a variable rate;
+    Keras 3 leaves the variable as it was, and the restore status names it."""
+    flavour = FLAVOURS[flavour_name]()
+    variable = flavour.variable("layer/kernel", X0)
+    optimizer = flavour.module.LAMB(RATES[0])
+    flavour.apply(optimizer, [G], [variable])
+    optimizer.learning_rate = RATES[1]
+    path = tf.train.Checkpoint(optimizer=optimizer, variable=variable).save(str(tmp_path / "c"))
+    fresh_rate = tf.Variable(RATES[0])
+    status = tf.train.Checkpoint(optimizer=flavour.module.LAMB(fresh_rate),
+                                 variable=flavour.variable("layer/kernel", X0)).restore(path)
+    if flavour_name == "tf_keras":
+        assert float(fresh_rate.numpy()) == RATES[1]
+    else:
+        assert float(fresh_rate.numpy()) == RATES[0]
+        unmatched = r"1 of 1 unmatched objects: \[<tf.Variable .*numpy=0.5>\]"  # fresh_rate
+        with pytest.raises(AssertionError, match=unmatched):
+            status.assert_existing_objects_matched()
