@@ -60,7 +60,10 @@ CASES = {
     "wrong-type": (BERT, FRESH, ["--params_override=train.steps=two"],
                    ["config key 'train.steps' must be int"]),
     "batch-does-not-divide": (BERT, FRESH, ["--params_override=train.micro_batch_size=5"],
-                              ["train.global_batch_size", "global_batch_size=16 is not divisible"]),
+                              ["train.global_batch_size=16 is not divisible by "
+                               "train.micro_batch_size=5, whatever the replicas",
+                               "use train.micro_batch_size=4 or 8, or "
+                               "train.global_batch_size=15 or 20"]),
     "missing-data-files": (BERT, FRESH, ["--params_override=data.train_files=/nonexistent/train-*"],
                            ["data.train_files: /nonexistent/train-* matches no TFRecord files",
                             "prepare_data"]),
@@ -116,8 +119,8 @@ CASES = {
     "resnet-batch-does-not-divide": (RESNET, FRESH,  # (files that exist: those are checked first)
                                      ["--params_override=train.micro_batch_size=5,"
                                       "data.train_file_pattern={d}/not_a_jpeg-*"],
-                                     ["train.global_batch_size",
-                                      "global_batch_size=16 is not divisible"]),
+                                     ["train.global_batch_size=16 is not divisible by "
+                                      "train.micro_batch_size=5"]),
     "resnet-steps-not-a-multiple": (RESNET, FRESH, ["--params_override=train.steps=3"],
                                     ["train.steps=3 is not a multiple of "
                                      "train.checkpoint_every=2"]),
@@ -242,9 +245,11 @@ TENSORBOARD = ("train", "train_scalars", "eval")
 # tensorflow.log); every other row leaves no --model_dir behind.
 FOUND_IN_THE_DATA = {"corrupt-tfrecord", "corpus-without-sentence-pairs",
                      "resnet-record-not-a-jpeg", "resnet-corrupt-tfrecord"}
-# Rows whose data files are missing: found before the strategy is made (a TPU connected),
-# so the console shows the error line alone, without the `strategy:` line.
-FOUND_BEFORE_THE_STRATEGY = {"missing-data-files", "resnet-empty-glob"}
+# Missing data files and a micro-batch that does not divide the global batch: found before
+# the strategy is made (a TPU connected), so the console shows the error line alone, without
+# the `strategy:` line.
+FOUND_BEFORE_THE_STRATEGY = {"missing-data-files", "resnet-empty-glob", "batch-does-not-divide",
+                             "resnet-batch-does-not-divide"}
 # TF_CPP_MIN_LOG_LEVEL as a user has it: unset, so the recipes' start-up default applies.
 USER_ENV = {name: value for name, value in cli.ENV.items() if name != "TF_CPP_MIN_LOG_LEVEL"}
 TPU_SECONDS = 60  # the `--tpu` row must fail within this wall time on a machine without TPU
@@ -451,7 +456,7 @@ def test_bad_input_gives_one_line_and_writes_nothing(outcomes, case_id):
 
 
 @pytest.mark.parametrize("case_id", sorted(FOUND_BEFORE_THE_STRATEGY))
-def test_missing_data_files_are_found_before_the_strategy_is_made(outcomes, case_id):
+def test_data_and_micro_batch_errors_are_found_before_the_strategy_is_made(outcomes, case_id):
     assert cli.read(outcomes[case_id][3] + ".out") == ""
 
 

@@ -236,7 +236,7 @@ def pretrain_main():
     [
         (["--params_override=train.steps=two"], "config key 'train.steps' must be int"),
         (["--params_override=train.micro_batch_size=5"],
-         "global_batch_size=16 is not divisible by num_replicas=1 x micro_batch_size=5"),
+         "train.global_batch_size=16 is not divisible by train.micro_batch_size=5"),
         (["--config_file=/nonexistent/bert.yaml"],
          "config file '/nonexistent/bert.yaml' does not exist"),
         (["--params_override=runtime.precision=float16"],

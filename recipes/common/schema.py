@@ -129,6 +129,7 @@ def check(config):
                         f"(an int64) holds; give at most {MAX_STEPS:,}")
     check_steps(train.steps, train.checkpoint_every)
     _check_callback_steps(train)
+    _check_micro_batch(train)
     if not 0 <= train.seed < 2**32:
         raise UserError(f"train.seed={train.seed} must be from 0 to 2**32 - 1 (TensorFlow's and "
                         "NumPy's seeds)")
@@ -187,6 +188,22 @@ def _check_callback_steps(train):
                 f"{_nearest_multiples('train.' + key, value, per_call)}, or another "
                 "steps_per_execution"
             )
+
+
+def _check_micro_batch(train):
+    """The micro-batch divides the global batch whatever the replicas (global = replicas x
+    micro-batch x accumulation steps), checked here, before a TPU is connected; whether the
+    replicas divide it too is known once the strategy is made (`driver.plan_batch`)."""
+    batch, micro = train.global_batch_size, train.micro_batch_size
+    if batch % micro:
+        below = max(d for d in range(1, micro) if batch % d == 0)
+        above = next((d for d in range(micro + 1, batch + 1) if batch % d == 0), None)
+        micros = f"{below} or {above}" if above else f"{below}"
+        raise UserError(
+            f"train.global_batch_size={batch} is not divisible by train.micro_batch_size="
+            f"{micro}, whatever the replicas (global = replicas x micro-batch x accumulation "
+            f"steps); use train.micro_batch_size={micros}, or "
+            f"{_nearest_multiples('train.global_batch_size', batch, micro)}")
 
 
 def _nearest_multiples(key, value, divisor):
