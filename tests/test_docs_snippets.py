@@ -127,3 +127,9 @@ def test_python_block_runs_as_written(code, workdir):
         args = ["-c", code]
     result = run_python(args, cwd=workdir, timeout=600)
     assert result.returncode == 0, f"block failed:\n{code}\n--- stderr ---\n{result.stderr[-3000:]}"
+
+
+def test_no_python_block_writes_to_tmp():
+    """The blocks run in the suite, from an empty working directory: one that wrote under
+    /tmp would leave its files there after every test run (README, "Layout and tests")."""
+    assert [block.id for block in python_blocks() if "/tmp" in block.values[0]] == []
