@@ -57,6 +57,15 @@ def _divisors(n):
     return sorted(set(small + [n // d for d in small]))
 
 
+def micro_batch_choices(batch_size, micro_batch_size):
+    """The micro-batches nearest `micro_batch_size` that split `batch_size` (a replica's
+    batch) evenly: its divisors at or next below and above, ascending."""
+    divisors = _divisors(batch_size)
+    below = [d for d in divisors if d <= micro_batch_size][-1:]
+    above = [d for d in divisors if d >= micro_batch_size][:1]
+    return sorted(set(below + above))
+
+
 def _nearest_valid_choices(global_batch_size, micro_batch_size, num_replicas):
     """Human-readable nearest valid global batches and micro-batches."""
     unit = num_replicas * micro_batch_size
@@ -65,10 +74,7 @@ def _nearest_valid_choices(global_batch_size, micro_batch_size, num_replicas):
     hints = [f"global_batch_size {' or '.join(map(str, globals_))}"]
     if global_batch_size % num_replicas == 0:
         per_replica = global_batch_size // num_replicas
-        divisors = _divisors(per_replica)
-        below = [d for d in divisors if d <= micro_batch_size][-1:]
-        above = [d for d in divisors if d >= micro_batch_size][:1]
-        micros = sorted(set(below + above))
+        micros = micro_batch_choices(per_replica, micro_batch_size)
         hints.append(
             f"micro_batch_size {' or '.join(map(str, micros))} "
             f"(divisors of the per-replica batch {per_replica})"

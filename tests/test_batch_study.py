@@ -603,3 +603,13 @@ def test_ctrl_c_is_one_line_naming_the_finished_runs_and_the_resume(fake_recipe,
                    "to resume\n")
     assert runner.finished_runs(study_dir) == ["lamb_b8_lr0.1_w1_s1"]  # the hung one: not
     assert "[1/8] lamb_b8_lr0.1_w1_s1" in out
+
+
+def test_the_plan_and_the_shared_schema_read_without_tensorflow():
+    """The study's planner checks its arguments before any recipe (and TensorFlow) loads;
+    the shared config schema it reads must not pull TensorFlow in."""
+    code = ("import sys; import recipes.study.plan, recipes.common.schema; "
+            "print('tensorflow' in sys.modules)")
+    result = subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, capture_output=True,
+                            text=True, timeout=120, env=dict(os.environ, PYTHONPATH=REPO_ROOT))
+    assert result.stdout.strip() == "False", result.stderr[-2000:]

@@ -196,11 +196,10 @@ def _check_micro_batch(train):
     replicas divide it too is known once the strategy is made (`driver.plan_batch`)."""
     batch, micro = train.global_batch_size, train.micro_batch_size
     if batch % micro:
-        small = [d for d in range(1, math.isqrt(batch) + 1) if batch % d == 0]
-        divisors = sorted(set(small + [batch // d for d in small]))  # O(sqrt(batch))
-        below = max(d for d in divisors if d < micro)
-        above = min((d for d in divisors if d > micro), default=None)
-        micros = f"{below} or {above}" if above else f"{below}"
+        # (imported only here: the study's planner reads this module without TensorFlow)
+        from lamb_tf import accumulation  # pylint: disable=import-outside-toplevel
+
+        micros = " or ".join(map(str, accumulation.micro_batch_choices(batch, micro)))
         raise UserError(
             f"train.global_batch_size={batch} is not divisible by train.micro_batch_size="
             f"{micro}, whatever the replicas (global = replicas x micro-batch x accumulation "
