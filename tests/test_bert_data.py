@@ -777,8 +777,10 @@ def test_a_finished_preparation_is_reused_from_another_directory_and_after_a_cop
         found = data_lib.locate_or_prepare_data(
             DataConfig(**{**vars(config), "data_dir": data_dir}), "unused")
         assert "data: reusing the preparation in " + data_dir in capsys.readouterr().out
-        assert [os.path.dirname(path) for path in found] == [data_dir] * 3
-        assert glob.glob(found.train_files) and glob.glob(found.eval_files)
+        assert [os.path.dirname(path) for path in (found.train_pattern, found.eval_pattern,
+                                                   found.vocab_file)] == [data_dir] * 3
+        assert found.train_files == sorted(glob.glob(found.train_pattern)) != []
+        assert found.eval_files == sorted(glob.glob(found.eval_pattern)) != []
         assert vocabulary.read_vocabulary(found.vocab_file) == vocabulary.read_vocabulary(
             str(first / prepared.vocab_file))
 
@@ -812,7 +814,7 @@ def test_every_directory_of_the_configured_files_is_checked_against_its_preparat
     write_vocab(vocab_file, RESERVED + ["a", "b"])
 
     def check(train_files, eval_files):
-        data_lib.check_data_config(DataConfig(
+        data_lib.list_data_files(DataConfig(
             train_files=train_files, eval_files=eval_files, vocab_file=vocab_file,
             seq_length=32, max_predictions_per_seq=4))
 

@@ -11,13 +11,16 @@ from recipes.bert import input as input_lib
 from recipes.bert import prepare_data, vocabulary
 from recipes.common.errors import UserError
 
-DataFiles = collections.namedtuple("DataFiles", ["train_files", "eval_files", "vocab_file"])
+# A run's TFRecords, as globs (for messages) and as the lists of files they matched when
+# the run started (every chunk's pipeline and every evaluation reads those), and vocabulary.
+DataFiles = collections.namedtuple(
+    "DataFiles", ["train_pattern", "eval_pattern", "train_files", "eval_files", "vocab_file"])
+_PREPARED = ("train_files", "eval_files", "vocab_file")  # the keys of a preparation's metadata
 
 
 def check_data_config(data_config):
-    """The data keys prepare_data takes, checked by its own rules, and configured files:
-    each glob matches, the vocabulary reads, and the training files fit the rest of the
-    config (`check_against_preparation`); a one-line UserError."""
+    """The data keys prepare_data takes, checked by its own rules, and configured files
+    that come with their held-out files and vocabulary; a one-line UserError."""
     try:
         prepare_data.check_arguments(
             seq_length=data_config.seq_length,
@@ -32,10 +35,21 @@ def check_data_config(data_config):
                 f"data.train_files is set but data.{missing[0]} is empty; give the held-out "
                 "files and the vocabulary the training files were made with"
             )
-        files = {key: input_lib.list_files(getattr(data_config, key), f"data.{key}")
-                 for key in ("train_files", "eval_files")}
-        pieces = len(vocabulary.read_vocabulary(data_config.vocab_file))
-        check_against_preparation(data_config, files, pieces)
+
+
+def list_data_files(data_config):
+    """The files of configured globs, `{"train_files": [...], "eval_files": [...]}`,
+    listed once for the run (every chunk's pipeline and every evaluation reads them, and no
+    others), checked: each glob matches, the vocabulary reads, and the files fit the rest
+    of the config (`check_against_preparation`); a one-line UserError. None when the data
+    is prepared (`locate_or_prepare_data` lists it)."""
+    if not data_config.train_files:
+        return None
+    files = {key: input_lib.list_files(getattr(data_config, key), f"data.{key}")
+             for key in ("train_files", "eval_files")}
+    pieces = len(vocabulary.read_vocabulary(data_config.vocab_file))
+    check_against_preparation(data_config, files, pieces)
+    return files
 
 
 def finished_preparation(data_dir):
@@ -76,11 +90,22 @@ def _check_preparation(data_config, setting, data_dir, metadata, pieces):
             f"give that one ({os.path.join(data_dir, 'vocab.txt')})")
 
 
-def locate_or_prepare_data(data_config, model_dir):
-    """Prepared TFRecords and vocabulary: the configured files, a finished preparation in
+def locate_or_prepare_data(data_config, model_dir, listed=None):
+    """The `DataFiles` of the run, its TFRecords listed once: the configured files
+    (`listed`: `list_data_files`' result; listed here if None), a finished preparation in
     the data directory, or a new preparation of the corpus there."""
-    if data_config.train_files:  # (checked by check_data_config)
-        return DataFiles(data_config.train_files, data_config.eval_files, data_config.vocab_file)
+    if data_config.train_files:
+        listed = listed or list_data_files(data_config)
+        return DataFiles(data_config.train_files, data_config.eval_files,
+                         listed["train_files"], listed["eval_files"], data_config.vocab_file)
+    train_pattern, eval_pattern, vocab_file = _locate_or_prepare(data_config, model_dir)
+    return DataFiles(train_pattern, eval_pattern, input_lib.list_files(train_pattern),
+                     input_lib.list_files(eval_pattern), vocab_file)
+
+
+def _locate_or_prepare(data_config, model_dir):
+    """(train glob, held-out glob, vocabulary) of a finished preparation in the data
+    directory, or of a new preparation of the corpus there."""
     data_dir = data_config.data_dir or os.path.join(model_dir, "data")
     metadata_path = finished_preparation(data_dir)
     if metadata_path:
@@ -96,8 +121,8 @@ def locate_or_prepare_data(data_config, model_dir):
         # A preparation writes every file into its directory; its metadata names them as
         # they were given then (relative to that run's working directory), so they are
         # found in `data_dir` itself: from any working directory, and after a move or copy.
-        return DataFiles(*(os.path.join(data_dir, os.path.basename(metadata[key]))
-                           for key in DataFiles._fields))
+        return tuple(os.path.join(data_dir, os.path.basename(metadata[key]))
+                     for key in _PREPARED)
     print(f"data: preparing {data_config.corpus} into {data_dir}", flush=True)
     try:
         prepared = prepare_data.prepare_pretraining_data(
@@ -118,4 +143,4 @@ def locate_or_prepare_data(data_config, model_dir):
         f"{prepared.vocab_size} pieces",
         flush=True,
     )
-    return DataFiles(prepared.train_files, prepared.eval_files, prepared.vocab_file)
+    return prepared.train_files, prepared.eval_files, prepared.vocab_file

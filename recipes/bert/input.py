@@ -50,17 +50,17 @@ SHUFFLE_BUFFER_SIZE = 10_000  # Records; Model Garden's DataConfig default is 10
 FILES_READ_AT_ONCE = 1
 
 
-def make_pretraining_dataset(file_pattern: str, **reader_arguments) -> tf.data.Dataset:
+def make_pretraining_dataset(files, **reader_arguments) -> tf.data.Dataset:
     """A dataset of `(features, labels)` batches read from the pretraining TFRecords
     (`read_pretraining_batches`, whose arguments it takes, each batch split as in the
     module docstring)."""
-    return read_pretraining_batches(file_pattern, **reader_arguments).map(
+    return read_pretraining_batches(files, **reader_arguments).map(
         _features_and_labels, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True
     )
 
 
 def read_pretraining_batches(
-    file_pattern: str,
+    files,
     *,
     seq_length: int,
     max_predictions_per_seq: int,
@@ -73,8 +73,9 @@ def read_pretraining_batches(
     names of the module docstring, as Model Garden's reader gives them.
 
     Args:
-      file_pattern: a glob (or comma-separated globs) of TFRecord files, e.g.
-        `PreparedData.train_files`.
+      files: a glob (or comma-separated globs) of TFRecord files, e.g.
+        `PreparedData.train_files`, or a list of files (a run's, listed once when it
+        starts: recipes.bert.data).
       seq_length, max_predictions_per_seq: the values the files were written with.
       batch_size: the global batch of one element; with `input_context` each replica gets
         `batch_size / num_replicas_in_sync` (e.g. the micro-batch times the replicas).
@@ -91,10 +92,10 @@ def read_pretraining_batches(
     `floor(num_sequences / batch_size) * batch_size` sequences.
 
     Raises:
-      UserError: `file_pattern` matches no files.
+      UserError: `files` is a glob that matches no files.
       ValueError: `seed` is None while several input pipelines read training data.
     """
-    files = list_files(file_pattern)
+    files = list_files(files) if isinstance(files, str) else list(files)
     if (
         is_training
         and seed is None
@@ -211,14 +212,14 @@ def _keras_batch(batch):
     return model_lib.keras_targets(*_features_and_labels(batch))
 
 
-def make_train_replica_dataset(config, file_pattern, input_context, seed, steps_to_skip):
+def make_train_replica_dataset(config, files, input_context, seed, steps_to_skip):
     """Endless training batches of Keras `(inputs, targets)` for the model of
     recipes.bert.model from one input pipeline (one per host), records and files shuffled
     with `seed`, without the batches of the first `steps_to_skip` optimizer steps (the
     `Task.train_replica_dataset` of recipes.bert.pretrain). The skipped batches are
     skipped before they are split."""
     dataset = read_pretraining_batches(
-        file_pattern,
+        files,
         seq_length=config.data.seq_length,
         max_predictions_per_seq=config.data.max_predictions_per_seq,
         batch_size=config.train.global_batch_size,  # the reader divides it by the replicas
@@ -232,13 +233,13 @@ def make_train_replica_dataset(config, file_pattern, input_context, seed, steps_
     return dataset.map(_keras_batch, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
 
 
-def make_eval_dataset(strategy, config, file_pattern):
+def make_eval_dataset(strategy, config, files):
     """The held-out files once, as global batches of eval.global_batch_size (one pipeline
     per host)."""
 
     def replica_dataset(input_context):
         return read_pretraining_batches(
-            file_pattern,
+            files,
             seq_length=config.data.seq_length,
             max_predictions_per_seq=config.data.max_predictions_per_seq,
             batch_size=config.eval.global_batch_size,

@@ -39,6 +39,7 @@ class BertPretraining(task.Task):
     config_class = BertPretrainingConfig
     export_subdir = "export"
     default_exclude_from_weight_decay = exclusions.BERT_EXCLUDE_PATTERNS
+    listed_files = None  # the configured files, listed by check_data
 
     def check_config(self):
         data, model = self.config.data, self.config.model
@@ -53,9 +54,13 @@ class BertPretraining(task.Task):
                 data.data_dir):  # the preparation will write there
             storage.check_writable(f"data.data_dir={data.data_dir}", data.data_dir)
 
+    def check_data(self, mode):
+        self.listed_files = data_lib.list_data_files(self.config.data)
+
     def prepare(self, model_dir, mode):
         self.model_dir = model_dir
-        self.data = data_lib.locate_or_prepare_data(self.config.data, model_dir)
+        self.data = data_lib.locate_or_prepare_data(self.config.data, model_dir,
+                                                    self.listed_files)
         self.vocab_size = len(vocabulary.read_vocabulary(self.data.vocab_file))
 
     def build_model(self):
@@ -96,11 +101,14 @@ class BertPretraining(task.Task):
             self.model_dir, self.encoder, self.config.model, self.data.vocab_file,
             self.config.data.seq_length)
 
+    def input_files(self, split):
+        return self.data.train_files if split == "train" else self.data.eval_files
+
     def explain_input_error(self, error, split):
         if not isinstance(error, tf.errors.DataLossError):
             return None
-        files = self.data.train_files if split == "train" else self.data.eval_files
-        return UserError(corrupt_data.describe_corrupt_data(files, error))
+        pattern = self.data.train_pattern if split == "train" else self.data.eval_pattern
+        return UserError(corrupt_data.describe_corrupt_data(pattern, error))
 
 
 if __name__ == "__main__":

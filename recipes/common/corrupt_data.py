@@ -53,6 +53,19 @@ def describe_missing_data(file_patterns, error, checkpoint):
     )
 
 
+def describe_missing_file(path, split, error, checkpoint):
+    """One line for a file of the run's data (`split`: "train" or "eval") that was listed
+    when the run started and could not be opened later (deleted or moved since)."""
+    reason = first_line(error).replace(path, "").strip(" ;:") or first_line(error)
+    what = ("training file", "training") if split == "train" else ("held-out file", "evaluation")
+    return (
+        f"the {what[0]} {path} went missing during {what[1]} ({reason}); a run reads the "
+        "files its globs matched when it started: restore it, or rerun the same command "
+        "without it (the globs are listed again), to resume from "
+        + (f"the last checkpoint ({checkpoint})" if checkpoint else "step 0 (no checkpoint yet)")
+    )
+
+
 def first_line(error):
     """The first informative line of TF's message (not "Graph execution error:" nor the
     "Detected at node" traceback or its "<stack traces unavailable>" stand-in), without

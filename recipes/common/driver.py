@@ -23,7 +23,7 @@ from absl import logging as absl_logging
 from lamb_tf import accumulation
 from lamb_tf.noise_scale import NOISE_SCALE_LOG
 from recipes.common import callbacks as callbacks_lib
-from recipes.common import checkpoints, config_help, errors, exclusion_report
+from recipes.common import checkpoints, config_help, corrupt_data, errors, exclusion_report
 from recipes.common import config as config_lib
 from recipes.common import export as export_lib
 from recipes.common import native_log
@@ -44,7 +44,8 @@ OUTPUTS = ("checkpoints", "config.yaml", RESULTS_FILE, exclusion_report.EXCLUSIO
            native_log.LOG_FILE)
 TRAIN_MODES = ("train", "train_and_eval")
 EVAL_MODES = ("eval", "train_and_eval")
-_INPUT_ERRORS = (tf.errors.InvalidArgumentError, tf.errors.DataLossError)
+_INPUT_ERRORS = (tf.errors.InvalidArgumentError, tf.errors.DataLossError,
+                 tf.errors.NotFoundError)
 
 
 def main(task_class, extra_flags=(), run_options=None):
@@ -346,7 +347,7 @@ class _Run:
                 async_checkpoint=train.async_checkpoint,
             )
         except _INPUT_ERRORS as error:
-            raise self.task.explain_input_error(error, "train") or error
+            raise self.explain_input_error(error, "train") or error
         return history.last_logs
 
     def evaluate(self, when):
@@ -356,7 +357,7 @@ class _Run:
             with training.input_iterator_deleted_in_background(self.model, "test_function"):
                 results = self.task.evaluate(self.model, self.strategy)
         except _INPUT_ERRORS as error:
-            raise self.task.explain_input_error(error, "eval") or error
+            raise self.explain_input_error(error, "eval") or error
         results = {name: float(value) for name, value in results.items()}
         step = int(self.model.optimizer.iterations.numpy())
         callbacks_lib.write_scalars(
@@ -365,6 +366,18 @@ class _Run:
             raise TrainingDiverged(f"eval loss is {results['loss']}; the model diverged")
         print(f"held-out {self.task.describe_evaluation(results)}  [{when}]", flush=True)
         return results
+
+    def explain_input_error(self, error, split):
+        """The one line for a TF error raised while reading `split`, or None: a file of the
+        task's listed input that went missing, else the task's own explanation."""
+        if not isinstance(error, tf.errors.NotFoundError):
+            return self.task.explain_input_error(error, split)
+        message = str(getattr(error, "message", error))
+        missing = next((path for path in self.task.input_files(split) if path in message), None)
+        if missing is None:
+            return None
+        return UserError(corrupt_data.describe_missing_file(
+            missing, split, error, checkpoints.latest_checkpoint(self.options.model_dir)))
 
     def write_results(self, train_logs, eval_results):
         """`results.json` (written atomically): what a study tool reads from a run. An

@@ -108,6 +108,12 @@ class Task:
         while reading `split` ("train" or "eval"), or None to let the error through."""
         return None
 
+    def input_files(self, split):
+        """The files `split` ("train" or "eval") reads, as listed when the run started (after
+        `prepare`): a `NotFoundError` that names one of them is the driver's one line
+        for a file that went missing mid-run. Empty: such an error goes through."""
+        return ()
+
 
 def chunk_input_position(first_step, checkpoint_every):
     """`(seed_offset, steps_to_skip)` for the input pipeline of the chunk from `first_step`.

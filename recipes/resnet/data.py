@@ -14,8 +14,12 @@ from recipes.resnet import input as input_lib
 
 DIGITS_SUBDIR = "digits"
 
+# The globs (for messages) and the files they matched when the run started: every chunk's
+# pipeline and every evaluation of the run reads those files, and no others.
 Data = collections.namedtuple(
-    "Data", ["train_pattern", "eval_pattern", "eval_examples", "labels_file"]
+    "Data",
+    ["train_pattern", "eval_pattern", "train_files", "eval_files", "eval_examples",
+     "labels_file"],
 )
 
 
@@ -82,16 +86,19 @@ def check_digits_config(data):
         )
 
 
-def check_data_files(data, mode):
-    """A UserError, writing nothing, for a configured TFRecord glob that `mode` reads and
-    that is empty or matches no file (the embedded digits are converted in `resolve_data`)."""
-    if not data.embedded_digits:
-        _list_files(data.train_file_pattern, data.eval_file_pattern, mode)
+def list_data_files(data, mode):
+    """The files of each configured glob that `mode` reads, `{"train": [...], "eval":
+    [...]}` (empty for a split `mode` does not read), listed once for the run; a UserError,
+    writing nothing, for a glob that is empty or matches no file. None for the embedded
+    digits (converted, then listed, in `resolve_data`)."""
+    if data.embedded_digits:
+        return None
+    return _list_files(data.train_file_pattern, data.eval_file_pattern, mode)
 
 
-def resolve_data(data, work_dir, mode):
+def resolve_data(data, work_dir, mode, listed=None):
     """The `Data` of this config: the digits converted into work_dir/digits, or the
-    configured files (checked to exist for what `mode` reads)."""
+    configured files (`listed`: `list_data_files`' result; listed here if None)."""
     if data.embedded_digits:
         digits_dir = os.path.join(work_dir, DIGITS_SUBDIR)
         info = prepare_digits(
@@ -102,34 +109,36 @@ def resolve_data(data, work_dir, mode):
             seed=data.seed,
         )
         splits = info["splits"]
-        resolved = Data(
-            os.path.join(digits_dir, splits["train"]["file_pattern"]),
-            os.path.join(digits_dir, splits["validation"]["file_pattern"]),
-            splits["validation"]["num_examples"],
-            export_lib.labels_file_for(digits_dir),
-        )
+        train_pattern, eval_pattern = (os.path.join(digits_dir, splits[split]["file_pattern"])
+                                       for split in ("train", "validation"))
+        eval_examples = splits["validation"]["num_examples"]
+        labels_file = export_lib.labels_file_for(digits_dir)
+        listed = None
     else:
-        labels_dir = os.path.dirname(data.train_file_pattern or data.eval_file_pattern)
-        resolved = Data(
-            data.train_file_pattern,
-            data.eval_file_pattern,
-            data.eval_num_examples,
-            export_lib.labels_file_for(labels_dir) if labels_dir else None,
-        )
-    return _checked(resolved, mode)
+        train_pattern, eval_pattern = data.train_file_pattern, data.eval_file_pattern
+        eval_examples = data.eval_num_examples
+        labels_dir = os.path.dirname(train_pattern or eval_pattern)
+        labels_file = export_lib.labels_file_for(labels_dir) if labels_dir else None
+    listed = listed or _list_files(train_pattern, eval_pattern, mode)
+    resolved = Data(train_pattern, eval_pattern, listed["train"], listed["eval"],
+                    eval_examples, labels_file)
+    return _counted(resolved, mode)
 
 
 def _list_files(train_pattern, eval_pattern, mode):
+    listed = {"train": [], "eval": []}
     if mode in ("train", "train_and_eval"):
-        input_lib.list_files(train_pattern, "data.train_file_pattern")
+        listed["train"] = input_lib.list_files(train_pattern, "data.train_file_pattern")
     if mode in ("eval", "train_and_eval"):
-        input_lib.list_files(eval_pattern, "data.eval_file_pattern")
+        listed["eval"] = input_lib.list_files(eval_pattern, "data.eval_file_pattern")
+    return listed
 
 
-def _checked(resolved, mode):
-    _list_files(resolved.train_pattern, resolved.eval_pattern, mode)
+def _counted(resolved, mode):
+    """`resolved` with the held-out examples counted (when `mode` evaluates and the config
+    does not give their number), or a UserError if there are none."""
     if mode in ("eval", "train_and_eval"):
-        count = resolved.eval_examples or input_lib.count_records(resolved.eval_pattern)
+        count = resolved.eval_examples or input_lib.count_records(resolved.eval_files)
         if not count:
             raise UserError(
                 f"data.eval_file_pattern={resolved.eval_pattern!r} holds no records: nothing "

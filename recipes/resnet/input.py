@@ -52,9 +52,15 @@ def list_files(file_pattern, what):
     return files
 
 
-def count_records(file_pattern):
-    """Records in the files (reads them all: for small eval sets)."""
-    files = list_files(file_pattern, "data.eval_file_pattern")
+def files_to_read(files, what):
+    """The files a pipeline reads: `files` as listed (a run lists its globs once, when it
+    starts: recipes.resnet.data), or those a glob matches now (`list_files`)."""
+    return list_files(files, what) if isinstance(files, str) else list(files)
+
+
+def count_records(files):
+    """Records in the files (a list, or a glob; reads them all: for small eval sets)."""
+    files = files_to_read(files, "data.eval_file_pattern")
     return int(tf.data.TFRecordDataset(files).reduce(tf.constant(0, tf.int64), lambda n, _: n + 1))
 
 
@@ -94,7 +100,7 @@ def _pipeline(input_context):
 
 def make_train_dataset(
     data,
-    file_pattern,
+    files,
     per_replica_batch_size,
     *,
     input_context=None,
@@ -102,12 +108,13 @@ def make_train_dataset(
     dtype="float32",
     seed=0,
 ):
-    """Endless, shuffled (image, label) batches of `per_replica_batch_size` for this pipeline.
+    """Endless, shuffled (image, label) batches of `per_replica_batch_size` for this pipeline,
+    from `files` (a list, or a glob: `files_to_read`).
 
     `skip_batches` batches *of this pipeline* are skipped (as serialized records) first;
     `seed` shuffles the files and the examples.
     """
-    files = list_files(file_pattern, "data.train_file_pattern")
+    files = files_to_read(files, "data.train_file_pattern")
     num_pipelines, pipeline_id = _pipeline(input_context)
     dataset = tf.data.Dataset.from_tensor_slices(files)
     shard_by_file = len(files) >= num_pipelines
@@ -137,6 +144,19 @@ def make_train_dataset(
     return dataset.prefetch(tf.data.AUTOTUNE)
 
 
+def num_input_pipelines(strategy):
+    """Input pipelines `distribute_datasets_from_function` creates: one per host.
+
+    Needed before the eval dataset exists (to size its padding); TF has no public
+    accessor, so: TPUStrategy's `num_hosts`, MultiWorkerMirroredStrategy's worker count,
+    else 1.
+    """
+    extended = strategy.extended
+    if hasattr(extended, "num_hosts"):
+        return extended.num_hosts
+    return getattr(extended, "_num_workers", 1)  # pylint: disable=protected-access
+
+
 def eval_steps(num_examples, global_batch_size, num_pipelines=1):
     """Eval steps that cover every example once when each pipeline reads every N-th record."""
     per_pipeline_examples = math.ceil(num_examples / num_pipelines)
@@ -153,14 +173,15 @@ def eval_examples_read(num_examples, steps, pipeline_batch_size, num_pipelines=1
 
 
 def make_eval_dataset(
-    data, file_pattern, per_replica_batch_size, steps, *, input_context=None, dtype="float32"
+    data, files, per_replica_batch_size, steps, *, input_context=None, dtype="float32"
 ):
-    """Exactly `steps` steps of (image, label, weight) batches; padding has weight 0.
+    """Exactly `steps` steps of (image, label, weight) batches of `files` (a list, or a
+    glob: `files_to_read`); padding has weight 0.
 
     Each pipeline reads every N-th record of all files, in file order, so the pipelines'
     shares differ by at most one example and `eval_steps` covers them all.
     """
-    files = list_files(file_pattern, "data.eval_file_pattern")
+    files = files_to_read(files, "data.eval_file_pattern")
     num_pipelines, pipeline_id = _pipeline(input_context)
     replicas_per_pipeline = 1
     if input_context is not None:

@@ -32,6 +32,7 @@ class ResNetClassification(task.Task):
     # biases); the LAMB configs list [batch_normalization] explicitly, as the authors' run.
     default_exclude_from_weight_decay = exclusions.RESNET_EXCLUDE_PATTERNS
     fixed_on_resume = ("model.", "data.num_classes")
+    listed_files = None  # the configured files, listed by check_data
 
     def check_config(self):
         config = self.config
@@ -46,10 +47,10 @@ class ResNetClassification(task.Task):
         data_lib.check_digits_config(config.data)
 
     def check_data(self, mode):
-        data_lib.check_data_files(self.config.data, mode)
+        self.listed_files = data_lib.list_data_files(self.config.data, mode)
 
     def prepare(self, model_dir, mode):
-        self.data = data_lib.resolve_data(self.config.data, model_dir, mode)
+        self.data = data_lib.resolve_data(self.config.data, model_dir, mode, self.listed_files)
         self.told_eval_steps = False
         bfloat16 = self.config.runtime.precision == "mixed_bfloat16"
         self.image_dtype = "bfloat16" if bfloat16 else "float32"
@@ -72,7 +73,7 @@ class ResNetClassification(task.Task):
         replicas = input_context.num_replicas_in_sync // input_context.num_input_pipelines
         return input_lib.make_train_dataset(
             self.config.data,
-            self.data.train_pattern,
+            self.data.train_files,
             plan.per_replica_batch_size,
             input_context=input_context,
             skip_batches=steps_to_skip * replicas,
@@ -82,13 +83,13 @@ class ResNetClassification(task.Task):
 
     def evaluate(self, model, strategy):
         per_replica_batch = self.config.eval.global_batch_size // strategy.num_replicas_in_sync
-        pipelines = _num_input_pipelines(strategy)
+        pipelines = input_lib.num_input_pipelines(strategy)
         pipeline_batch = per_replica_batch * (strategy.num_replicas_in_sync // pipelines)
         steps = self._eval_steps(pipeline_batch * pipelines, pipelines)
         dataset = strategy.distribute_datasets_from_function(
             lambda context: input_lib.make_eval_dataset(
                 self.config.data,
-                self.data.eval_pattern,
+                self.data.eval_files,
                 per_replica_batch,
                 steps,
                 input_context=context,
@@ -124,22 +125,12 @@ class ResNetClassification(task.Task):
                           jpeg_only=self.config.export.jpeg_serving,
                           labels_file=self.data.labels_file)
 
+    def input_files(self, split):
+        return self.data.train_files if split == "train" else self.data.eval_files
+
     def explain_input_error(self, error, split):
         pattern = self.data.train_pattern if split == "train" else self.data.eval_pattern
         return data_lib.explain_input_error(error, pattern, self.config.data.decode_jpeg_only)
-
-
-def _num_input_pipelines(strategy):
-    """Input pipelines `distribute_datasets_from_function` creates: one per host.
-
-    Needed before the eval dataset exists (to size its padding); TF has no public
-    accessor, so: TPUStrategy's `num_hosts`, MultiWorkerMirroredStrategy's worker count,
-    else 1.
-    """
-    extended = strategy.extended
-    if hasattr(extended, "num_hosts"):
-        return extended.num_hosts
-    return getattr(extended, "_num_workers", 1)  # pylint: disable=protected-access
 
 
 if __name__ == "__main__":

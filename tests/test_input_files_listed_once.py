@@ -1,0 +1,152 @@
+"""A run lists its data globs once, when it starts: every checkpoint chunk's pipeline and
+every evaluation reads the files listed then, and a listed file that goes missing mid-run
+is one line naming it and the checkpoint to resume from (both recipes, through the
+driver, in this process)."""
+
+import collections
+import os
+
+import pytest
+import tensorflow as tf
+import yaml
+
+import tiny_bert_data
+from recipes.bert import pretrain
+from recipes.common import driver, training
+from recipes.common import flags as flags_lib
+from recipes.common import task as task_lib
+from recipes.common.errors import UserError
+from recipes.resnet import convert, digits
+from recipes.resnet import train as resnet_train
+
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+RESNET_CONFIG = os.path.join(REPO_ROOT, "configs", "resnet", "tiny_cpu.yaml")
+
+
+@pytest.fixture(scope="module")
+def resnet_files(tmp_path_factory):
+    """(train glob, held-out glob) of 48 real digits in 2 + 2 ImageNet-format TFRecords."""
+    directory = tmp_path_factory.mktemp("digits")
+    images, labels, names = digits.load_digits()
+    convert.convert_arrays(images[:48], labels[:48], str(directory), class_names=names,
+                           validation_fraction=0.25, num_shards=2)
+    return f"{directory}/train-*", f"{directory}/validation-*"
+
+
+@pytest.fixture(scope="module")
+def bert_files(tmp_path_factory):
+    return tiny_bert_data.prepare(tmp_path_factory.mktemp("bert"))
+
+
+def run(task_class, model_dir, *flags):
+    """The driver's program for `task_class` with these flags, in this process."""
+    from absl import flags as absl_flags
+
+    if "model_dir" not in absl_flags.FLAGS:
+        flags_lib.define_flags()
+    absl_flags.FLAGS(["recipe", f"--model_dir={model_dir}", "--mode=train_and_eval", *flags])
+    try:
+        return driver.run_from_flags(task_class, ["recipe"])
+    finally:
+        absl_flags.FLAGS.unparse_flags()
+
+
+def resnet_run(files, model_dir, steps):
+    train_glob, eval_glob = files
+    return run(resnet_train.ResNetClassification, model_dir, f"--config_file={RESNET_CONFIG}",
+               "--params_override=data.embedded_digits=false,"
+               f"data.train_file_pattern={train_glob},data.eval_file_pattern={eval_glob},"
+               "data.shuffle_buffer_size=16,train.global_batch_size=8,"
+               f"train.micro_batch_size=8,train.steps={steps},train.checkpoint_every=1,"
+               "train.log_every=1,optimizer.warmup_steps=1,eval.global_batch_size=8,"
+               "export.enabled=false")
+
+
+def bert_run(prepared, model_dir, steps, tmp_path):
+    config = tiny_bert_data.config(prepared, micro_batch_size=16, steps=steps,
+                                   checkpoint_every=1, dropout_rate=0.0)
+    config["export"] = {"enabled": False}
+    config_file = tmp_path / "bert.yaml"
+    config_file.write_text(yaml.safe_dump(config), encoding="utf-8")
+    return run(pretrain.BertPretraining, model_dir, f"--config_file={config_file}")
+
+
+def runs(recipe, resnet_files, bert_files, tmp_path):
+    """(a function of (model_dir, steps) that runs `recipe`, its train and held-out globs)."""
+    if recipe == "resnet":
+        return (lambda model_dir, steps: resnet_run(resnet_files, model_dir, steps),
+                *resnet_files)
+    return (lambda model_dir, steps: bert_run(bert_files, model_dir, steps, tmp_path),
+            bert_files.train_files, bert_files.eval_files)
+
+
+@pytest.mark.parametrize("recipe", ["resnet", "bert"])
+def test_a_run_lists_each_glob_once_for_its_chunks_and_evaluations(
+        recipe, resnet_files, bert_files, tmp_path, monkeypatch):
+    train_recipe, train_glob, eval_glob = runs(recipe, resnet_files, bert_files, tmp_path)
+    listed = collections.Counter()
+    real_glob = tf.io.gfile.glob
+
+    def counting_glob(pattern):
+        listed[pattern] += 1
+        return real_glob(pattern)
+
+    monkeypatch.setattr(tf.io.gfile, "glob", counting_glob)
+    # 3 checkpoint chunks, in 3 fits; evaluated before and after training
+    monkeypatch.setattr(training, "CHUNKS_PER_FIT", 1)
+    train_recipe(str(tmp_path / "run"), 3)
+    assert listed[train_glob] == 1 and listed[eval_glob] == 1, dict(listed)
+
+
+@pytest.mark.parametrize("recipe", ["resnet", "bert"])
+def test_a_training_file_gone_after_a_checkpoint_is_one_line_naming_it_and_the_checkpoint(
+        recipe, resnet_files, bert_files, tmp_path, monkeypatch):
+    train_recipe, train_glob, _ = runs(recipe, resnet_files, bert_files, tmp_path)
+    gone = sorted(tf.io.gfile.glob(train_glob))[-1]
+    moved = str(tmp_path / "moved")
+    real_train_dataset = task_lib.train_dataset
+
+    def train_dataset_moving_a_file(task, strategy, plan, first_step, end_step):
+        if first_step == 1:  # the second fit, after the checkpoint of step 1
+            os.rename(gone, moved)
+        return real_train_dataset(task, strategy, plan, first_step, end_step)
+
+    monkeypatch.setattr(training, "CHUNKS_PER_FIT", 1)  # one fit per checkpoint chunk
+    monkeypatch.setattr(task_lib, "train_dataset", train_dataset_moving_a_file)
+    model_dir = tmp_path / "run"
+    try:
+        with pytest.raises(UserError) as raised:
+            train_recipe(str(model_dir), 2)
+    finally:
+        os.rename(moved, gone)
+    message = str(raised.value)
+    assert "\n" not in message
+    assert message.startswith(f"the training file {gone} went missing during training ("), \
+        message
+    assert message.endswith(f"resume from the last checkpoint ({model_dir}/checkpoints/ckpt-1)")
+
+
+@pytest.mark.parametrize("recipe", ["resnet", "bert"])
+def test_a_held_out_file_gone_before_the_last_evaluation_is_one_line_naming_it(
+        recipe, resnet_files, bert_files, tmp_path, monkeypatch):
+    train_recipe, _, eval_glob = runs(recipe, resnet_files, bert_files, tmp_path)
+    gone = sorted(tf.io.gfile.glob(eval_glob))[0]
+    moved = str(tmp_path / "moved")
+    real_train_dataset = task_lib.train_dataset
+
+    def train_dataset_moving_a_file(*args):  # after the evaluation before training
+        os.rename(gone, moved)
+        return real_train_dataset(*args)
+
+    monkeypatch.setattr(task_lib, "train_dataset", train_dataset_moving_a_file)
+    model_dir = tmp_path / "run"
+    try:
+        with pytest.raises(UserError) as raised:
+            train_recipe(str(model_dir), 2)
+    finally:
+        os.rename(moved, gone)
+    message = str(raised.value)
+    assert "\n" not in message
+    assert message.startswith(f"the held-out file {gone} went missing during evaluation ("), \
+        message
+    assert message.endswith(f"resume from the last checkpoint ({model_dir}/checkpoints/ckpt-2)")
