@@ -19,6 +19,8 @@ from recipes.common.errors import UserError
 from recipes.resnet import convert, digits
 from recipes.resnet import train as resnet_train
 
+pytestmark = pytest.mark.slow  # whole runs through the driver, several fits each
+
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RESNET_CONFIG = os.path.join(REPO_ROOT, "configs", "resnet", "tiny_cpu.yaml")
 

@@ -23,6 +23,7 @@ class DataConfig:
     data_dir: str = ""
     # Glob of already prepared training TFRecords (Google BERT / Model Garden format).
     # "" = prepare them from `corpus`. When set, `eval_files` and `vocab_file` must be set too.
+    # Globs are listed once when a run starts: the run reads the files they matched then.
     train_files: str = ""
     # Glob of held-out TFRecords used by evaluation.
     eval_files: str = ""

@@ -18,7 +18,8 @@ class DataConfig:
     # + held-out validation) and read those; the file patterns below are then ignored.
     embedded_digits: bool = False
     digits_validation_fraction: float = 0.2  # held-out share of each digit class
-    # ImageNet-format TFRecords (see recipes/resnet/convert.py), local or gs:// globs.
+    # ImageNet-format TFRecords (see recipes/resnet/convert.py), local or gs:// globs,
+    # listed once when a run starts: the run reads the files they matched then.
     train_file_pattern: str = ""
     eval_file_pattern: str = ""
     eval_num_examples: int = 0  # examples in the eval files; 0 = count the records once
