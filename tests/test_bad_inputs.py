@@ -69,6 +69,14 @@ CASES = {
                             "prepare_data"]),
     "corrupt-tfrecord": (BERT, FRESH, ["--params_override=data.train_files={d}/corrupt-*"],
                          ["corrupt TFRecord file {d}/corrupt-00000.tfrecord", "re-create it"]),
+    # the first record of each configured glob's first file is read before any work
+    "records-of-another-kind": (BERT, FRESH,
+                                ["--params_override=data.train_files={d}/not_a_jpeg-*"],
+                                ["data.train_files: {d}/not_a_jpeg-00000 holds a record that is "
+                                 "not a BERT pretraining example of data.seq_length=16 and "
+                                 "data.max_predictions_per_seq=3 (Feature: input_ids",
+                                 "give TFRecords written by `python -m recipes.bert.prepare_data`"
+                                 " with those lengths"]),
     "empty-corpus": (BERT, FRESH, ["--params_override=data.corpus={d}/empty_corpus,"
                                    "data.train_files=''"],
                      ["empty_corpus", "are empty", "one sentence per line"]),
@@ -243,13 +251,14 @@ TENSORBOARD = ("train", "train_scalars", "eval")
 # sentence pairs, once the preparation has made them): the directory keeps the files of
 # the work done until then (TensorBoard's, the unfinished preparation's vocab.txt,
 # tensorflow.log); every other row leaves no --model_dir behind.
-FOUND_IN_THE_DATA = {"corrupt-tfrecord", "corpus-without-sentence-pairs",
+FOUND_IN_THE_DATA = {"corpus-without-sentence-pairs",
                      "resnet-record-not-a-jpeg", "resnet-corrupt-tfrecord"}
 # Missing data files and a micro-batch that does not divide the global batch: found before
 # the strategy is made (a TPU connected), so the console shows the error line alone, without
 # the `strategy:` line.
 FOUND_BEFORE_THE_STRATEGY = {"missing-data-files", "resnet-empty-glob", "batch-does-not-divide",
-                             "resnet-batch-does-not-divide"}
+                             "resnet-batch-does-not-divide", "corrupt-tfrecord",
+                             "records-of-another-kind"}
 # TF_CPP_MIN_LOG_LEVEL as a user has it: unset, so the recipes' start-up default applies.
 USER_ENV = {name: value for name, value in cli.ENV.items() if name != "TF_CPP_MIN_LOG_LEVEL"}
 TPU_SECONDS = 60  # the `--tpu` row must fail within this wall time on a machine without TPU
@@ -503,6 +512,7 @@ README_ROWS = {
     "batch arithmetic that does not divide": ["batch-does-not-divide"],
     "missing data files / empty glob": ["missing-data-files", "resnet-empty-glob"],
     "corrupt TFRecord": ["corrupt-tfrecord"],
+    "TFRecords of another kind (ResNet's given to BERT)": ["records-of-another-kind"],
     "a truncated TFRecord, found while training a trained `model_dir` further (its "
     "`config.yaml` stays as it was)": ["truncated-tfrecord-after-the-data-stage"],
     "a ResNet record whose image is not a JPEG (libjpeg's own lines go to "

@@ -1,10 +1,11 @@
 """A run lists its data globs once, when it starts: every checkpoint chunk's pipeline and
 every evaluation reads the files listed then, and a listed file that goes missing mid-run
 is one line naming it and the checkpoint to resume from (both recipes, through the
-driver, in this process)."""
+driver, in this process); a BERT file of another kind is one line too."""
 
 import collections
 import os
+import shutil
 
 import pytest
 import tensorflow as tf
@@ -152,3 +153,26 @@ def test_a_held_out_file_gone_before_the_last_evaluation_is_one_line_naming_it(
     assert message.startswith(f"the held-out file {gone} went missing during evaluation ("), \
         message
     assert message.endswith(f"resume from the last checkpoint ({model_dir}/checkpoints/ckpt-2)")
+
+
+def test_a_bert_training_file_of_another_kind_found_while_training_is_one_line(
+        resnet_files, bert_files, tmp_path):
+    """The first file of the glob is BERT's (checked before any work); the next one holds
+    ResNet's records, found when training reads them."""
+    mixed = tmp_path / "mixed"
+    mixed.mkdir()
+    shutil.copy(sorted(tf.io.gfile.glob(bert_files.train_files))[0], mixed / "a-00000")
+    shutil.copy(sorted(tf.io.gfile.glob(resnet_files[0]))[0], mixed / "b-00000")
+    config = tiny_bert_data.config(bert_files, micro_batch_size=16, steps=2,
+                                   checkpoint_every=1, dropout_rate=0.0,
+                                   train_files=f"{mixed}/*")
+    config_file = tmp_path / "bert.yaml"
+    config_file.write_text(yaml.safe_dump(config), encoding="utf-8")
+    with pytest.raises(UserError) as raised:
+        run(pretrain.BertPretraining, str(tmp_path / "run"), f"--config_file={config_file}")
+    message = str(raised.value)
+    assert "\n" not in message
+    assert message.startswith(
+        f"data.train_files: {mixed}/* holds a record that is not a BERT pretraining example "
+        f"of data.seq_length={tiny_bert_data.SEQ_LENGTH} and data.max_predictions_per_seq="
+        f"{tiny_bert_data.MAX_PREDICTIONS_PER_SEQ} (Feature: input_ids"), message

@@ -9,6 +9,7 @@ import tensorflow as tf
 
 from recipes.bert import input as input_lib
 from recipes.bert import prepare_data, vocabulary
+from recipes.common import corrupt_data
 from recipes.common.errors import UserError
 
 # A run's TFRecords, as globs (for messages) and as the lists of files they matched when
@@ -49,7 +50,36 @@ def list_data_files(data_config):
              for key in ("train_files", "eval_files")}
     pieces = len(vocabulary.read_vocabulary(data_config.vocab_file))
     check_against_preparation(data_config, files, pieces)
+    for key, paths in files.items():
+        check_first_record(f"data.{key}", paths[0], data_config)
     return files
+
+
+def check_first_record(setting, path, data_config):
+    """A UserError if the first record of `path` cannot be read, or is not a pretraining
+    example of the config's lengths as Model Garden's reader parses it: files of another
+    kind or length, found before any work (`describe_unparsable_record` words a record
+    found later, while training)."""
+    batches = input_lib.read_pretraining_batches(
+        [path], seq_length=data_config.seq_length,
+        max_predictions_per_seq=data_config.max_predictions_per_seq, batch_size=1,
+        is_training=False)
+    try:
+        next(iter(batches), None)
+    except tf.errors.DataLossError as error:  # not a TFRecord file, or a damaged one
+        raise UserError(corrupt_data.describe_corrupt_data(path, error)) from None
+    except tf.errors.InvalidArgumentError as error:
+        raise UserError(describe_unparsable_record(setting, path, data_config, error)) from None
+
+
+def describe_unparsable_record(setting, files, data_config, error):
+    """One line for a record of `files` that Model Garden's reader cannot parse."""
+    return (
+        f"{setting}: {files} holds a record that is not a BERT pretraining example of "
+        f"data.seq_length={data_config.seq_length} and data.max_predictions_per_seq="
+        f"{data_config.max_predictions_per_seq} ({corrupt_data.first_line(error)}); give "
+        "TFRecords written by `python -m recipes.bert.prepare_data` with those lengths"
+    )
 
 
 def finished_preparation(data_dir):

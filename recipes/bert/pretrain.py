@@ -105,10 +105,13 @@ class BertPretraining(task.Task):
         return self.data.train_files if split == "train" else self.data.eval_files
 
     def explain_input_error(self, error, split):
-        if not isinstance(error, tf.errors.DataLossError):
-            return None
         pattern = self.data.train_pattern if split == "train" else self.data.eval_pattern
-        return UserError(corrupt_data.describe_corrupt_data(pattern, error))
+        if isinstance(error, tf.errors.DataLossError):
+            return UserError(corrupt_data.describe_corrupt_data(pattern, error))
+        if "ParseExample" in str(getattr(error, "message", error)):  # a record of another kind
+            return UserError(data_lib.describe_unparsable_record(
+                f"data.{split}_files", pattern, self.config.data, error))
+        return None
 
 
 if __name__ == "__main__":

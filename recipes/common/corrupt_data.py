@@ -69,7 +69,8 @@ def describe_missing_file(path, split, error, checkpoint):
 def first_line(error):
     """The first informative line of TF's message (not "Graph execution error:" nor the
     "Detected at node" traceback or its "<stack traces unavailable>" stand-in), without
-    graph-node prefix and op suffix, bounded."""
+    tf.data's "Error in user-defined function" wrapper, graph-node prefix and op suffix,
+    bounded."""
     lines = str(getattr(error, "message", error)).strip().splitlines()
     informative = [
         line
@@ -81,6 +82,9 @@ def first_line(error):
     ]
     message = (informative or lines or [""])[0]
     message = re.sub(r"\{\{[^}]*\}\}\s*", "", message)
+    # tf.data's wrapper of an error inside a `map`: the pipeline's path, not the reason
+    message = re.sub(r"^Error in user-defined function passed to \S+ transformation with "
+                     r"iterator: \S+: ", "", message)
     # TF's "truncated record at 34425' failed with ..." has a quote without its opening one
     message = re.sub(r"(record at \d+)' failed with", r"\1: failed with", message)
     return re.sub(r"\s*\[Op:[^\]]*\].*$", "", message)[:200]
