@@ -223,6 +223,17 @@ CASES = {
                                  ["--params_override=data.train_file_pattern={d}/not_a_jpeg-*"],
                                  ["corrupt record 0 (0-based) in {d}/not_a_jpeg-00000",
                                   "the image is not a JPEG"]),
+    # the first record's label 1 minus the offset 2 is -1: found before any work
+    "resnet-labels-outside-the-classes": (
+        RESNET, FRESH, ["--params_override=data.train_file_pattern={d}/later_not_a_jpeg-*,"
+                        "data.label_offset=2"],
+        ["the first record of {d}/later_not_a_jpeg-00000: image/class/label minus "
+         "data.label_offset is outside [0, data.num_classes); check data.label_offset"]),
+    # the first record is a JPEG (the check before any work passes), the next ones are not
+    "resnet-later-record-not-a-jpeg": (
+        RESNET, FRESH, ["--params_override=data.train_file_pattern={d}/later_not_a_jpeg-*"],
+        ["corrupt record 1 (0-based) in {d}/later_not_a_jpeg-00000",
+         "the image is not a JPEG"]),
     # found with the config, before the digits are converted into the model_dir
     "resnet-digits-need-ten-classes": (
         RESNET, FRESH, ["--params_override=data.embedded_digits=true,data.num_classes=5"],
@@ -251,14 +262,15 @@ TENSORBOARD = ("train", "train_scalars", "eval")
 # sentence pairs, once the preparation has made them): the directory keeps the files of
 # the work done until then (TensorBoard's, the unfinished preparation's vocab.txt,
 # tensorflow.log); every other row leaves no --model_dir behind.
-FOUND_IN_THE_DATA = {"corpus-without-sentence-pairs",
-                     "resnet-record-not-a-jpeg", "resnet-corrupt-tfrecord"}
-# Missing data files and a micro-batch that does not divide the global batch: found before
-# the strategy is made (a TPU connected), so the console shows the error line alone, without
-# the `strategy:` line.
+FOUND_IN_THE_DATA = {"corpus-without-sentence-pairs", "resnet-later-record-not-a-jpeg"}
+# Missing data files, a configured glob's first record that is no example of the recipe's,
+# and a micro-batch that does not divide the global batch: found before the strategy is
+# made (a TPU connected), so the console shows the error line alone, without the
+# `strategy:` line.
 FOUND_BEFORE_THE_STRATEGY = {"missing-data-files", "resnet-empty-glob", "batch-does-not-divide",
                              "resnet-batch-does-not-divide", "corrupt-tfrecord",
-                             "records-of-another-kind"}
+                             "records-of-another-kind", "resnet-record-not-a-jpeg",
+                             "resnet-corrupt-tfrecord", "resnet-labels-outside-the-classes"}
 # TF_CPP_MIN_LOG_LEVEL as a user has it: unset, so the recipes' start-up default applies.
 USER_ENV = {name: value for name, value in cli.ENV.items() if name != "TF_CPP_MIN_LOG_LEVEL"}
 TPU_SECONDS = 60  # the `--tpu` row must fail within this wall time on a machine without TPU
@@ -273,6 +285,7 @@ def _write_inputs(d, bert_data):
     (d / "unknown_key.yaml").write_text("train:\n  stepz: 3\n")
     (d / "corrupt-00000.tfrecord").write_bytes(b"this is not a TFRecord file" * 4)
     _write_not_a_jpeg_records(str(d / "not_a_jpeg-00000"))
+    _write_not_a_jpeg_records(str(d / "later_not_a_jpeg-00000"), first_a_jpeg=True)
     (d / "truncated").mkdir()
     train_files = sorted(glob.glob(bert_data.train_files))
     for path in train_files:  # the last file loses the end of its last record
@@ -289,15 +302,18 @@ def _write_inputs(d, bert_data):
     (d / "bigger_vocab.txt").write_text("\n".join(vocab + [f"extra{i}" for i in range(8)]) + "\n")
 
 
-def _write_not_a_jpeg_records(path):
-    """16 ImageNet-format records whose `image/encoded` is text, not a JPEG."""
+def _write_not_a_jpeg_records(path, first_a_jpeg=False):
+    """16 ImageNet-format records whose `image/encoded` is text, not a JPEG (but the first,
+    with `first_a_jpeg`)."""
     def feature(value):
         return tf.train.Feature(bytes_list=tf.train.BytesList(value=[value]))
 
+    jpeg = tf.io.encode_jpeg(tf.zeros([8, 8, 3], tf.uint8)).numpy()
     with tf.io.TFRecordWriter(path) as writer:
-        for _ in range(16):
+        for index in range(16):
             writer.write(tf.train.Example(features=tf.train.Features(feature={
-                "image/encoded": feature(b"this is not a JPEG image"),
+                "image/encoded": feature(jpeg if first_a_jpeg and index == 0
+                                         else b"this is not a JPEG image"),
                 "image/format": feature(b"JPEG"),
                 "image/class/label": tf.train.Feature(int64_list=tf.train.Int64List(value=[1])),
             })).SerializeToString())
@@ -490,14 +506,16 @@ def test_a_bad_config_is_not_printed(outcomes, case_id):
 
 def test_tensorflow_log_lines_go_to_the_model_dir_not_the_console(outcomes):
     """XLA's and absl's C++ lines (the first compiled update kernel) and libjpeg's are
-    written to <model_dir>/tensorflow.log; the console of a good run has no stderr line."""
+    written to <model_dir>/tensorflow.log; the console of a good run has no stderr line,
+    and a data check before any work writes none of libjpeg's lines to it either."""
     _, _, stderr, trained_dir, _, _ = outcomes[TRAINED]
     assert stderr.strip() == "", stderr[-3000:]
     log = cli.read(os.path.join(trained_dir, LOG_FILE))
     assert "Compiled cluster using XLA" in log and "absl::InitializeLog()" in log, log[-3000:]
-    _, _, stderr, model_dir, _, _ = outcomes["resnet-record-not-a-jpeg"]
+    _, _, stderr, model_dir, _, _ = outcomes["resnet-later-record-not-a-jpeg"]
     assert "Not a JPEG file" not in stderr
     assert "Not a JPEG file: starts with 0x74 0x68" in cli.read(os.path.join(model_dir, LOG_FILE))
+    assert "Not a JPEG file" not in outcomes["resnet-record-not-a-jpeg"][2]
 
 
 # The README's bad-input table: each row's first cell -> the rows of CASES it shows.
@@ -515,8 +533,10 @@ README_ROWS = {
     "TFRecords of another kind (ResNet's given to BERT)": ["records-of-another-kind"],
     "a truncated TFRecord, found while training a trained `model_dir` further (its "
     "`config.yaml` stays as it was)": ["truncated-tfrecord-after-the-data-stage"],
-    "a ResNet record whose image is not a JPEG (libjpeg's own lines go to "
-    "`<model_dir>/tensorflow.log`)": ["resnet-record-not-a-jpeg"],
+    "a ResNet record whose image is not a JPEG (the first record of each glob is read "
+    "before any work; libjpeg's own lines of a later one, found while training, go to "
+    "`<model_dir>/tensorflow.log`)": ["resnet-record-not-a-jpeg",
+                                      "resnet-later-record-not-a-jpeg"],
     "empty text corpus": ["empty-corpus"],
     "corpus too small for a held-out split (two one-sentence documents)":
         ["corpus-without-sentence-pairs"],

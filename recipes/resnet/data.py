@@ -6,7 +6,7 @@ import os
 
 import tensorflow as tf
 
-from recipes.common import corrupt_data
+from recipes.common import corrupt_data, native_log
 from recipes.common.errors import UserError
 from recipes.resnet import convert, digits
 from recipes.resnet import export as export_lib
@@ -89,11 +89,16 @@ def check_digits_config(data):
 def list_data_files(data, mode):
     """The files of each configured glob that `mode` reads, `{"train": [...], "eval":
     [...]}` (empty for a split `mode` does not read), listed once for the run; a UserError,
-    writing nothing, for a glob that is empty or matches no file. None for the embedded
-    digits (converted, then listed, in `resolve_data`)."""
+    writing nothing, for a glob that is empty or matches no file, or whose first file's
+    first record is no example (`check_first_record`). None for the embedded digits
+    (converted, then listed, in `resolve_data`)."""
     if data.embedded_digits:
         return None
-    return _list_files(data.train_file_pattern, data.eval_file_pattern, mode)
+    listed = _list_files(data.train_file_pattern, data.eval_file_pattern, mode)
+    for split, files in listed.items():
+        if files:
+            check_first_record(f"data.{split}_file_pattern", files[0], data)
+    return listed
 
 
 def resolve_data(data, work_dir, mode, listed=None):
@@ -151,12 +156,8 @@ def _counted(resolved, mode):
 
 def explain_input_error(error, pattern, jpeg_only):
     """A UserError naming the corrupt record and file behind a decode failure, if any."""
-    message = getattr(error, "message", str(error))
-    if input_lib.LABEL_RANGE_ERROR in message:
-        return UserError(
-            f"{input_lib.LABEL_RANGE_ERROR}; check data.label_offset (1 for the ImageNet "
-            "conversion scripts' 1..1000 labels) and data.num_classes"
-        )
+    if input_lib.LABEL_RANGE_ERROR in getattr(error, "message", str(error)):
+        return _label_range_error()
     if not pattern:
         return None
     print(
@@ -164,7 +165,35 @@ def explain_input_error(error, pattern, jpeg_only):
         "corrupt record ...",
         flush=True,
     )
+    return _corrupt_record_error(pattern, jpeg_only)
+
+
+def check_first_record(setting, path, data):
+    """A UserError, before any work, if the input pipeline cannot make an example of the
+    first record of `path` (`setting`'s first file): records of another kind, an image it
+    cannot decode, a label outside the config's classes. Later records are checked as the
+    run reads them (`explain_input_error`)."""
+    with native_log.discarded():  # libjpeg's lines: nothing may be written yet
+        try:
+            next(iter(input_lib.make_eval_dataset(data, [path], 1, steps=1)))
+            return
+        except (tf.errors.InvalidArgumentError, tf.errors.DataLossError) as error:
+            reason = corrupt_data.first_line(error)
+            if input_lib.LABEL_RANGE_ERROR in getattr(error, "message", str(error)):
+                raise _label_range_error(f"the first record of {path}: ") from None
+        found = _corrupt_record_error(path, data.decode_jpeg_only)
+    raise found or UserError(
+        f"{setting}: the first record of {path} cannot be read ({reason}); give "
+        "ImageNet-format TFRecords (`python -m recipes.resnet.convert` writes them)")
+
+
+def _label_range_error(where=""):
+    return UserError(
+        f"{where}{input_lib.LABEL_RANGE_ERROR}; check data.label_offset (1 for the ImageNet "
+        "conversion scripts' 1..1000 labels) and data.num_classes"
+    )
+
+
+def _corrupt_record_error(pattern, jpeg_only):
     corrupt = convert.find_corrupt_records(pattern, jpeg_only=jpeg_only, limit=1)
-    if corrupt:
-        return UserError(convert.describe_corrupt_record(corrupt[0]))
-    return None
+    return UserError(convert.describe_corrupt_record(corrupt[0])) if corrupt else None
