@@ -101,32 +101,40 @@ def test_a_run_lists_each_glob_once_for_its_chunks_and_evaluations(
     assert listed[train_glob] == 1 and listed[eval_glob] == 1, dict(listed)
 
 
+def line_when_a_file_goes(train_recipe, gone, at_step, tmp_path, monkeypatch):
+    """The one line of `train_recipe` run for 2 steps, one fit per checkpoint chunk, when
+    the file `gone` is moved away as the fit from `at_step` starts (put back after)."""
+    moved = str(tmp_path / "moved")
+    real_train_dataset = task_lib.train_dataset
+
+    def train_dataset_moving_a_file(task, strategy, plan, first_step, end_step):
+        if first_step == at_step:
+            os.rename(gone, moved)
+        return real_train_dataset(task, strategy, plan, first_step, end_step)
+
+    monkeypatch.setattr(training, "CHUNKS_PER_FIT", 1)
+    monkeypatch.setattr(task_lib, "train_dataset", train_dataset_moving_a_file)
+    try:
+        with pytest.raises(UserError) as raised:
+            train_recipe(str(tmp_path / "run"), 2)
+    finally:
+        os.rename(moved, gone)
+    message = str(raised.value)
+    assert "\n" not in message
+    return message
+
+
 @pytest.mark.parametrize("recipe", ["resnet", "bert"])
 def test_a_training_file_gone_after_a_checkpoint_is_one_line_naming_it_and_the_checkpoint(
         recipe, resnet_files, bert_files, tmp_path, monkeypatch):
     train_recipe, train_glob, _ = runs(recipe, resnet_files, bert_files, tmp_path)
     gone = sorted(tf.io.gfile.glob(train_glob))[-1]
-    moved = str(tmp_path / "moved")
-    real_train_dataset = task_lib.train_dataset
-
-    def train_dataset_moving_a_file(task, strategy, plan, first_step, end_step):
-        if first_step == 1:  # the second fit, after the checkpoint of step 1
-            os.rename(gone, moved)
-        return real_train_dataset(task, strategy, plan, first_step, end_step)
-
-    monkeypatch.setattr(training, "CHUNKS_PER_FIT", 1)  # one fit per checkpoint chunk
-    monkeypatch.setattr(task_lib, "train_dataset", train_dataset_moving_a_file)
-    model_dir = tmp_path / "run"
-    try:
-        with pytest.raises(UserError) as raised:
-            train_recipe(str(model_dir), 2)
-    finally:
-        os.rename(moved, gone)
-    message = str(raised.value)
-    assert "\n" not in message
+    # the second fit, after the checkpoint of step 1
+    message = line_when_a_file_goes(train_recipe, gone, 1, tmp_path, monkeypatch)
     assert message.startswith(f"the training file {gone} went missing during training ("), \
         message
-    assert message.endswith(f"resume from the last checkpoint ({model_dir}/checkpoints/ckpt-1)")
+    assert message.endswith(
+        f"resume from the last checkpoint ({tmp_path}/run/checkpoints/ckpt-1)")
 
 
 @pytest.mark.parametrize("recipe", ["resnet", "bert"])
@@ -134,25 +142,12 @@ def test_a_held_out_file_gone_before_the_last_evaluation_is_one_line_naming_it(
         recipe, resnet_files, bert_files, tmp_path, monkeypatch):
     train_recipe, _, eval_glob = runs(recipe, resnet_files, bert_files, tmp_path)
     gone = sorted(tf.io.gfile.glob(eval_glob))[0]
-    moved = str(tmp_path / "moved")
-    real_train_dataset = task_lib.train_dataset
-
-    def train_dataset_moving_a_file(*args):  # after the evaluation before training
-        os.rename(gone, moved)
-        return real_train_dataset(*args)
-
-    monkeypatch.setattr(task_lib, "train_dataset", train_dataset_moving_a_file)
-    model_dir = tmp_path / "run"
-    try:
-        with pytest.raises(UserError) as raised:
-            train_recipe(str(model_dir), 2)
-    finally:
-        os.rename(moved, gone)
-    message = str(raised.value)
-    assert "\n" not in message
+    # as training starts, after the evaluation before it
+    message = line_when_a_file_goes(train_recipe, gone, 0, tmp_path, monkeypatch)
     assert message.startswith(f"the held-out file {gone} went missing during evaluation ("), \
         message
-    assert message.endswith(f"resume from the last checkpoint ({model_dir}/checkpoints/ckpt-2)")
+    assert message.endswith(
+        f"resume from the last checkpoint ({tmp_path}/run/checkpoints/ckpt-2)")
 
 
 def test_a_bert_training_file_of_another_kind_found_while_training_is_one_line(
