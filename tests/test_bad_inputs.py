@@ -69,7 +69,7 @@ CASES = {
                             "prepare_data"]),
     "corrupt-tfrecord": (BERT, FRESH, ["--params_override=data.train_files={d}/corrupt-*"],
                          ["corrupt TFRecord file {d}/corrupt-00000.tfrecord", "re-create it"]),
-    # the first record of each configured glob's first file is read before any work
+    # the first record of each configured glob's first file is read before the model is built
     "records-of-another-kind": (BERT, FRESH,
                                 ["--params_override=data.train_files={d}/not_a_jpeg-*"],
                                 ["data.train_files: {d}/not_a_jpeg-00000 holds a record that is "
@@ -223,13 +223,14 @@ CASES = {
                                  ["--params_override=data.train_file_pattern={d}/not_a_jpeg-*"],
                                  ["corrupt record 0 (0-based) in {d}/not_a_jpeg-00000",
                                   "the image is not a JPEG"]),
-    # the first record's label 1 minus the offset 2 is -1: found before any work
+    # the first record's label 1 minus the offset 2 is -1: found before the model is built
     "resnet-labels-outside-the-classes": (
         RESNET, FRESH, ["--params_override=data.train_file_pattern={d}/later_not_a_jpeg-*,"
                         "data.label_offset=2"],
         ["the first record of {d}/later_not_a_jpeg-00000: image/class/label minus "
          "data.label_offset is outside [0, data.num_classes); check data.label_offset"]),
-    # the first record is a JPEG (the check before any work passes), the next ones are not
+    # the first record is a JPEG (the check before the model is built passes), the next
+    # ones are not
     "resnet-later-record-not-a-jpeg": (
         RESNET, FRESH, ["--params_override=data.train_file_pattern={d}/later_not_a_jpeg-*"],
         ["corrupt record 1 (0-based) in {d}/later_not_a_jpeg-00000",
@@ -263,14 +264,12 @@ TENSORBOARD = ("train", "train_scalars", "eval")
 # the work done until then (TensorBoard's, the unfinished preparation's vocab.txt,
 # tensorflow.log); every other row leaves no --model_dir behind.
 FOUND_IN_THE_DATA = {"corpus-without-sentence-pairs", "resnet-later-record-not-a-jpeg"}
-# Missing data files, a configured glob's first record that is no example of the recipe's,
-# and a micro-batch that does not divide the global batch: found before the strategy is
-# made (a TPU connected), so the console shows the error line alone, without the
-# `strategy:` line.
+# Missing data files and a micro-batch that does not divide the global batch: found before
+# the strategy is made (a TPU connected), so the console shows the error line alone, without
+# the `strategy:` line. (A configured glob's first record is read after it: reading a record
+# starts TensorFlow's runtime, after which no multi-worker strategy can be made.)
 FOUND_BEFORE_THE_STRATEGY = {"missing-data-files", "resnet-empty-glob", "batch-does-not-divide",
-                             "resnet-batch-does-not-divide", "corrupt-tfrecord",
-                             "records-of-another-kind", "resnet-record-not-a-jpeg",
-                             "resnet-corrupt-tfrecord", "resnet-labels-outside-the-classes"}
+                             "resnet-batch-does-not-divide"}
 # TF_CPP_MIN_LOG_LEVEL as a user has it: unset, so the recipes' start-up default applies.
 USER_ENV = {name: value for name, value in cli.ENV.items() if name != "TF_CPP_MIN_LOG_LEVEL"}
 TPU_SECONDS = 60  # the `--tpu` row must fail within this wall time on a machine without TPU
@@ -507,7 +506,7 @@ def test_a_bad_config_is_not_printed(outcomes, case_id):
 def test_tensorflow_log_lines_go_to_the_model_dir_not_the_console(outcomes):
     """XLA's and absl's C++ lines (the first compiled update kernel) and libjpeg's are
     written to <model_dir>/tensorflow.log; the console of a good run has no stderr line,
-    and a data check before any work writes none of libjpeg's lines to it either."""
+    nor that of the check of a glob's first record."""
     _, _, stderr, trained_dir, _, _ = outcomes[TRAINED]
     assert stderr.strip() == "", stderr[-3000:]
     log = cli.read(os.path.join(trained_dir, LOG_FILE))
@@ -534,7 +533,7 @@ README_ROWS = {
     "a truncated TFRecord, found while training a trained `model_dir` further (its "
     "`config.yaml` stays as it was)": ["truncated-tfrecord-after-the-data-stage"],
     "a ResNet record whose image is not a JPEG (the first record of each glob is read "
-    "before any work; libjpeg's own lines of a later one, found while training, go to "
+    "before the model is built; libjpeg's own lines of a later one, found while training, go to "
     "`<model_dir>/tensorflow.log`)": ["resnet-record-not-a-jpeg",
                                       "resnet-later-record-not-a-jpeg"],
     "empty text corpus": ["empty-corpus"],

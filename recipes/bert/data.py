@@ -50,16 +50,15 @@ def list_data_files(data_config):
              for key in ("train_files", "eval_files")}
     pieces = len(vocabulary.read_vocabulary(data_config.vocab_file))
     check_against_preparation(data_config, files, pieces)
-    for key, paths in files.items():
-        check_first_record(f"data.{key}", paths[0], data_config)
     return files
 
 
 def check_first_record(setting, path, data_config):
     """A UserError if the first record of `path` cannot be read, or is not a pretraining
     example of the config's lengths as Model Garden's reader parses it: files of another
-    kind or length, found before any work (`describe_unparsable_record` words a record
-    found later, while training)."""
+    kind or length, found before the model is built (`describe_unparsable_record` words a
+    record found later, while training). Not in `list_data_files`: reading a record starts
+    TensorFlow's runtime, after which no multi-worker strategy can be made."""
     batches = input_lib.read_pretraining_batches(
         [path], seq_length=data_config.seq_length,
         max_predictions_per_seq=data_config.max_predictions_per_seq, batch_size=1,
@@ -122,10 +121,13 @@ def _check_preparation(data_config, setting, data_dir, metadata, pieces):
 
 def locate_or_prepare_data(data_config, model_dir, listed=None):
     """The `DataFiles` of the run, its TFRecords listed once: the configured files
-    (`listed`: `list_data_files`' result; listed here if None), a finished preparation in
-    the data directory, or a new preparation of the corpus there."""
+    (`listed`: `list_data_files`' result; listed here if None; the first record of each
+    glob's first file checked, `check_first_record`), a finished preparation in the data
+    directory, or a new preparation of the corpus there."""
     if data_config.train_files:
         listed = listed or list_data_files(data_config)
+        for key, paths in listed.items():
+            check_first_record(f"data.{key}", paths[0], data_config)
         return DataFiles(data_config.train_files, data_config.eval_files,
                          listed["train_files"], listed["eval_files"], data_config.vocab_file)
     train_pattern, eval_pattern, vocab_file = _locate_or_prepare(data_config, model_dir)

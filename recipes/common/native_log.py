@@ -41,25 +41,10 @@ def to_file(model_dir, verbose=False):
     path = os.path.join(directory, LOG_FILE)
     global _last_log
     _last_log = path
-    with _descriptor_2_redirected(path):
-        yield path
-
-
-@contextlib.contextmanager
-def discarded():
-    """While active, writes to file descriptor 2 go nowhere and `sys.stderr` writes to the
-    console: for a data check before any file may be written (libjpeg's line per image it
-    cannot decode, when the check's own one-line error says what is wrong)."""
-    with _descriptor_2_redirected(os.devnull):
-        yield
-
-
-@contextlib.contextmanager
-def _descriptor_2_redirected(path):
     python_stderr = sys.stderr
     terminal = _descriptor_2_to(path)
     try:
-        yield
+        yield path
     finally:
         if sys.stderr is not python_stderr:
             sys.stderr.flush()

@@ -6,7 +6,7 @@ import os
 
 import tensorflow as tf
 
-from recipes.common import corrupt_data, native_log
+from recipes.common import corrupt_data
 from recipes.common.errors import UserError
 from recipes.resnet import convert, digits
 from recipes.resnet import export as export_lib
@@ -89,21 +89,17 @@ def check_digits_config(data):
 def list_data_files(data, mode):
     """The files of each configured glob that `mode` reads, `{"train": [...], "eval":
     [...]}` (empty for a split `mode` does not read), listed once for the run; a UserError,
-    writing nothing, for a glob that is empty or matches no file, or whose first file's
-    first record is no example (`check_first_record`). None for the embedded digits
-    (converted, then listed, in `resolve_data`)."""
+    writing nothing, for a glob that is empty or matches no file. None for the embedded
+    digits (converted, then listed, in `resolve_data`)."""
     if data.embedded_digits:
         return None
-    listed = _list_files(data.train_file_pattern, data.eval_file_pattern, mode)
-    for split, files in listed.items():
-        if files:
-            check_first_record(f"data.{split}_file_pattern", files[0], data)
-    return listed
+    return _list_files(data.train_file_pattern, data.eval_file_pattern, mode)
 
 
 def resolve_data(data, work_dir, mode, listed=None):
     """The `Data` of this config: the digits converted into work_dir/digits, or the
-    configured files (`listed`: `list_data_files`' result; listed here if None)."""
+    configured files (`listed`: `list_data_files`' result; listed here if None), the first
+    record of each glob's first file checked (`check_first_record`)."""
     if data.embedded_digits:
         digits_dir = os.path.join(work_dir, DIGITS_SUBDIR)
         info = prepare_digits(
@@ -124,6 +120,10 @@ def resolve_data(data, work_dir, mode, listed=None):
         eval_examples = data.eval_num_examples
         labels_dir = os.path.dirname(train_pattern or eval_pattern)
         labels_file = export_lib.labels_file_for(labels_dir) if labels_dir else None
+        listed = listed or _list_files(train_pattern, eval_pattern, mode)
+        for split, files in listed.items():
+            if files:
+                check_first_record(f"data.{split}_file_pattern", files[0], data)
     listed = listed or _list_files(train_pattern, eval_pattern, mode)
     resolved = Data(train_pattern, eval_pattern, listed["train"], listed["eval"],
                     eval_examples, labels_file)
@@ -169,20 +169,19 @@ def explain_input_error(error, pattern, jpeg_only):
 
 
 def check_first_record(setting, path, data):
-    """A UserError, before any work, if the input pipeline cannot make an example of the
-    first record of `path` (`setting`'s first file): records of another kind, an image it
-    cannot decode, a label outside the config's classes. Later records are checked as the
-    run reads them (`explain_input_error`)."""
-    with native_log.discarded():  # libjpeg's lines: nothing may be written yet
-        try:
-            next(iter(input_lib.make_eval_dataset(data, [path], 1, steps=1)))
-            return
-        except (tf.errors.InvalidArgumentError, tf.errors.DataLossError) as error:
-            reason = corrupt_data.first_line(error)
-            if input_lib.LABEL_RANGE_ERROR in getattr(error, "message", str(error)):
-                raise _label_range_error(f"the first record of {path}: ") from None
-        found = _corrupt_record_error(path, data.decode_jpeg_only)
-    raise found or UserError(
+    """A UserError, before the model is built, if the input pipeline cannot make an example
+    of the first record of `path` (`setting`'s first file): records of another kind, an
+    image it cannot decode, a label outside the config's classes. Later records are checked
+    as the run reads them (`explain_input_error`). Not in `list_data_files`: reading a
+    record starts TensorFlow's runtime, after which no multi-worker strategy can be made."""
+    try:
+        input_lib.first_example(data, path)
+        return
+    except (tf.errors.InvalidArgumentError, tf.errors.DataLossError) as error:
+        reason = corrupt_data.first_line(error)
+        if input_lib.LABEL_RANGE_ERROR in getattr(error, "message", str(error)):
+            raise _label_range_error(f"the first record of {path}: ") from None
+    raise _corrupt_record_error(path, data.decode_jpeg_only) or UserError(
         f"{setting}: the first record of {path} cannot be read ({reason}); give "
         "ImageNet-format TFRecords (`python -m recipes.resnet.convert` writes them)")
 

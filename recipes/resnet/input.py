@@ -92,6 +92,14 @@ def _parse_fn(data, is_training, dtype):
     return parse_record
 
 
+def first_example(data, path):
+    """The (image, label) the evaluation makes of the first record of `path` (None for an
+    empty file); raises TF's error for a record it cannot make one of. Reads that record
+    alone: no other record is decoded (libjpeg prints a line for each image it cannot)."""
+    records = tf.data.TFRecordDataset(path).take(1)
+    return next(iter(records.map(_parse_fn(data, False, "float32"))), None)
+
+
 def _pipeline(input_context):
     if input_context is None:
         return 1, 0
