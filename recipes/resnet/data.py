@@ -114,7 +114,7 @@ def resolve_data(data, work_dir, mode, listed=None):
                                        for split in ("train", "validation"))
         eval_examples = splits["validation"]["num_examples"]
         labels_file = export_lib.labels_file_for(digits_dir)
-        listed = None
+        listed = _list_files(train_pattern, eval_pattern, mode)  # converted above: ours
     else:
         train_pattern, eval_pattern = data.train_file_pattern, data.eval_file_pattern
         eval_examples = data.eval_num_examples
@@ -124,7 +124,6 @@ def resolve_data(data, work_dir, mode, listed=None):
         for split, files in listed.items():
             if files:
                 check_first_record(f"data.{split}_file_pattern", files[0], data)
-    listed = listed or _list_files(train_pattern, eval_pattern, mode)
     resolved = Data(train_pattern, eval_pattern, listed["train"], listed["eval"],
                     eval_examples, labels_file)
     return _counted(resolved, mode)
