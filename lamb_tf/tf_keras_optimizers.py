@@ -20,6 +20,7 @@ import tf_keras
 from lamb_tf import compiled_updates
 from lamb_tf import hyperparameters
 from lamb_tf import layerwise
+from lamb_tf import schedules
 from lamb_tf import update_rules
 
 
@@ -86,6 +87,13 @@ class _LayerwiseOptimizer(layerwise.LayerwiseMixin, tf_keras.optimizers.Optimize
         # callable's current value
         config["learning_rate"] = self._serialize_hyperparameter(self._learning_rate)
         return config
+
+    @classmethod
+    def from_config(cls, config, custom_objects=None):
+        # tf_keras' `.h5` loader looks a schedule up by its bare class name, not the name it
+        # is registered under (`lamb_tf>...`): ours are offered by that name
+        custom_objects = {**schedules.TF_KERAS_CUSTOM_OBJECTS, **(custom_objects or {})}
+        return super().from_config(config, custom_objects=custom_objects)
 
     def build(self, var_list):
         super().build(var_list)

@@ -66,6 +66,30 @@ def test_keras_file_with_our_optimizer_and_schedule_loads_without_custom_objects
     assert loaded.optimizer.get_config() == model.optimizer.get_config()
 
 
+@pytest.mark.parametrize("optimizer_name", list(ARGS))
+@pytest.mark.parametrize("schedule_name", ["WarmupPolynomialDecay", "MixedBatchSchedule"])
+def test_tf_keras_h5_file_with_our_optimizer_and_schedule_loads_without_custom_objects(
+        optimizer_name, schedule_name, tmp_path):
+    # tf_keras' `.h5` loader looks a schedule up by its bare class name, not by the name
+    # it is registered under
+    keras = FLAVOURS["tf_keras"]().keras
+    schedule = (schedules.TfKerasWarmupPolynomialDecay(0.1, 10, warmup_steps=2)
+                if schedule_name == "WarmupPolynomialDecay" else
+                schedules.TfKerasMixedBatchSchedule(
+                    schedules.TfKerasWarmupPolynomialDecay(0.1, 2, warmup_steps=1),
+                    schedules.TfKerasWarmupPolynomialDecay(0.05, 8, warmup_steps=2)))
+    model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2, name="out")])
+    optimizer = getattr(lamb_tf.tf_keras_optimizers, optimizer_name)(learning_rate=schedule)
+    model.compile(optimizer=optimizer, loss="mse")
+    model.fit(np.ones((4, 3), np.float32), np.zeros((4, 2), np.float32), verbose=0, epochs=3)
+    model.save(tmp_path / "model.h5")
+    loaded = keras.models.load_model(tmp_path / "model.h5")
+    assert type(loaded.optimizer) is type(optimizer)
+    assert type(loaded.optimizer._learning_rate) is type(schedule)
+    assert loaded.optimizer.get_config() == optimizer.get_config()
+    assert int(loaded.optimizer.iterations) == 3
+
+
 @pytest.mark.parametrize("flavour_name", FLAVOURS)
 def test_names_are_namespaced_so_keras_own_lamb_is_untouched(flavour_name):
     flavour = FLAVOURS[flavour_name]()
