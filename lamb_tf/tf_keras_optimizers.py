@@ -109,6 +109,20 @@ class _LayerwiseOptimizer(layerwise.LayerwiseMixin, tf_keras.optimizers.Optimize
     def _build_slots(self, var_list):
         raise NotImplementedError
 
+    def _update_step(self, gradient, variable):
+        # the base's KeyError points to a legacy `tf.keras.optimizers.legacy.<name>`, which
+        # lamb_tf does not have; the slots cannot grow: a checkpoint names them by position
+        if (getattr(variable, "_unique_id", None) is not None
+                and self._var_key(variable) not in self._index_dict):
+            raise KeyError(
+                f"{self.name} was built for the {len(self._index_dict)} variables of its first "
+                f"update and cannot update {self._variable_path(variable)}, which was not among "
+                "them (a layer made trainable or added since?): its slots are saved by their "
+                "place in one list and cannot grow. Build it with every variable it will "
+                "train before its first step (optimizer.build(model.trainable_variables) "
+                "while every layer is trainable), or compile with a new optimizer.")
+        return super()._update_step(gradient, variable)
+
     @property
     def applied_updates(self):
         """Updates applied so far (skipped loss-scale steps excluded); LAMB's `t` is this + 1."""

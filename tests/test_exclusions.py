@@ -54,6 +54,22 @@ def test_patterns_naming_a_layer_match_the_full_path(flavour_name, optimizer_nam
 
 
 @pytest.mark.parametrize("flavour_name", FLAVOURS)
+@pytest.mark.parametrize("optimizer_name", ["LAMB", "LARS"])
+def test_a_pattern_anchored_at_the_end_matches_the_path_without_tf_suffix(flavour_name,
+                                                                          optimizer_name):
+    # Model Garden's LARS searches `head/bias:0`, where `bias$` does not match; its LAMB
+    # and ours search `head/bias` (docs/optimizers.md, the deliberate differences)
+    flavour = FLAVOURS[flavour_name]()
+    model = _nested_model(flavour.keras)
+    optimizer = getattr(flavour.module, optimizer_name)(
+        weight_decay_rate=0.1, exclude_from_weight_decay=["bias$"])
+    decisions = _decisions(optimizer, model)
+    assert _by_suffix(decisions, "head/bias") == (False, False)
+    assert _by_suffix(decisions, "block/dense/bias") == (False, False)
+    assert _by_suffix(decisions, "head/kernel") == (True, True)
+
+
+@pytest.mark.parametrize("flavour_name", FLAVOURS)
 def test_separate_and_empty_adaptation_lists(flavour_name):
     flavour = FLAVOURS[flavour_name]()
     model = _nested_model(flavour.keras)
