@@ -56,6 +56,11 @@ def test_files_layer_in_order_then_override_wins(tmp_path):
         ("train=3", "'train' must be a mapping"),
         ("train.steps", "is neither `key.path=value,...`"),
         ("train.steps=1,=2", "is not `key.path=value`"),
+        ("train.steps=4,train.steps=0", "--params_override sets 'train.steps' twice; give each "
+                                        "key once"),
+        ("train.patterns.x=1,train.patterns=[a]", "--params_override sets 'train.patterns' and "
+                                                  "keys below it; give each key once"),
+        ("{train: {[steps]: 3}}", "a key must be a name, not the list ['steps']"),
     ],
 )
 def test_bad_override_is_one_line_naming_the_key(override, fragment):
@@ -171,6 +176,9 @@ def _shared_sections(train):
     ("decay_power", -1.0, "optimizer.decay_power must be > 0, got -1.0"),
     ("momentum", -0.9, "optimizer.momentum must be >= 0, got -0.9"),
     ("eeta", float("inf"), "optimizer.eeta must be finite, got inf"),
+    ("global_clipnorm", float("nan"), "optimizer.global_clipnorm=nan must be a positive number"),
+    ("global_clipnorm", float("inf"), "optimizer.global_clipnorm=inf must be a positive number"),
+    ("global_clipnorm", 0.0, "optimizer.global_clipnorm=0.0 must be a positive number"),
 ])
 def test_optimizer_values_the_library_refuses_are_refused_with_the_config(key, value, message):
     config = _shared_sections(schema.TrainConfig())
@@ -226,6 +234,8 @@ def test_resnet_model_values_its_backbone_cannot_build_are_refused(changes, mess
     ("resnet", "data.crop_area_min=1.5", "data.crop_area_min=1.5 must be above 0 and at most 1"),
     ("resnet", "data.center_crop_fraction=0",
      "data.center_crop_fraction=0.0 must be above 0 and at most 1"),
+    ("resnet", "data.eval_num_examples=-5",
+     "data.eval_num_examples=-5 must be the number of held-out examples, or 0 to count them"),
     ("resnet", "train.label_smoothing=1",
      "train.label_smoothing=1.0 must be at least 0 and below 1"),
     # BERT's data values are the ones its preparation (recipes/bert/prepare_data.py) refuses
@@ -281,6 +291,13 @@ def test_a_section_with_its_keys_not_indented_says_so(tmp_path):
         load_config(_Schema, [path], "")
     with pytest.raises(UserError, match="config key 'train' must be a mapping of its keys"):
         load_config(_Schema, [_write(tmp_path, "list.yaml", "train: [1, 2]\n")], "")
+
+
+def test_a_key_that_is_a_list_in_a_file_is_one_line(tmp_path):
+    path = _write(tmp_path, "listkey.yaml", "train:\n  ? [steps, x]\n  : 3\n")
+    with pytest.raises(UserError, match=r"listkey.yaml: a key must be a name, not the list "
+                                        r"\['steps', 'x'\] at line 2"):
+        load_config(_Schema, [path], "")
 
 
 def test_a_key_given_twice_in_a_file_is_refused_not_silently_overwritten(tmp_path):

@@ -11,6 +11,7 @@ unknown keys but accepts any type (a string lands in an int field), and the erro
 `KeyError` traceback rather than a line the user can act on.
 """
 
+import collections.abc
 import dataclasses
 import difflib
 import os
@@ -79,6 +80,9 @@ def parse_params_override(text):
                 raise UserError(
                     f"--params_override sets {key!r} below a key that is already a value"
                 )
+        if parts[-1] in node:
+            what = "and keys below it" if isinstance(node[parts[-1]], dict) else "twice"
+            raise UserError(f"--params_override sets {key!r} {what}; give each key once")
         node[parts[-1]] = _safe_yaml(raw_value, f"--params_override {key}")
     return nested
 
@@ -166,7 +170,11 @@ class _Loader(yaml.SafeLoader):
     def construct_mapping(self, node, deep=False):
         seen = set()
         for key_node, _ in node.value:
-            key = self.construct_object(key_node, deep=deep)
+            key = self.construct_object(key_node, deep=True)  # a list key filled in, to name it
+            if not isinstance(key, collections.abc.Hashable):
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"a key must be a name, not the {type(key).__name__} {key!r}",
+                    key_node.start_mark)
             if key in seen:
                 raise yaml.constructor.ConstructorError(
                     None, None, f"the key {key!r} is given twice in one mapping",

@@ -247,8 +247,8 @@ def _check_optimizer(optimizer, steps):
             check(f"optimizer.{key}", getattr(optimizer, key))
         except (ValueError, TypeError) as error:
             raise UserError(str(error).rstrip(".")) from None
-    if optimizer.global_clipnorm is not None and optimizer.global_clipnorm <= 0:
+    if optimizer.global_clipnorm is not None and not 0 < optimizer.global_clipnorm < math.inf:
         raise UserError(
-            f"optimizer.global_clipnorm={optimizer.global_clipnorm} must be positive; "
+            f"optimizer.global_clipnorm={optimizer.global_clipnorm} must be a positive number; "
             "write null for no clipping"
         )

@@ -39,6 +39,9 @@ class ResNetClassification(task.Task):
         model_lib.check_model_config(config.model)
         schema.check_positive("data", config.data,
                               ("image_size", "num_classes", "shuffle_buffer_size"))
+        if config.data.eval_num_examples < 0:
+            raise UserError(f"data.eval_num_examples={config.data.eval_num_examples} must be the "
+                            "number of held-out examples, or 0 to count them")
         for key in ("crop_area_min", "center_crop_fraction"):  # shares of the image
             if not 0 < getattr(config.data, key) <= 1:
                 raise UserError(f"data.{key}={getattr(config.data, key)} must be above 0 and "
