@@ -77,6 +77,34 @@ CASES = {
                                  "data.max_predictions_per_seq=3 (Feature: input_ids",
                                  "give TFRecords written by `python -m recipes.bert.prepare_data`"
                                  " with those lengths"]),
+    # a glob of empty files: training would wait for a record forever (ResNet's did)
+    "empty-tfrecord-files": (BERT, FRESH, ["--params_override=data.train_files={d}/empty/train-*"],
+                             ["data.train_files: the 1 file(s) of {d}/empty/train-* hold no "
+                              "record; give TFRecords written by `python -m "
+                              "recipes.bert.prepare_data`"]),
+    # files without their preparation's metadata.json: the first record's ids are checked
+    "vocabulary-smaller-than-the-data": (
+        BERT, FRESH, ["--params_override=data.train_files={d}/nometa/train-*,"
+                      "data.eval_files={d}/nometa/heldout-*,data.vocab_file={d}/small_vocab.txt"],
+        ["data.train_files: the first record of {d}/nometa/train-00000-of-00002.tfrecord holds "
+         "piece id ", ", outside the 10 pieces of data.vocab_file={d}/small_vocab.txt: the "
+         "files were made with another vocabulary; give theirs"]),
+    "segment-ids-above-type-vocab-size": (
+        BERT, FRESH, ["--params_override=model.type_vocab_size=1"],
+        ["holds segment id 1, which model.type_vocab_size=1 has no embedding for; give "
+         "model.type_vocab_size=2 or more (BERT: 2)"]),
+    # a preparation's metadata.json counts the held-out sequences: found before the model
+    "eval-batch-above-the-held-out-sequences": (
+        BERT, FRESH, ["--mode=train_and_eval", "--params_override=data.train_files='',"
+                      "data.data_dir={d}/../prepared,eval.global_batch_size=4096"],
+        ["eval.global_batch_size=4096 is more than the ", " held-out sequences hold, so the "
+         "evaluation reads no batch (it drops a last partial one: static shapes); lower "
+         "eval.global_batch_size"]),
+    # configured files are not counted: found by the evaluation, which reads no batch
+    "eval-batch-above-the-held-out-files": (
+        BERT, TRAINED, ["--mode=eval", "--params_override=eval.global_batch_size=4096"],
+        ["eval.global_batch_size=4096 is more than the held-out files of ", " hold, so the "
+         "evaluation reads no batch"]),
     "empty-corpus": (BERT, FRESH, ["--params_override=data.corpus={d}/empty_corpus,"
                                    "data.train_files=''"],
                      ["empty_corpus", "are empty", "one sentence per line"]),
@@ -240,6 +268,15 @@ CASES = {
         RESNET, FRESH, ["--params_override=data.embedded_digits=true,data.num_classes=5"],
         ["data.embedded_digits needs data.num_classes=10 and data.label_offset=1, got 5 "
          "and 1"]),
+    "resnet-empty-tfrecord-files": (
+        RESNET, FRESH, ["--params_override=data.train_file_pattern={d}/empty/train-*"],
+        ["data.train_file_pattern='{d}/empty/train-*' holds no records: nothing to train "
+         "on; give ImageNet-format TFRecords"]),
+    "resnet-records-of-another-kind": (
+        RESNET, FRESH, ["--params_override=data.train_file_pattern={d}/nometa/train-*"],
+        ["data.train_file_pattern: the first record of {d}/nometa/train-00000-of-00002.tfrecord "
+         "is not an ImageNet-format example (no image/encoded; it holds input_ids, "
+         "input_mask, ", "give ImageNet-format TFRecords"]),
     "resnet-empty-glob": (RESNET, FRESH, ["--params_override=data.train_file_pattern={d}/none-*"],
                           ["data.train_file_pattern='{d}/none-*' matches no file"]),
     "resnet-corrupt-tfrecord": (RESNET, FRESH,
@@ -259,6 +296,10 @@ TRAINING_STARTS = {"nan-in-training-data", "truncated-tfrecord-after-the-data-st
 # that get past the restore: TensorBoard event files are then written; checkpoints, export
 # and config.yaml (and the config history config.<n>.yaml) must stay byte for byte.
 TENSORBOARD = ("train", "train_scalars", "eval")
+# Rows that get to an evaluation of a trained run (its model built: the exclusion report
+# written again, the same text) and fail there, checkpoints and export untouched.
+EVALUATION_STARTS = {"eval-batch-above-the-held-out-files"}
+EVALUATION_WRITES = ("exclusions.txt", "eval")
 # Rows on a new model_dir found only by reading the data (the records, while training; the
 # sentence pairs, once the preparation has made them): the directory keeps the files of
 # the work done until then (TensorBoard's, the unfinished preparation's vocab.txt,
@@ -299,6 +340,12 @@ def _write_inputs(d, bert_data):
     _poison_masked_lm_weights(bert_data.train_files, str(d / "nan"))
     vocab = open(bert_data.vocab_file, encoding="utf-8").read().splitlines()
     (d / "bigger_vocab.txt").write_text("\n".join(vocab + [f"extra{i}" for i in range(8)]) + "\n")
+    (d / "small_vocab.txt").write_text("\n".join(vocab[:10]) + "\n")
+    (d / "empty").mkdir()
+    (d / "empty" / "train-00000.tfrecord").write_bytes(b"")
+    (d / "nometa").mkdir()  # the prepared TFRecords without their metadata.json
+    for path in glob.glob(bert_data.train_files) + glob.glob(bert_data.eval_files):
+        shutil.copy(path, d / "nometa")
 
 
 def _write_not_a_jpeg_records(path, first_a_jpeg=False):
@@ -398,8 +445,11 @@ def outcomes(tmp_path_factory):
         program, _, extra, _ = CASES[case_id]
         base = _base_args(program, config_file, model_dir)
         # The base's and the row's --params_override merged into one flag (a repeated flag
-        # is refused), except in the row that repeats it on purpose.
+        # is refused), except in the row that repeats it on purpose; a row's key replaces
+        # the base's (a key given twice is refused too).
         overrides = [a.split("=", 1)[1] for a in base + extra if a.startswith("--params_override=")]
+        overrides = list({item.split("=", 1)[0]: item for override in overrides
+                          for item in override.split(",")}.values())
         others = [a for a in base + extra if not a.startswith("--params_override=")]
         if case_id == "params-override-given-twice":
             others += [a for a in extra if a.startswith("--params_override=")]
@@ -461,7 +511,8 @@ def test_bad_input_gives_one_line_and_writes_nothing(outcomes, case_id):
         assert seconds < TPU_SECONDS
     # Nothing a later run could take for a result.
     if where == TRAINED:  # checkpoints, export and config.yaml of the trained run untouched
-        written = (LOG_FILE, *(TENSORBOARD if case_id in TRAINING_STARTS else ()))
+        written = (LOG_FILE, *(TENSORBOARD if case_id in TRAINING_STARTS else ()),
+                   *(EVALUATION_WRITES if case_id in EVALUATION_STARTS else ()))
         assert _snapshot(model_dir, exclude=written) == {
             path: stat for path, stat in before.items() if path.split(os.sep)[0] not in written}
         if case_id in TRAINING_STARTS:
@@ -529,7 +580,10 @@ README_ROWS = {
     "batch arithmetic that does not divide": ["batch-does-not-divide"],
     "missing data files / empty glob": ["missing-data-files", "resnet-empty-glob"],
     "corrupt TFRecord": ["corrupt-tfrecord"],
-    "TFRecords of another kind (ResNet's given to BERT)": ["records-of-another-kind"],
+    "TFRecords of another kind (ResNet's given to BERT, BERT's to ResNet)":
+        ["records-of-another-kind", "resnet-records-of-another-kind"],
+    "a glob of empty TFRecord files (training would wait for a record forever)":
+        ["empty-tfrecord-files", "resnet-empty-tfrecord-files"],
     "a truncated TFRecord, found while training a trained `model_dir` further (its "
     "`config.yaml` stays as it was)": ["truncated-tfrecord-after-the-data-stage"],
     "a ResNet record whose image is not a JPEG (the first record of each glob is read "
@@ -543,6 +597,11 @@ README_ROWS = {
     "preparation's `metadata.json`, in each directory of `data.train_files` and "
     "`data.eval_files`)": ["vocabulary-does-not-match-the-data",
                                        "data-of-another-sequence-length"],
+    "a vocabulary smaller than the data's, or a `model.type_vocab_size` below its segments "
+    "(files without a `metadata.json`: their first record is read)":
+        ["vocabulary-smaller-than-the-data", "segment-ids-above-type-vocab-size"],
+    "an evaluation batch larger than the held-out set":
+        ["eval-batch-above-the-held-out-sequences", "eval-batch-above-the-held-out-files"],
     "`model_dir` holds another model shape": ["model-dir-holds-another-model-shape"],
     "`model_dir` holds another program's run": ["model-dir-of-another-program"],
     "NaN in the training data": ["nan-in-training-data"],

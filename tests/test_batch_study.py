@@ -241,7 +241,8 @@ def test_a_study_dir_recorded_with_other_settings_is_refused_before_any_run(
     before = starts(study_dir)
     for change, difference in [
             ("--epochs=2", "(steps 8 then, 16 now)"),  # 2 x 64 examples / batch 8
-            ("--params_override=train.seed=5", "(--params_override '' then, 'train.seed=5' now)"),
+            ("--params_override=optimizer.beta_1=0.8",
+             "(--params_override '' then, 'optimizer.beta_1=0.8' now)"),
     ]:
         assert cli.main(grid + [change]) == 2
         for extra in ([], ["--report_only"]):
@@ -280,6 +281,9 @@ def test_a_failure_that_is_not_divergence_stops_the_study(fake_recipe, tmp_path,
         ("--untuned=adam", "--untuned: 'adam' is not an optimizer of the recipes"),
         ("--micro_batch_size=16", "8 is not a multiple of --micro_batch_size=16"),
         ("--params_override={train: {seed: 3}}", "use key=value,... items"),
+        # the study sets it for each run: the recipe would refuse the key given twice
+        ("--params_override=train.seed=3,data.seed=1", "--params_override sets train.seed, "
+         "which the study sets for each run itself from its flags (--help lists them); drop it"),
         ("--epochs=nan", "--epochs: got nan; give a finite number above 0"),
         ("--epochs=inf", "--epochs: got inf; give a finite number above 0"),
         ("--epochs=0", "--epochs: got 0.0; give a finite number above 0"),

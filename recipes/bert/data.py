@@ -14,8 +14,9 @@ from recipes.common.errors import UserError
 
 # A run's TFRecords, as globs (for messages) and as the lists of files they matched when
 # the run started (every chunk's pipeline and every evaluation reads those), and vocabulary.
-DataFiles = collections.namedtuple(
-    "DataFiles", ["train_pattern", "eval_pattern", "train_files", "eval_files", "vocab_file"])
+DataFiles = collections.namedtuple(  # eval_sequences: from a preparation's metadata, or None
+    "DataFiles", ["train_pattern", "eval_pattern", "train_files", "eval_files", "vocab_file",
+                  "eval_sequences"])
 _PREPARED = ("train_files", "eval_files", "vocab_file")  # the keys of a preparation's metadata
 
 
@@ -53,22 +54,52 @@ def list_data_files(data_config):
     return files
 
 
-def check_first_record(setting, path, data_config):
-    """A UserError if the first record of `path` cannot be read, or is not a pretraining
-    example of the config's lengths as Model Garden's reader parses it: files of another
-    kind or length, found before the model is built (`describe_unparsable_record` words a
-    record found later, while training). Not in `list_data_files`: reading a record starts
-    TensorFlow's runtime, after which no multi-worker strategy can be made."""
+def check_first_records(data_config, data_files, vocab_size, type_vocab_size):
+    """A UserError, before the model is built, for configured files whose first record
+    (of the first file that holds one) Model Garden's reader cannot make a pretraining
+    example of the config's lengths (files of another kind or length:
+    `describe_unparsable_record` words a record found later, while training), whose ids
+    the model has no embedding for (another vocabulary, or model.type_vocab_size below the
+    data's segments), or whose files hold no record at all (training would wait for one
+    forever). Not in `list_data_files`: reading a record starts TensorFlow's runtime, after
+    which no multi-worker strategy can be made."""
+    for key in ("train_files", "eval_files"):
+        setting, files = f"data.{key}", getattr(data_files, key)
+        path, example = next(((path, example) for path in files
+                              for example in [_first_example(setting, path, data_config)]
+                              if example is not None), (None, None))
+        if example is None:
+            raise UserError(
+                f"{setting}: the {len(files)} file(s) of {getattr(data_config, key)} hold no "
+                "record; give TFRecords written by `python -m recipes.bert.prepare_data`")
+        piece = max(example["input_word_ids"].max(), example["masked_lm_ids"].max())
+        if piece >= vocab_size:
+            raise UserError(
+                f"{setting}: the first record of {path} holds piece id {piece}, outside the "
+                f"{vocab_size:,} pieces of data.vocab_file={data_config.vocab_file}: the files "
+                "were made with another vocabulary; give theirs")
+        segment = example["input_type_ids"].max()
+        if segment >= type_vocab_size:
+            raise UserError(
+                f"{setting}: the first record of {path} holds segment id {segment}, which "
+                f"model.type_vocab_size={type_vocab_size} has no embedding for; give "
+                f"model.type_vocab_size={segment + 1} or more (BERT: 2)")
+
+
+def _first_example(setting, path, data_config):
+    """The first record of `path` as Model Garden's reader makes it (NumPy arrays), or None
+    for a file without records; a UserError for one it cannot read or parse."""
     batches = input_lib.read_pretraining_batches(
         [path], seq_length=data_config.seq_length,
         max_predictions_per_seq=data_config.max_predictions_per_seq, batch_size=1,
         is_training=False)
     try:
-        next(iter(batches), None)
+        batch = next(iter(batches), None)
     except tf.errors.DataLossError as error:  # not a TFRecord file, or a damaged one
         raise UserError(corrupt_data.describe_corrupt_data(path, error)) from None
     except tf.errors.InvalidArgumentError as error:
         raise UserError(describe_unparsable_record(setting, path, data_config, error)) from None
+    return None if batch is None else {name: value.numpy() for name, value in batch.items()}
 
 
 def describe_unparsable_record(setting, files, data_config, error):
@@ -121,23 +152,23 @@ def _check_preparation(data_config, setting, data_dir, metadata, pieces):
 
 def locate_or_prepare_data(data_config, model_dir, listed=None):
     """The `DataFiles` of the run, its TFRecords listed once: the configured files
-    (`listed`: `list_data_files`' result; listed here if None; the first record of each
-    glob's first file checked, `check_first_record`), a finished preparation in the data
-    directory, or a new preparation of the corpus there."""
+    (`listed`: `list_data_files`' result; listed here if None; their first records are
+    `check_first_records`' to check, once the vocabulary is read), a finished preparation in
+    the data directory, or a new preparation of the corpus there."""
     if data_config.train_files:
         listed = listed or list_data_files(data_config)
-        for key, paths in listed.items():
-            check_first_record(f"data.{key}", paths[0], data_config)
         return DataFiles(data_config.train_files, data_config.eval_files,
-                         listed["train_files"], listed["eval_files"], data_config.vocab_file)
-    train_pattern, eval_pattern, vocab_file = _locate_or_prepare(data_config, model_dir)
+                         listed["train_files"], listed["eval_files"], data_config.vocab_file,
+                         None)
+    train_pattern, eval_pattern, vocab_file, eval_sequences = _locate_or_prepare(data_config,
+                                                                                 model_dir)
     return DataFiles(train_pattern, eval_pattern, input_lib.list_files(train_pattern),
-                     input_lib.list_files(eval_pattern), vocab_file)
+                     input_lib.list_files(eval_pattern), vocab_file, eval_sequences)
 
 
 def _locate_or_prepare(data_config, model_dir):
-    """(train glob, held-out glob, vocabulary) of a finished preparation in the data
-    directory, or of a new preparation of the corpus there."""
+    """(train glob, held-out glob, vocabulary, held-out sequences) of a finished
+    preparation in the data directory, or of a new preparation of the corpus there."""
     data_dir = data_config.data_dir or os.path.join(model_dir, "data")
     metadata_path = finished_preparation(data_dir)
     if metadata_path:
@@ -153,8 +184,8 @@ def _locate_or_prepare(data_config, model_dir):
         # A preparation writes every file into its directory; its metadata names them as
         # they were given then (relative to that run's working directory), so they are
         # found in `data_dir` itself: from any working directory, and after a move or copy.
-        return tuple(os.path.join(data_dir, os.path.basename(metadata[key]))
-                     for key in _PREPARED)
+        return (*(os.path.join(data_dir, os.path.basename(metadata[key])) for key in _PREPARED),
+                metadata.get("num_eval_sequences"))
     print(f"data: preparing {data_config.corpus} into {data_dir}", flush=True)
     try:
         prepared = prepare_data.prepare_pretraining_data(
@@ -175,4 +206,5 @@ def _locate_or_prepare(data_config, model_dir):
         f"{prepared.vocab_size} pieces",
         flush=True,
     )
-    return prepared.train_files, prepared.eval_files, prepared.vocab_file
+    return (prepared.train_files, prepared.eval_files, prepared.vocab_file,
+            prepared.num_eval_sequences)

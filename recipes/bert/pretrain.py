@@ -62,6 +62,12 @@ class BertPretraining(task.Task):
         self.data = data_lib.locate_or_prepare_data(self.config.data, model_dir,
                                                     self.listed_files)
         self.vocab_size = len(vocabulary.read_vocabulary(self.data.vocab_file))
+        if self.config.data.train_files:
+            data_lib.check_first_records(self.config.data, self.data, self.vocab_size,
+                                         self.config.model.type_vocab_size)
+        held_out, batch = self.data.eval_sequences, self.config.eval.global_batch_size
+        if mode in ("eval", "train_and_eval") and held_out is not None and held_out < batch:
+            raise UserError(self._no_eval_batch(f"the {held_out} held-out sequences"))
 
     def build_model(self):
         self.encoder, pretrainer = model_lib.build_pretrainer(self.config.model, self.vocab_size)
@@ -79,9 +85,17 @@ class BertPretraining(task.Task):
 
     def evaluate(self, model, strategy):
         dataset = input_lib.make_eval_dataset(strategy, self.config, self.data.eval_files)
-        return model.evaluate(
+        results = model.evaluate(
             dataset, steps=self.config.eval.steps or None, return_dict=True, verbose=0
         )
+        if "masked_lm_accuracy" not in results:  # no batch: Keras returns no metric
+            raise UserError(self._no_eval_batch(f"the held-out files of {self.data.eval_pattern}"))
+        return results
+
+    def _no_eval_batch(self, held_out):
+        return (f"eval.global_batch_size={self.config.eval.global_batch_size} is more than "
+                f"{held_out} hold, so the evaluation reads no batch (it drops a last partial "
+                "one: static shapes); lower eval.global_batch_size")
 
     def describe_evaluation(self, results):
         # Each number under its results.json key. masked_lm_cross_entropy: per masked token

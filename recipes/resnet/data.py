@@ -5,6 +5,7 @@ import collections
 import os
 
 import tensorflow as tf
+from google.protobuf import message as message_lib  # tf.train.Example's DecodeError
 
 from recipes.common import corrupt_data
 from recipes.common.errors import UserError
@@ -99,7 +100,7 @@ def list_data_files(data, mode):
 def resolve_data(data, work_dir, mode, listed=None):
     """The `Data` of this config: the digits converted into work_dir/digits, or the
     configured files (`listed`: `list_data_files`' result; listed here if None), the first
-    record of each glob's first file checked (`check_first_record`)."""
+    record of each glob checked (`check_first_record`)."""
     if data.embedded_digits:
         digits_dir = os.path.join(work_dir, DIGITS_SUBDIR)
         info = prepare_digits(
@@ -123,7 +124,7 @@ def resolve_data(data, work_dir, mode, listed=None):
         listed = listed or _list_files(train_pattern, eval_pattern, mode)
         for split, files in listed.items():
             if files:
-                check_first_record(f"data.{split}_file_pattern", files[0], data)
+                check_first_record(split, files, data)
     resolved = Data(train_pattern, eval_pattern, listed["train"], listed["eval"],
                     eval_examples, labels_file)
     return _counted(resolved, mode)
@@ -144,13 +145,20 @@ def _counted(resolved, mode):
     if mode in ("eval", "train_and_eval"):
         count = resolved.eval_examples or input_lib.count_records(resolved.eval_files)
         if not count:
-            raise UserError(
-                f"data.eval_file_pattern={resolved.eval_pattern!r} holds no records: nothing "
-                "to evaluate; give held-out TFRecords (`python -m recipes.resnet.convert "
-                "--validation_fraction=0.1` writes some)"
-            )
+            raise _no_records_error("eval", resolved.eval_pattern)
         resolved = resolved._replace(eval_examples=count)
     return resolved
+
+
+def _no_records_error(split, pattern):
+    if split == "eval":
+        return UserError(
+            f"data.eval_file_pattern={pattern!r} holds no records: nothing to evaluate; give "
+            "held-out TFRecords (`python -m recipes.resnet.convert --validation_fraction=0.1` "
+            "writes some)")
+    return UserError(f"data.train_file_pattern={pattern!r} holds no records: nothing to train "
+                     "on; give ImageNet-format TFRecords (`python -m recipes.resnet.convert` "
+                     "writes them)")
 
 
 def explain_input_error(error, pattern, jpeg_only):
@@ -167,22 +175,49 @@ def explain_input_error(error, pattern, jpeg_only):
     return _corrupt_record_error(pattern, jpeg_only)
 
 
-def check_first_record(setting, path, data):
+def check_first_record(split, files, data):
     """A UserError, before the model is built, if the input pipeline cannot make an example
-    of the first record of `path` (`setting`'s first file): records of another kind, an
-    image it cannot decode, a label outside the config's classes. Later records are checked
-    as the run reads them (`explain_input_error`). Not in `list_data_files`: reading a
-    record starts TensorFlow's runtime, after which no multi-worker strategy can be made."""
+    of the first record of `split`'s listed files (of the first file that holds one): records
+    of another kind, an image it cannot decode, a label outside the config's classes; or
+    if no file holds a record (training would wait for one forever). Later records are
+    checked as the run reads them (`explain_input_error`). Not in `list_data_files`:
+    reading a record starts TensorFlow's runtime, after which no multi-worker strategy can
+    be made."""
+    setting = f"data.{split}_file_pattern"
+    for path in files:
+        if _check_first_example(setting, path, data):
+            return
+    raise _no_records_error(split, getattr(data, f"{split}_file_pattern"))
+
+
+def _check_first_example(setting, path, data):
+    """Whether `path` holds a record, the first of which makes an example; else a UserError."""
     try:
-        input_lib.first_example(data, path)
-        return
+        return input_lib.first_example(data, path) is not None
     except (tf.errors.InvalidArgumentError, tf.errors.DataLossError) as error:
         reason = corrupt_data.first_line(error)
         if input_lib.LABEL_RANGE_ERROR in getattr(error, "message", str(error)):
             raise _label_range_error(f"the first record of {path}: ") from None
+    features = _first_record_features(path)
+    if features is not None and "image/encoded" not in features:  # records of another kind
+        raise UserError(
+            f"{setting}: the first record of {path} is not an ImageNet-format example (no "
+            f"image/encoded; it holds {', '.join(sorted(features)) or 'no feature'}); give "
+            "ImageNet-format TFRecords (`python -m recipes.resnet.convert` writes them)")
     raise _corrupt_record_error(path, data.decode_jpeg_only) or UserError(
         f"{setting}: the first record of {path} cannot be read ({reason}); give "
         "ImageNet-format TFRecords (`python -m recipes.resnet.convert` writes them)")
+
+
+def _first_record_features(path):
+    """The feature names of the first record of `path` as a tf.train.Example, or None if
+    it is not one (Model Garden's parser fills a missing feature with its default, so a
+    record of another kind fails as an image that does not decode)."""
+    try:
+        record = next(iter(tf.data.TFRecordDataset(path).take(1)))
+        return set(tf.train.Example.FromString(record.numpy()).features.feature)
+    except (tf.errors.OpError, message_lib.DecodeError):
+        return None
 
 
 def _label_range_error(where=""):

@@ -34,19 +34,33 @@ MODE = "train_and_eval"  # each run trains, then evaluates: the metric is a held
 NOISE_SCALE_LOG = "gradient_noise_scale"  # lamb_tf.noise_scale.NOISE_SCALE_LOG (no TF import)
 
 
+STUDY_KEYS = ("optimizer.name", "optimizer.learning_rate", "optimizer.warmup_steps",
+              "train.global_batch_size", "train.micro_batch_size", "train.steps",
+              "train.checkpoint_every", "train.seed", "export.enabled")
+
+
 def overrides(run):
     """`--params_override` items setting what the study varies for `run`."""
-    return [
-        f"optimizer.name={run.optimizer}",
-        f"optimizer.learning_rate={run.learning_rate!r}",
-        f"optimizer.warmup_steps={run.warmup_steps}",
-        f"train.global_batch_size={run.global_batch_size}",
-        f"train.micro_batch_size={run.micro_batch_size}",
-        f"train.steps={run.steps}",
-        f"train.checkpoint_every={run.steps}",  # one checkpoint, at the end
-        f"train.seed={run.seed}",
-        "export.enabled=false",  # a study needs the metric, not the SavedModel
-    ]
+    values = (run.optimizer, repr(run.learning_rate), run.warmup_steps, run.global_batch_size,
+              run.micro_batch_size, run.steps,
+              run.steps,  # train.checkpoint_every: one checkpoint, at the end
+              run.seed,
+              "false")  # export.enabled: a study needs the metric, not the SavedModel
+    return [f"{key}={value}" for key, value in zip(STUDY_KEYS, values)]
+
+
+def study_keys_in(extra_overrides):
+    """The keys of the user's `--params_override` items that the study sets for each run
+    itself (`STUDY_KEYS`): a recipe refuses a key given twice."""
+    from recipes.common import config as config_lib  # yaml only: no TensorFlow
+
+    def keys(node, prefix=""):
+        for name, value in node.items():
+            yield from (keys(value, f"{prefix}{name}.") if isinstance(value, dict)
+                        else [f"{prefix}{name}"])
+
+    given = keys(config_lib.parse_params_override(extra_overrides)) if extra_overrides else ()
+    return [key for key in given if key in STUDY_KEYS]
 
 
 def override_string(run, extra_overrides=""):

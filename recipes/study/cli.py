@@ -158,6 +158,11 @@ def settings_from(args):
                                      "(relative to the current directory)")
     if "{" in args.params_override or "\n" in args.params_override:
         raise plan_lib.PlanError("--params_override: use key=value,... items (no YAML mapping)")
+    taken = adapter.study_keys_in(args.params_override)
+    if taken:
+        raise plan_lib.PlanError(
+            f"--params_override sets {', '.join(taken)}, which the study sets for each run "
+            "itself from its flags (--help lists them); drop it")
     return plan_lib.StudySettings(
         batch_sizes=batch_sizes,
         optimizers=tuple(dict.fromkeys(args.optimizers)),
