@@ -79,7 +79,10 @@ def parse_args(argv):
                         help="the recipe's YAML config (repeatable, as the recipe's flag; "
                              "none: the recipe's defaults)")
     parser.add_argument("--params_override", default="",
-                        help="key=value,... applied before the study's own keys")
+                        help="key=value,... for every run; not a key the study sets itself "
+                             "(optimizer.name, optimizer.learning_rate, optimizer.warmup_steps, "
+                             "train.global_batch_size, train.micro_batch_size, train.steps, "
+                             "train.checkpoint_every, train.seed, export.enabled)")
     parser.add_argument("--study_dir", required=True, help="runs, table and plot go here")
     parser.add_argument("--batch_sizes", type=_list(int), required=True,
                         help="global batch sizes compared, comma-separated, e.g. 256,1024,4096")
