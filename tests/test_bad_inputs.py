@@ -200,6 +200,11 @@ CASES = {
     "export-dir-is-the-model-dir": (
         BERT, TRAINED, ["--mode=export", "--params_override=export.dir={m}"],
         ["it holds --model_dir", "whose checkpoints the export would replace"]),
+    # a fresh model_dir's checkpoints/ does not exist yet: found before any work all the same
+    "export-dir-inside-the-runs-checkpoints": (
+        BERT, FRESH, ["--params_override=export.dir={m}/checkpoints/export"],
+        ["/checkpoints/export: it is inside ", "/checkpoints, which the run writes itself; "
+         "give a directory of its own (by default export/ in --model_dir)"]),
     "model-heads-do-not-divide": (BERT, FRESH, ["--params_override=model.num_attention_heads=3"],
                                   ["model.hidden_size=16 is not a multiple of "
                                    "model.num_attention_heads=3"]),
@@ -614,7 +619,8 @@ README_ROWS = {
         ["model-dir-cannot-be-written", "export-dir-cannot-be-written",
          "data-dir-cannot-be-written"],
     "an `export.dir` that holds other files, or the run itself":
-        ["export-dir-holds-other-files", "export-dir-is-the-model-dir"],
+        ["export-dir-holds-other-files", "export-dir-is-the-model-dir",
+         "export-dir-inside-the-runs-checkpoints"],
     "model values Model Garden cannot build": ["model-heads-do-not-divide",
                                                "resnet-model-norm-epsilon-negative"],
     "an optimizer value the optimizers or the schedule refuse": [

@@ -135,6 +135,22 @@ def check_export_dir(task, model_dir):
     problem = export_lib.replace_problem(export_dir, model_dir)
     if problem:
         raise UserError(f"{setting}: {problem}")
+    inside = _run_output_holding(export_dir, model_dir, task.export_subdir)
+    if inside:  # found when the export replaces it, after the training, otherwise
+        raise UserError(f"{setting}: it is inside {inside}, which the run writes itself; give a "
+                        f"directory of its own (by default {task.export_subdir}/ in --model_dir)")
+
+
+def _run_output_holding(path, model_dir, export_subdir):
+    """The run's own output in `model_dir` (`OUTPUTS` but its export) that `path` is or is
+    inside, or None."""
+    target, run_dir = path.rstrip("/"), model_dir.rstrip("/")
+    if "://" not in target:
+        target, run_dir = os.path.abspath(target), os.path.abspath(run_dir)
+    if not target.startswith(run_dir + "/"):
+        return None
+    first = target[len(run_dir) + 1:].split("/")[0]
+    return os.path.join(model_dir, first) if first in OUTPUTS and first != export_subdir else None
 
 
 def exports(config, mode):
