@@ -133,6 +133,10 @@ CASES = {
         BERT, FRESH, ["--params_override=train.init_checkpoint={d}/no_phase_one"],
         ["train.init_checkpoint='{d}/no_phase_one' holds no checkpoint; give phase 1's "
          "model_dir or a checkpoint path such as <model_dir>/checkpoints/ckpt-7038"]),
+    "model-dir-holds-another-optimizer": (
+        BERT, TRAINED, ["--params_override=optimizer.name=lars"],
+        ["optimizer.name was 'lamb' in the run in ", ", now 'lars': its checkpoint holds the "
+         "state of another optimizer; keep optimizer.name='lamb' or use a new --model_dir"]),
     "model-dir-holds-another-model-shape": (BERT, TRAINED,
                                            ["--params_override=model.hidden_size=32"],
                                            ["does not fit this model", "new --model_dir"]),

@@ -199,6 +199,11 @@ def compare_with_saved_config(task, model_dir, mode):
             "new --model_dir"
         ) from None
     for key, old, new in config_lib.changed_keys(saved, task.config):
+        if key == "optimizer.name":  # every recipe: the slots are the optimizer's own
+            raise UserError(
+                f"{key} was {old!r} in the run in {model_dir}, now {new!r}: its checkpoint "
+                f"holds the state of another optimizer; keep {key}={old!r} or use a new "
+                "--model_dir")
         fixed = any(key == f or (f.endswith(".") and key.startswith(f))
                     for f in task.fixed_on_resume)
         if fixed:
