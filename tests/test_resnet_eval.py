@@ -36,12 +36,12 @@ def held_out_digits(tmp_path_factory):
     return str(directory)
 
 
-def _task_and_model(data_dir, model_dir, strategy, eval_steps):
+def _task_and_model(data_dir, model_dir, strategy, eval_steps, eval_num_examples=0):
     override = ",".join([
         "data.embedded_digits=false", f"data.train_file_pattern={data_dir}/train-*",
         f"data.eval_file_pattern={data_dir}/validation-*", f"eval.steps={eval_steps}",
         f"eval.global_batch_size={EVAL_BATCH}", "train.global_batch_size=8",
-        "train.micro_batch_size=4",
+        "train.micro_batch_size=4", f"data.eval_num_examples={eval_num_examples}",
     ])
     config = config_lib.load_config(resnet_train.ResNetConfig, [TINY_CONFIG], override)
     task = resnet_train.ResNetClassification(config)
@@ -94,6 +94,23 @@ def test_two_replicas_count_the_real_examples_once(held_out_digits, tmp_path, tw
     np.testing.assert_allclose(results["loss"], loss, rtol=1e-5)
     np.testing.assert_allclose(results["top_1_accuracy"], top_1, rtol=1e-6)
     assert f"({count:,} examples, step 0)" in task.describe_evaluation(results)
+
+
+def test_an_eval_num_examples_above_the_files_evaluates_and_counts_the_real_ones(
+        held_out_digits, tmp_path, capsys):
+    # 50 configured, 20 in the files: 7 steps of 8, the 36 slots after the 20 real ones
+    # padding; the loss was scaled by 50 and the line said "50 examples"
+    strategy = tf.distribute.get_strategy()
+    task, model = _task_and_model(held_out_digits, str(tmp_path), strategy, 0,
+                                  eval_num_examples=50)
+    results = task.evaluate(model, strategy)
+    loss, top_1, count = _expected(task, 3)
+    assert count == HELD_OUT
+    np.testing.assert_allclose(results["loss"], loss, rtol=1e-5)
+    np.testing.assert_allclose(results["top_1_accuracy"], top_1, rtol=1e-6)
+    assert f"({HELD_OUT:,} examples, step 0)" in task.describe_evaluation(results)
+    assert ("data.eval_num_examples=50 is more than the held-out files hold: evaluated their "
+            f"{HELD_OUT} examples") in capsys.readouterr().out
 
 
 def test_an_eval_set_without_records_is_refused_before_any_evaluation(tmp_path):

@@ -77,6 +77,13 @@ class SmoothedCrossEntropy(tf_keras.losses.Loss):
         }
 
 
+def examples_counted(model):
+    """The examples the last `evaluate` counted: the summed weights of its top-1 accuracy
+    (the evaluation's padding has weight 0), over every replica."""
+    (top_1,) = [metric for metric in model.metrics if metric.name == "top_1_accuracy"]
+    return int(round(float(top_1.count.numpy())))
+
+
 def metrics():
     """Top-1 and top-5 accuracy over integer labels and logits."""
     return [

@@ -101,8 +101,12 @@ class ResNetClassification(task.Task):
         )
         self.evaluated_step = int(model.optimizer.iterations.numpy())
         results = model.evaluate(dataset, steps=steps, return_dict=True, verbose=0)
-        self.evaluated_examples = input_lib.eval_examples_read(
-            self.data.eval_examples, steps, pipeline_batch, pipelines)
+        self.evaluated_examples = model_lib.examples_counted(model)
+        configured = input_lib.eval_examples_read(self.data.eval_examples, steps,
+                                                  pipeline_batch, pipelines)
+        if self.evaluated_examples < configured:  # a data.eval_num_examples above the files'
+            print(f"data.eval_num_examples={self.data.eval_examples} is more than the held-out "
+                  f"files hold: evaluated their {self.evaluated_examples:,} examples", flush=True)
         # Keras' loss is the mean over every batch slot, the zero-weight padding's too (its
         # metrics are weighted): the mean over the real examples instead.
         results["loss"] *= steps * pipeline_batch * pipelines / self.evaluated_examples
