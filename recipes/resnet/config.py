@@ -22,8 +22,9 @@ class DataConfig:
     # listed once when a run starts: the run reads the files they matched then.
     train_file_pattern: str = ""
     eval_file_pattern: str = ""
-    eval_num_examples: int = 0  # examples in the eval files (0: count the records once); a
-    # number above what they hold evaluates those and says so, one below evaluates that many
+    # Examples in the eval files (0: count the records once); a number above what they hold
+    # evaluates those and says so, one below evaluates that many.
+    eval_num_examples: int = 0
     num_classes: int = 1000
     # Subtracted from image/class/label: 1 for the ImageNet conversion scripts' 1..1000
     # (0 = background). Model Garden's 1001-class setup is label_offset=0, num_classes=1001.
