@@ -137,6 +137,11 @@ CASES = {
         BERT, TRAINED, ["--params_override=optimizer.name=lars"],
         ["optimizer.name was 'lamb' in the run in ", ", now 'lars': its checkpoint holds the "
          "state of another optimizer; keep optimizer.name='lamb' or use a new --model_dir"]),
+    "model-dir-without-a-loss-scale": (
+        BERT, TRAINED, ["--params_override=runtime.precision=mixed_float16"],
+        ["runtime.precision was 'float32' in the run in ", ", now 'mixed_float16': its "
+         "checkpoint holds no loss scale, which mixed_float16 restores; keep "
+         "runtime.precision='float32' or use a new --model_dir"]),
     "model-dir-holds-another-model-shape": (BERT, TRAINED,
                                            ["--params_override=model.hidden_size=32"],
                                            ["does not fit this model", "new --model_dir"]),

@@ -204,6 +204,11 @@ def compare_with_saved_config(task, model_dir, mode):
                 f"{key} was {old!r} in the run in {model_dir}, now {new!r}: its checkpoint "
                 f"holds the state of another optimizer; keep {key}={old!r} or use a new "
                 "--model_dir")
+        if key == "runtime.precision" and new == "mixed_float16":  # its LossScaleOptimizer's
+            raise UserError(
+                f"{key} was {old!r} in the run in {model_dir}, now {new!r}: its checkpoint "
+                "holds no loss scale, which mixed_float16 restores; keep "
+                f"{key}={old!r} or use a new --model_dir")
         fixed = any(key == f or (f.endswith(".") and key.startswith(f))
                     for f in task.fixed_on_resume)
         if fixed:
