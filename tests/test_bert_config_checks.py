@@ -36,6 +36,27 @@ def test_init_checkpoint_takes_a_run_a_checkpoint_directory_or_a_prefix(tmp_path
     assert not os.path.exists(new_run)
 
 
+def test_an_init_checkpoint_of_another_programs_run_is_one_line_before_any_work(tmp_path):
+    from recipes.resnet import train as resnet_train
+
+    bert_run = tmp_path / "bert_run"  # a BERT run's model_dir: checkpoint and config.yaml
+    _save_checkpoint(str(bert_run / "checkpoints" / "ckpt"))
+    config_lib.save_config(config_lib.load_config(pretrain.BertPretraining.config_class),
+                           str(bert_run))
+    override = f"train.init_checkpoint={bert_run}"
+    resnet_config = config_lib.load_config(resnet_train.ResNetConfig, [], override)
+    new_run = str(tmp_path / "new_run")
+    with pytest.raises(UserError) as error:
+        driver.check_init_checkpoint(resnet_config, new_run, "train")
+    assert str(error.value).startswith(
+        f"train.init_checkpoint='{bert_run}' holds a run of another program: its config.yaml "
+        "does not load as this program's (unknown config key 'data.")
+    assert str(error.value).endswith("); give a run of this program")
+    bert_config = config_lib.load_config(pretrain.BertPretraining.config_class, [], override)
+    driver.check_init_checkpoint(bert_config, new_run, "train")  # phase 2 of a BERT run
+    assert not os.path.exists(new_run)
+
+
 @pytest.mark.parametrize("given", ["none", "empty_dir", "phase_one/checkpoints/ckpt-9"])
 def test_an_init_checkpoint_without_a_checkpoint_is_one_line_naming_the_key(tmp_path, given):
     (tmp_path / "empty_dir").mkdir()

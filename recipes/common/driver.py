@@ -180,6 +180,25 @@ def check_init_checkpoint(config, model_dir, mode):
     if (init_checkpoint and mode in TRAIN_MODES
             and checkpoints.latest_checkpoint(model_dir) is None):
         checkpoints.init_checkpoint_path(init_checkpoint)
+        reason = _not_this_programs(type(config), os.path.join(init_checkpoint, "config.yaml"))
+        if reason:  # a run's model_dir: of another program, its weights do not fit
+            raise UserError(
+                f"train.init_checkpoint={init_checkpoint!r} holds a run of another program: "
+                f"its config.yaml does not load as this program's ({reason}); give a run of "
+                "this program")
+
+
+def _not_this_programs(config_class, saved_path):
+    """Why the config.yaml at `saved_path` does not load as `config_class`'s (the first
+    clause of its error: the key lists that follow are this program's), or None (it loads,
+    or there is none)."""
+    if not tf.io.gfile.exists(saved_path):
+        return None
+    try:
+        config_lib.load_config(config_class, [saved_path])
+    except UserError as error:
+        return str(error).removeprefix(saved_path + ": ").split("; ")[0]
+    return None
 
 
 def compare_with_saved_config(task, model_dir, mode):
@@ -189,15 +208,14 @@ def compare_with_saved_config(task, model_dir, mode):
     saved_path = os.path.join(model_dir, "config.yaml")
     if checkpoints.latest_checkpoint(model_dir) is None or not tf.io.gfile.exists(saved_path):
         return
-    try:
-        saved = config_lib.load_config(type(task.config), [saved_path])
-    except UserError as error:  # its first clause: the key lists that follow are this program's
-        reason = str(error).removeprefix(saved_path + ": ").split("; ")[0]
+    reason = _not_this_programs(type(task.config), saved_path)
+    if reason:
         raise UserError(
             f"--model_dir {model_dir} holds a run this program cannot resume: its config.yaml "
             f"does not load as this program's ({reason}); is it another program's run? Give a "
             "new --model_dir"
-        ) from None
+        )
+    saved = config_lib.load_config(type(task.config), [saved_path])
     for key, old, new in config_lib.changed_keys(saved, task.config):
         if key == "optimizer.name":  # every recipe: the slots are the optimizer's own
             raise UserError(
