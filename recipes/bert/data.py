@@ -65,10 +65,11 @@ def check_first_records(data_config, data_files, vocab_size, type_vocab_size):
     which no multi-worker strategy can be made."""
     for key in ("train_files", "eval_files"):
         setting, files = f"data.{key}", getattr(data_files, key)
-        path, example = next(((path, example) for path in files
-                              for example in [_first_example(setting, path, data_config)]
-                              if example is not None), (None, None))
-        if example is None:
+        for path in files:
+            example = _first_example(setting, path, data_config)
+            if example is not None:
+                break
+        else:
             raise UserError(
                 f"{setting}: the {len(files)} file(s) of {getattr(data_config, key)} hold no "
                 "record; give TFRecords written by `python -m recipes.bert.prepare_data`")
