@@ -9,7 +9,7 @@ import types
 import pytest
 import tensorflow as tf
 
-from recipes.bert import classification, finetune, finetune_data, pretrain
+from recipes.bert import classification, finetune, finetune_config, finetune_data, pretrain
 from recipes.common import config as config_lib
 from recipes.common import driver
 from recipes.common.errors import UserError
@@ -103,6 +103,29 @@ def test_squad_does_not_read_labels(tmp_path):
             "data.labels is set, but data.task=squad does not read it")):
         _finetune_task(f"encoder.pretraining_dir={tmp_path},data.task=squad,{files},"
                        "data.labels=[a,b]").check_config()
+
+
+@pytest.mark.parametrize("seq_length, max_query_length", [(64, 64), (67, 64), (16, 13)])
+def test_a_squad_window_without_room_for_the_context_is_refused(seq_length, max_query_length):
+    # Model Garden's windowing never ends there (memory climbing without bound)
+    data = finetune_config.DataConfig(task="squad", seq_length=0,
+                                      max_query_length=max_query_length)
+    run = types.SimpleNamespace(corpus="stdlib", seq_length=seq_length)
+    with pytest.raises(UserError) as raised:
+        finetune_data.check_task_run(data, run)
+    assert str(raised.value) == (
+        f"data.seq_length={seq_length} leaves no room for the context after a question of "
+        f"data.max_query_length={max_query_length} pieces and [CLS] [SEP] [SEP]; give a "
+        f"data.max_query_length below {seq_length - 3}, or a pretraining run of a longer "
+        "data.seq_length (BERT: 384 with 64)")
+    data.max_query_length = seq_length - 4  # one piece of context per window
+    assert finetune_data.check_task_run(data, run) == seq_length
+
+
+@pytest.mark.parametrize("key", ["encoder.dropout_rate", "encoder.attention_dropout_rate"])
+def test_an_encoder_dropout_rate_outside_0_1_is_refused_with_the_config(tmp_path, key):
+    with pytest.raises(UserError, match=re.escape(f"{key}=1.5 must be at least 0 and below 1")):
+        _finetune_task(f"encoder.pretraining_dir={tmp_path},{key}=1.5").check_config()
 
 
 @pytest.mark.parametrize("task", ["classification", "squad"])

@@ -106,6 +106,7 @@ def check(config):
     for key in ("doc_stride", "max_query_length", "n_best_size", "max_answer_length"):
         if getattr(data, key) <= 0:
             raise UserError(f"data.{key}={getattr(data, key)} must be positive")
+    schema.check_rates("encoder", encoder, ("dropout_rate", "attention_dropout_rate"))
 
 
 def check_task_keys(data):

@@ -90,6 +90,14 @@ def check_task_run(data, run):
             f"data.seq_length={seq_length} is longer than the pretraining run's "
             f"{run.seq_length}; use at most {run.seq_length} (0 = the run's)"
         )
+    # [CLS] question [SEP] context [SEP]: a window must keep a piece of the context, or
+    # Model Garden's windowing (squad_lib) never ends
+    if data.task == "squad" and seq_length <= data.max_query_length + 3:
+        raise UserError(
+            f"data.seq_length={seq_length} leaves no room for the context after a question of "
+            f"data.max_query_length={data.max_query_length} pieces and [CLS] [SEP] [SEP]; give "
+            f"a data.max_query_length below {seq_length - 3}, or a pretraining run of a longer "
+            "data.seq_length (BERT: 384 with 64)")
     return seq_length
 
 
