@@ -257,3 +257,24 @@ def test_cli_names_the_validation_fraction_flag_before_writing(tmp_path):
         "error: --validation_fraction=2.0 must be at least 0 and below 1; give the share of "
         "each class to hold out as split `validation` (e.g. 0.1; 0: none)"]
     assert not (tmp_path / "records").exists()
+
+
+def test_shards_being_written_match_no_glob_and_an_interrupted_split_leaves_nothing(
+        tmp_path, monkeypatch):
+    # a Ctrl-C while writing: the `train-*` glob a run reads never sees a partial shard
+    seen_while_writing = []
+
+    def make_example(source, *_):
+        if source == 3:
+            seen_while_writing.append((sorted(os.listdir(tmp_path)),
+                                       tf.io.gfile.glob(str(tmp_path / "train-*"))))
+            raise KeyboardInterrupt
+        return b"record"
+
+    monkeypatch.setattr(convert, "make_example", make_example)
+    with pytest.raises(KeyboardInterrupt):
+        convert.write_split(range(8), str(tmp_path), "train", 2, ["a"], "png", 95)
+    ((written, globbed),) = seen_while_writing
+    assert len(written) == 2 and all(name.startswith(".train-") for name in written)
+    assert globbed == []
+    assert os.listdir(tmp_path) == []

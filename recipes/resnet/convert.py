@@ -215,16 +215,24 @@ def write_split(sources, output_dir, split, num_shards, class_names, image_forma
     """Writes `sources` round-robin into `num_shards` shards; returns the shard paths."""
     paths = shard_paths(output_dir, split, num_shards)
     token = uuid.uuid4().hex[:8]
-    temporaries = [f"{path}.tmp-{token}" for path in paths]
+    # hidden names: a `split-*` glob never reads a shard being written, nor one left by a
+    # killed conversion
+    temporaries = [os.path.join(output_dir, f".{os.path.basename(path)}.tmp-{token}")
+                   for path in paths]
     writers = [tf.io.TFRecordWriter(path) for path in temporaries]
     try:
         for i, source in enumerate(sources):
             writers[i % num_shards].write(
                 make_example(source, class_names, image_format, jpeg_quality)
             )
-    finally:
+    except BaseException:  # Ctrl-C too: nothing half-written stays
         for writer in writers:
             writer.close()
+        for temporary in temporaries:
+            tf.io.gfile.remove(temporary)
+        raise
+    for writer in writers:
+        writer.close()
     for temporary, path in zip(temporaries, paths):
         tf.io.gfile.rename(temporary, path, overwrite=True)
     return paths
