@@ -201,6 +201,12 @@ CASES = {
         ["holds a run this program cannot resume: its config.yaml does not load as this "
          "program's (unknown config key 'data.corpus'); is it another program's run? Give a "
          "new --model_dir"]),
+    # the same, with train.steps below the other run's step: the run is named, not its steps
+    "model-dir-of-another-program-past-its-steps": (
+        RESNET, TRAINED, ["--params_override=data.embedded_digits=true,train.steps=1,"
+                          "train.checkpoint_every=1,optimizer.warmup_steps=0"],
+        ["holds a run this program cannot resume: its config.yaml does not load as this "
+         "program's (unknown config key 'data.corpus')"]),
     # The export replaces its directory: one of other files, or the run's own, is refused.
     "export-dir-holds-other-files": (
         BERT, TRAINED, ["--mode=export", "--params_override=export.dir={d}/notes"],

@@ -201,12 +201,11 @@ def _not_this_programs(config_class, saved_path):
     return None
 
 
-def compare_with_saved_config(task, model_dir, mode):
-    """When --model_dir holds a checkpoint and its config.yaml: refuses a run whose
-    config.yaml is not this program's (before anything is written there) and a change to a
-    key of `task.fixed_on_resume` (one line each); prints every other changed key, old -> new."""
+def check_same_program(task, model_dir):
+    """A UserError, before anything else is checked about --model_dir's run, when it holds
+    a checkpoint and a config.yaml that is not this program's."""
     saved_path = os.path.join(model_dir, "config.yaml")
-    if checkpoints.latest_checkpoint(model_dir) is None or not tf.io.gfile.exists(saved_path):
+    if checkpoints.latest_checkpoint(model_dir) is None:
         return
     reason = _not_this_programs(type(task.config), saved_path)
     if reason:
@@ -215,6 +214,16 @@ def compare_with_saved_config(task, model_dir, mode):
             f"does not load as this program's ({reason}); is it another program's run? Give a "
             "new --model_dir"
         )
+
+
+def compare_with_saved_config(task, model_dir, mode):
+    """When --model_dir holds a checkpoint and its config.yaml: refuses a run whose
+    config.yaml is not this program's (before anything is written there) and a change to a
+    key of `task.fixed_on_resume` (one line each); prints every other changed key, old -> new."""
+    saved_path = os.path.join(model_dir, "config.yaml")
+    if checkpoints.latest_checkpoint(model_dir) is None or not tf.io.gfile.exists(saved_path):
+        return
+    check_same_program(task, model_dir)
     saved = config_lib.load_config(type(task.config), [saved_path])
     for key, old, new in config_lib.changed_keys(saved, task.config):
         if key == "optimizer.name":  # every recipe: the slots are the optimizer's own
@@ -262,6 +271,7 @@ def run(task_class, options):
     task = load_task(task_class, options)
     check_task_methods(task, options.mode)
     check_model_dir(options.model_dir, options.mode)
+    check_same_program(task, options.model_dir)  # before what would be said of its run
     if exports(task.config, options.mode):
         check_export_dir(task, options.model_dir)
     if options.mode in TRAIN_MODES:
