@@ -278,3 +278,30 @@ def test_shards_being_written_match_no_glob_and_an_interrupted_split_leaves_noth
     assert len(written) == 2 and all(name.startswith(".train-") for name in written)
     assert globbed == []
     assert os.listdir(tmp_path) == []
+
+
+@pytest.mark.slow  # fresh processes
+@pytest.mark.parametrize("written, flags, message", [
+    (b"not an archive", [], "error: --npz='{npz}' is not a NumPy .npz archive; save it "
+                            "with np.savez(path, images=..., labels=...)"),
+    (None, ["--validation_fraction=0.01"],
+     "error: validation_fraction=0.01 holds out no image (each class holds out its share, "
+     "rounded; the smallest class has 10); give a larger fraction, or 0 for no validation "
+     "split"),
+])
+def test_cli_an_npz_it_cannot_read_or_an_empty_validation_split_is_one_line(
+        tmp_path, written, flags, message):
+    npz = tmp_path / "input.npz"
+    if written is None:  # 2 classes of 10 images: 1% of 10 rounds to none
+        np.savez(npz, images=np.zeros((20, 4, 4), np.uint8), labels=np.repeat([0, 1], 10))
+    else:
+        npz.write_bytes(written)
+    completed = subprocess.run(
+        [sys.executable, "-m", "recipes.resnet.convert", f"--npz={npz}",
+         f"--output_dir={tmp_path / 'records'}", *flags],
+        cwd=REPO_ROOT, capture_output=True, text=True, timeout=300,
+        env={k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"})
+    assert completed.returncode == 2, completed.stderr[-2000:]
+    (line,) = completed.stderr.strip().splitlines()
+    assert line.startswith(message.format(npz=npz)), line
+    assert not (tmp_path / "records").exists()

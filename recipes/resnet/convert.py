@@ -296,13 +296,19 @@ def convert(
             f"labels go up to {num_classes - 1} but only {len(class_names)} class "
             "names were given; pass one name per class"
         )
-    tf.io.gfile.makedirs(output_dir)
     if validation_fraction > 0:
         train, validation = split_holdout(sources, validation_fraction, seed)
+        if not validation:  # each class holds out round(fraction x its size) images
+            raise UserError(
+                f"validation_fraction={validation_fraction} holds out no image (each class "
+                f"holds out its share, rounded; the smallest class has "
+                f"{min(collections.Counter(s.label for s in sources).values())}); give a "
+                "larger fraction, or 0 for no validation split")
         splits = {"train": train, "validation": validation}
     else:
         order = np.random.default_rng(seed).permutation(len(sources))
         splits = {split: [sources[i] for i in order]}
+    tf.io.gfile.makedirs(output_dir)
     info = _read_info(output_dir, class_names)
     for name, members in splits.items():
         shards = min(num_shards, max(1, len(members)))
@@ -496,7 +502,15 @@ def main(argv):
     elif FLAGS.npz:
         if not os.path.exists(FLAGS.npz):
             raise UserError(f"--npz={FLAGS.npz!r} does not exist")
-        with np.load(FLAGS.npz) as arrays:
+        try:
+            arrays = np.load(FLAGS.npz)  # allow_pickle=False: object arrays are refused
+        except (ValueError, OSError):  # (numpy's words for a text file: "pickled data")
+            raise UserError(f"--npz={FLAGS.npz!r} is not a NumPy .npz archive; save it with "
+                            "np.savez(path, images=..., labels=...)") from None
+        if not isinstance(arrays, np.lib.npyio.NpzFile):
+            raise UserError(f"--npz={FLAGS.npz!r} holds one array, not an .npz archive of "
+                            "named arrays; save it with np.savez(path, images=..., labels=...)")
+        with arrays:
             missing = {"images", "labels"} - set(arrays.files)
             if missing:
                 raise UserError(
