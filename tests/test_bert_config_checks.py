@@ -141,6 +141,24 @@ def test_a_missing_task_file_is_found_before_the_pretraining_run_is_read(tmp_pat
         _finetune_task(override).check_config()
 
 
+def test_a_classification_file_that_is_not_utf8_is_one_line(tmp_path):
+    (tmp_path / "binary.tsv").write_bytes(b"sentence\tlabel\n\xff\tx\n")
+    with pytest.raises(UserError) as raised:
+        classification.read_examples(str(tmp_path / "binary.tsv"), "data.train_file")
+    assert str(raised.value) == (f"data.train_file={tmp_path}/binary.tsv is not UTF-8 text "
+                                 "(invalid start byte at byte 15); save it as UTF-8")
+
+
+def test_a_pretraining_dir_without_the_runs_config_is_one_line(tmp_path):
+    # its model_garden/ copied alone
+    _save_checkpoint(str(tmp_path / "copied" / "model_garden" / "encoder"))
+    with pytest.raises(UserError) as raised:
+        finetune_data.PretrainingRun(str(tmp_path / "copied"))
+    assert str(raised.value) == (
+        f"encoder.pretraining_dir: {tmp_path}/copied/config.yaml does not exist: give the "
+        "--model_dir of a pretraining run (python -m recipes.bert.pretrain)")
+
+
 def test_classification_file_errors_name_the_key_and_the_remedy(tmp_path):
     (tmp_path / "bad.jsonl").write_text('{"sentence": "a", "label": "x"}\n[1, 2]\n')
     with pytest.raises(UserError, match=re.escape(

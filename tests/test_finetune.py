@@ -126,6 +126,7 @@ def test_squad_trains_scores_and_serves_the_scored_answers_in_a_fresh_process(
         f"encoder.pretraining_dir={pretraining_dir}", "encoder.dropout_rate=0.0",
         "encoder.attention_dropout_rate=0.0", "data.task=squad",
         f"data.train_file={TINY_SQUAD}", f"data.eval_file={eval_file}", "data.doc_stride=12",
+        "data.max_query_length=16",  # the run's length is 48: room for the context
         "optimizer.name=adamw", "optimizer.learning_rate=0.001", "optimizer.warmup_steps=10",
         "train.steps=150", "train.checkpoint_every=150", "train.global_batch_size=8",
         "train.micro_batch_size=4", "eval.global_batch_size=8"]))

@@ -43,8 +43,13 @@ def read_examples(path, key=None) -> List[Example]:
     if problem:
         raise UserError(f"{name} {problem}")
     extension = os.path.splitext(path)[1]
-    with tf.io.gfile.GFile(path, "r") as f:
-        text = f.read()
+    with tf.io.gfile.GFile(path, "rb") as f:
+        raw = f.read()
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise UserError(f"{name} is not UTF-8 text ({error.reason} at byte {error.start}); "
+                        "save it as UTF-8") from None
     if extension == ".tsv":
         rows = list(csv.DictReader(text.splitlines(), delimiter="\t", quoting=csv.QUOTE_NONE))
         first_line = 2  # after the header

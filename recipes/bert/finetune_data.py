@@ -37,11 +37,15 @@ class PretrainingRun:
                 f"pretrain first, or write it from the run's export with "
                 f"python -m recipes.bert.ecosystem_export --model_dir={model_dir}"
             )
+        config_path = os.path.join(model_dir, "config.yaml")
+        if not tf.io.gfile.exists(config_path):  # a run's model_garden/ copied alone
+            raise UserError(f"encoder.pretraining_dir: {config_path} does not exist: give the "
+                            "--model_dir of a pretraining run (python -m recipes.bert.pretrain)")
+        with tf.io.gfile.GFile(config_path) as f:
+            data = yaml.safe_load(f)["data"]
         self.encoder_config = encoders.EncoderConfig.from_yaml(
             os.path.join(self.directory, ecosystem_export.ENCODER_CONFIG_FILE))
         self.vocab_file = os.path.join(self.directory, "vocab.txt")
-        with tf.io.gfile.GFile(os.path.join(model_dir, "config.yaml")) as f:
-            data = yaml.safe_load(f)["data"]
         self.seq_length = int(data["seq_length"])
         # What the embedded task needs: the corpus, where it was prepared, the split's seed.
         self.corpus = "" if data.get("train_files") else data.get("corpus")
