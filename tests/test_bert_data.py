@@ -713,6 +713,26 @@ def test_arguments_of_the_wrong_type_name_themselves(tmp_path, argument, value):
         prepare_small("unused", str(tmp_path / "out"), **{argument: value})
 
 
+@pytest.mark.parametrize("input_path, output_dir", [
+    ("corpus", "corpus"),  # the corpus' own directory
+    ("corpus", "corpus/prepared"),  # below a directory read recursively
+    ("corpus/*.txt", "corpus"),  # where the glob would match vocab.txt
+])
+def test_an_output_dir_the_corpus_reads_is_refused_before_anything_is_written(
+        tmp_path, input_path, output_dir):
+    # the vocab.txt written there was a document of the next preparation
+    (tmp_path / "corpus").mkdir()
+    (tmp_path / "corpus" / "a.txt").write_text("One sentence here.\nAnother one.\n")
+    input_path, output_dir = str(tmp_path / input_path), str(tmp_path / output_dir)
+    with pytest.raises(UserError) as raised:
+        prepare_small(input_path, output_dir)
+    assert str(raised.value) == (
+        f"--output_dir={output_dir} is where --input_path={input_path} reads corpus text: the "
+        "vocab.txt written there would be a document of the next preparation; give an "
+        "--output_dir outside the corpus")
+    assert sorted(os.listdir(tmp_path / "corpus")) == ["a.txt"]
+
+
 def test_missing_tfrecords_are_a_user_error(tmp_path):
     with pytest.raises(UserError, match="matches no TFRecord files"):
         input_lib.make_pretraining_dataset(

@@ -32,6 +32,7 @@ if __name__ == "__main__":  # run as a program: TensorFlow's start-up lines off 
 import collections
 import dataclasses
 import difflib
+import fnmatch
 import json
 import logging as python_logging
 import os
@@ -203,8 +204,25 @@ def _corpus_files(input_path, output_dir):
     else:
         files = text_files.resolve_text_files(input_path)
         source = input_path
+        if _corpus_reads(input_path, files, os.path.join(output_dir, "vocab.txt")):
+            raise errors.UserError(
+                f"--output_dir={output_dir} is where --input_path={input_path} reads corpus "
+                "text: the vocab.txt written there would be a document of the next "
+                "preparation; give an --output_dir outside the corpus")
     logging.info("Corpus: %d file(s) from %s.", len(files), source)
     return files, source
+
+
+def _corpus_reads(input_path, files, output_file):
+    """Whether `input_path` (its resolved `files`) reads `output_file`'s directory: a corpus
+    file is there, or a directory or glob of it would match `output_file` (local paths)."""
+    if "://" in input_path + output_file:
+        return False
+    output_dir = os.path.dirname(os.path.abspath(output_file)) + os.sep
+    corpus = os.path.abspath(input_path)
+    return (any(os.path.abspath(path).startswith(output_dir) for path in files)
+            or (os.path.isdir(corpus) and output_dir.startswith(corpus.rstrip(os.sep) + os.sep))
+            or fnmatch.fnmatch(os.path.abspath(output_file), corpus))
 
 
 class _CorpusCounts:
