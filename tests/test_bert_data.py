@@ -733,6 +733,23 @@ def test_an_output_dir_the_corpus_reads_is_refused_before_anything_is_written(
     assert sorted(os.listdir(tmp_path / "corpus")) == ["a.txt"]
 
 
+def test_an_earlier_preparation_of_another_shard_count_is_refused_before_writing(tmp_path):
+    # its -of-00001 shards stayed beside the new -of-00002 ones: train-*.tfrecord read both
+    (tmp_path / "corpus").mkdir()
+    (tmp_path / "corpus" / "a.txt").write_text("One sentence here.\nAnother one.\n\n"
+                                               "A second document.\nWith two lines.\n")
+    output_dir = str(tmp_path / "out")
+    prepare_small(str(tmp_path / "corpus"), output_dir)
+    before = sorted(os.listdir(output_dir))
+    with pytest.raises(UserError) as raised:
+        prepare_small(str(tmp_path / "corpus"), output_dir, num_shards=2)
+    assert str(raised.value) == (
+        f"--output_dir={output_dir} holds 1 train shard(s) of an earlier preparation with "
+        "another --num_shards (train-00000-of-00001.tfrecord, ...), which a train-*.tfrecord "
+        "glob would read beside this one's 2; give an empty --output_dir or remove them")
+    assert sorted(os.listdir(output_dir)) == before
+
+
 def test_missing_tfrecords_are_a_user_error(tmp_path):
     with pytest.raises(UserError, match="matches no TFRecord files"):
         input_lib.make_pretraining_dataset(

@@ -305,3 +305,20 @@ def test_cli_an_npz_it_cannot_read_or_an_empty_validation_split_is_one_line(
     (line,) = completed.stderr.strip().splitlines()
     assert line.startswith(message.format(npz=npz)), line
     assert not (tmp_path / "records").exists()
+
+
+def test_an_earlier_conversion_of_another_shard_count_is_refused_before_writing(tmp_path):
+    # its train-*-of-00004 shards stayed beside the new -of-00002 ones: a train-* glob read both
+    images, labels = np.zeros((8, 4, 4), np.uint8), np.arange(8) % 2
+    convert.convert_arrays(images, labels, str(tmp_path), num_shards=4, image_format="png")
+    before = sorted(os.listdir(tmp_path))
+    with pytest.raises(UserError) as raised:
+        convert.convert_arrays(images, labels, str(tmp_path), num_shards=2, image_format="png")
+    assert str(raised.value) == (
+        f"{tmp_path} holds 4 other train shard(s) (train-00000-of-00004, ...), of "
+        "an earlier conversion, which a train-* glob would read beside this one's 2; give an "
+        "empty --output_dir or remove them")
+    assert sorted(os.listdir(tmp_path)) == before
+    # the same shard count again replaces them
+    convert.convert_arrays(images, labels, str(tmp_path), num_shards=4, image_format="png")
+    assert sorted(os.listdir(tmp_path)) == before
