@@ -20,6 +20,7 @@ Exits non-zero if an overhead exceeds --max_overhead (default 0.03, the project'
 """
 import argparse
 import json
+import math
 import os
 import statistics
 import sys
@@ -125,17 +126,21 @@ def main(argv=None):
             raise ValueError
     except ValueError:
         print(
-            f"--configurations={args.configurations!r}: expected MICROxK items, e.g. 32x8,256x8",
+            f"error: --configurations={args.configurations!r}: expected MICROxK items, e.g. "
+            "32x8,256x8",
             file=sys.stderr,
         )
         return 2
     problem = None
     if args.steps < 1 or args.repeats < 1:
         problem = f"--steps={args.steps} and --repeats={args.repeats} must be at least 1"
+    elif not 0 <= args.max_overhead < math.inf:
+        problem = (f"--max_overhead={args.max_overhead} must be a share of at least 0 (e.g. "
+                   "0.03): the exit status compares the measured overhead with it")
     elif args.json and not os.path.isdir(os.path.dirname(os.path.abspath(args.json))):
         problem = f"--json={args.json}: its directory does not exist; create it or choose another"
     if problem:
-        print(problem, file=sys.stderr)
+        print(f"error: {problem}", file=sys.stderr)
         return 2
     rows = [measure(m, k, args.steps, args.repeats) for m, k in configurations]
     print("micro-batch  k  CPU ms/step off  on  off again  overhead  control (A/A)")

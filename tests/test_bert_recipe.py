@@ -100,6 +100,24 @@ def test_two_steps_from_config_through_the_cli(trained_runs):
                for tag in trust_ratio_tags), trust_ratio_tags
 
 
+def test_ecosystem_export_cli_writes_both_and_prints_its_own_line_only(trained_runs, tmp_path):
+    """`python -m recipes.bert.ecosystem_export` on a run exported before model_garden/ and
+    hub/ existed: its one line on stdout, nothing on stderr (TensorFlow's SavedModel INFO and
+    WARNING lines were)."""
+    model_dir = str(tmp_path / "run")
+    shutil.copytree(trained_runs[1][0], model_dir,
+                    ignore=shutil.ignore_patterns("model_garden", "hub"))
+    env = {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}
+    done = subprocess.run([sys.executable, "-m", "recipes.bert.ecosystem_export",
+                           f"--model_dir={model_dir}"], cwd=REPO_ROOT, env=env,
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stderr == ""
+    assert done.stdout == (f"exported Model Garden encoder checkpoint to {model_dir}/model_garden "
+                           f"and TF-Hub-style SavedModels to {model_dir}/hub\n")
+    assert sorted(os.listdir(os.path.join(model_dir, "hub"))) == ["encoder", "preprocess"]
+
+
 def test_export_writes_the_model_garden_checkpoint_and_hub_pair_of_the_trained_encoder(
         trained_runs, tiny_data):
     """model_garden/ and hub/ (recipes/bert/ecosystem_export.py, docs/finetune.md) come out of

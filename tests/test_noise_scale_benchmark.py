@@ -39,7 +39,10 @@ def test_benchmark_times_the_step_with_and_without_the_measurement(tmp_path):
 @pytest.mark.slow  # a benchmark process
 @pytest.mark.parametrize("flag, name", [("--configurations=32by8", "--configurations"),
                                         ("--steps=0", "--steps=0"),
-                                        ("--json=/no/such/directory/r.json", "--json")])
+                                        ("--json=/no/such/directory/r.json", "--json"),
+                                        # the exit status would say 1 whatever it measured
+                                        ("--max_overhead=-1", "error: --max_overhead=-1.0 "
+                                                              "must be a share of at least 0")])
 def test_benchmark_rejects_a_bad_flag_in_one_line_before_any_timing(flag, name):
     result = subprocess.run(
         [sys.executable, os.path.join(REPO_ROOT, "benchmarks", "noise_scale_cost.py"), flag],

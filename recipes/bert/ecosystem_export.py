@@ -38,6 +38,7 @@ import uuid  # noqa: E402
 import tensorflow as tf  # noqa: E402
 import yaml  # noqa: E402
 from absl import flags  # noqa: E402
+from absl import logging as absl_logging  # noqa: E402
 from official.nlp.configs import encoders  # noqa: E402
 from official.nlp.tools import export_tfhub_lib  # noqa: E402
 
@@ -223,6 +224,9 @@ def export_pretraining_run(model_dir):
 def _main(argv):
     if len(argv) > 1:
         raise UserError(f"unexpected arguments {argv[1:]}; all options are --flags")
+    # TensorFlow's and Keras' INFO and WARNING lines of loading and writing SavedModels
+    absl_logging.set_verbosity(absl_logging.ERROR)
+    tf.get_logger().setLevel("ERROR")
     export_pretraining_run(flags.FLAGS.model_dir)
 
 
