@@ -14,7 +14,8 @@ experiment `exp_factory` does not know (with the closest registered names), a
 whose int, float, bool or str field cannot hold the value given (`_wrongly_typed`), and the
 few fields whose absence makes Model Garden crash deep in its trainer
 (`lamb_tf.model_garden.missing_field`: a learning-rate `decay_steps`, a `warmup_steps`, the
-data's `input_path`). TensorFlow's C++ start-up lines come before this module runs (`python
+data's `input_path`), an optimizer argument that Model Garden's factory cannot build (ours
+refuse `beta_1=1.5`, say), and an `input_path` glob that matches no file. TensorFlow's C++ start-up lines come before this module runs (`python
 -m` imports the `lamb_tf` package, and TensorFlow, first): `TF_CPP_MIN_LOG_LEVEL=3` in the
 environment keeps them off the console.
 """
@@ -274,6 +275,39 @@ def check(flags_obj, driver_name):
         raise _UsageError(f"{missing} is not set, and Model Garden's trainer crashes without "
                           "it: set it in --config_file or --params_override "
                           "(e.g. configs/model_garden/bert_tiny_lamb.yaml)")
+    _check_optimizer(params.trainer.optimizer_config)
+    _check_input_paths(params, flags_obj.mode)
+
+
+def _check_optimizer(optimizer_config):
+    """The optimizer built as the trainer's task builds it (Model Garden's own factory, ours
+    registered for lamb/lars): an argument our classes refuse (beta_1=1.5, say) fails there
+    only after the driver has written model_dir."""
+    from official.modeling.optimization import optimizer_factory
+
+    factory = optimizer_factory.OptimizerFactory(optimizer_config)
+    try:
+        factory.build_optimizer(factory.build_learning_rate())
+    except (ValueError, TypeError) as error:
+        section = f"trainer.optimizer_config.optimizer.{optimizer_config.optimizer.type}"
+        # (gin, which wraps build_optimizer, adds a line naming itself)
+        raise _UsageError(f"{section}: {_message(error).splitlines()[0]}") from None
+
+
+def _check_input_paths(params, mode):
+    """A data `input_path` glob that matches no file (Model Garden's reader fails on it
+    after the driver has written model_dir); `dummy` is its synthetic data."""
+    import tensorflow as tf
+
+    reads = [("train_data", "train" in mode), ("validation_data", "eval" in mode)]
+    for data_name, needed in reads:
+        data = getattr(params.task, data_name, None)
+        paths = getattr(data, "input_path", None) if needed else None
+        paths = paths.split(",") if isinstance(paths, str) else paths or []
+        for path in (p.strip() for p in paths):
+            if path and path != "dummy" and not tf.io.gfile.glob(path):
+                raise _UsageError(f"task.{data_name}.input_path={path!r} matches no file; "
+                                  "check the path")
 
 
 def _check_then(driver_main, driver_name):

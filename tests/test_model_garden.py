@@ -392,6 +392,14 @@ BAD_LAUNCHES = {
     "model-dir-is-a-file": (["nlp", "--model_dir={d}/a_file"],
                             ["--model_dir={d}/a_file: {d}/a_file is a file, not a directory",
                              "give a new directory"]),
+    # our LAMB refuses it when the trainer builds the optimizer, after writing model_dir
+    "optimizer-argument-ours-refuse": (
+        ["nlp", "--params_override=trainer.optimizer_config.optimizer.lamb.beta_1=1.5"],
+        ["trainer.optimizer_config.optimizer.lamb: beta_1 must be in [0, 1), got 1.5"]),
+    # Model Garden's reader fails on it after writing model_dir
+    "input-path-matches-nothing": (
+        ["nlp", "--params_override=task.train_data.input_path={d}/none-*"],
+        ["task.train_data.input_path='{d}/none-*' matches no file; check the path"]),
     "model-dir-under-a-file": (["nlp", "--model_dir={d}/a_file/run"],
                                ["--model_dir={d}/a_file/run: {d}/a_file is a file, not a "
                                 "directory"]),
