@@ -517,23 +517,7 @@ def main(argv):
     if FLAGS.image_dir:
         info = convert_image_folder(FLAGS.image_dir, FLAGS.output_dir, **options)
     elif FLAGS.npz:
-        if not os.path.exists(FLAGS.npz):
-            raise UserError(f"--npz={FLAGS.npz!r} does not exist")
-        try:
-            arrays = np.load(FLAGS.npz)  # allow_pickle=False: object arrays are refused
-        except (ValueError, OSError):  # (numpy's words for a text file: "pickled data")
-            raise UserError(f"--npz={FLAGS.npz!r} is not a NumPy .npz archive; save it with "
-                            "np.savez(path, images=..., labels=...)") from None
-        if not isinstance(arrays, np.lib.npyio.NpzFile):
-            raise UserError(f"--npz={FLAGS.npz!r} holds one array, not an .npz archive of "
-                            "named arrays; save it with np.savez(path, images=..., labels=...)")
-        with arrays:
-            missing = {"images", "labels"} - set(arrays.files)
-            if missing:
-                raise UserError(
-                    f"--npz={FLAGS.npz!r} lacks array(s) {sorted(missing)}; save it with "
-                    "np.savez(path, images=..., labels=..., class_names=... optional)"
-                )
+        with _open_npz(FLAGS.npz) as arrays:
             names = (
                 [str(n) for n in arrays["class_names"]] if "class_names" in arrays.files else None
             )
@@ -552,6 +536,27 @@ def main(argv):
         f"{len(info['class_names'])} classes, labels {LABEL_OFFSET}..{len(info['class_names'])}"
         f" in {os.path.join(FLAGS.output_dir, LABELS_FILE)}"
     )
+
+
+def _open_npz(path):
+    """The `np.load` of `--npz`, an archive holding `images` and `labels`; else a UserError."""
+    if not os.path.exists(path):
+        raise UserError(f"--npz={path!r} does not exist")
+    try:
+        arrays = np.load(path)  # allow_pickle=False: object arrays are refused
+    except (ValueError, OSError):  # (numpy's words for a text file: "pickled data")
+        raise UserError(f"--npz={path!r} is not a NumPy .npz archive; save it with "
+                        "np.savez(path, images=..., labels=...)") from None
+    if not isinstance(arrays, np.lib.npyio.NpzFile):
+        raise UserError(f"--npz={path!r} holds one array, not an .npz archive of named "
+                        "arrays; save it with np.savez(path, images=..., labels=...)")
+    missing = {"images", "labels"} - set(arrays.files)
+    if missing:
+        arrays.close()
+        raise UserError(
+            f"--npz={path!r} lacks array(s) {sorted(missing)}; save it with "
+            "np.savez(path, images=..., labels=..., class_names=... optional)")
+    return arrays
 
 
 def _check_conversion_flags(FLAGS):  # pylint: disable=invalid-name
