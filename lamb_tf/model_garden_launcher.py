@@ -15,9 +15,9 @@ whose int, float, bool or str field cannot hold the value given (`_wrongly_typed
 few fields whose absence makes Model Garden crash deep in its trainer
 (`lamb_tf.model_garden.missing_field`: a learning-rate `decay_steps`, a `warmup_steps`, the
 data's `input_path`), an optimizer argument that Model Garden's factory cannot build (ours
-refuse `beta_1=1.5`, say), and an `input_path` glob that matches no file. TensorFlow's C++ start-up lines come before this module runs (`python
--m` imports the `lamb_tf` package, and TensorFlow, first): `TF_CPP_MIN_LOG_LEVEL=3` in the
-environment keeps them off the console.
+refuse `beta_1=1.5`, say), and an `input_path` glob that matches no file. TensorFlow's C++
+start-up lines come before this module runs (`python -m` imports the `lamb_tf` package, and
+TensorFlow, first): `TF_CPP_MIN_LOG_LEVEL=3` in the environment keeps them off the console.
 """
 import difflib
 import importlib

@@ -744,9 +744,9 @@ def test_an_earlier_preparation_of_another_shard_count_is_refused_before_writing
     with pytest.raises(UserError) as raised:
         prepare_small(str(tmp_path / "corpus"), output_dir, num_shards=2)
     assert str(raised.value) == (
-        f"--output_dir={output_dir} holds 1 train shard(s) of an earlier preparation with "
-        "another --num_shards (train-00000-of-00001.tfrecord, ...), which a train-*.tfrecord "
-        "glob would read beside this one's 2; give an empty --output_dir or remove them")
+        f"--output_dir={output_dir} holds 1 train-*.tfrecord file(s) of an earlier run with "
+        "another shard count (train-00000-of-00001.tfrecord, ...), which a train-*.tfrecord "
+        "glob would read beside this run's 2; give an empty --output_dir or remove them")
     assert sorted(os.listdir(output_dir)) == before
 
 

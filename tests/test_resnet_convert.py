@@ -315,9 +315,9 @@ def test_an_earlier_conversion_of_another_shard_count_is_refused_before_writing(
     with pytest.raises(UserError) as raised:
         convert.convert_arrays(images, labels, str(tmp_path), num_shards=2, image_format="png")
     assert str(raised.value) == (
-        f"{tmp_path} holds 4 other train shard(s) (train-00000-of-00004, ...), of "
-        "an earlier conversion, which a train-* glob would read beside this one's 2; give an "
-        "empty --output_dir or remove them")
+        f"output_dir={tmp_path} holds 4 train-* file(s) of an earlier run with another shard "
+        "count (train-00000-of-00004, ...), which a train-* glob would read beside this run's "
+        "2; give an empty output_dir or remove them")
     assert sorted(os.listdir(tmp_path)) == before
     # the same shard count again replaces them
     convert.convert_arrays(images, labels, str(tmp_path), num_shards=4, image_format="png")

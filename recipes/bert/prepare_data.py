@@ -33,7 +33,6 @@ import collections
 import dataclasses
 import difflib
 import fnmatch
-import glob as glob_lib
 import json
 import logging as python_logging
 import os
@@ -153,7 +152,9 @@ def prepare_pretraining_data(
     tokens = vocabulary.read_vocabulary(vocab_file) if vocab_file is not None else None
     started = time.time()
     files, source = _corpus_files(input_path, output_dir)  # a bad path: before any file
-    _refuse_other_shards(output_dir, num_shards)
+    for prefix in _SPLIT_PREFIX.values():
+        storage.check_no_earlier_shards("--output_dir", output_dir, f"{prefix}-*.tfrecord",
+                                        tfrecords.shard_paths(output_dir, prefix, num_shards))
     metadata_path = _remove_finished_mark(output_dir)
     # Pass 1: split, count, refuse bad files; then the vocabulary.
     if beam is not None:
@@ -196,22 +197,6 @@ def _remove_finished_mark(output_dir):
     if os.path.exists(metadata_path):
         os.remove(metadata_path)
     return metadata_path
-
-
-def _refuse_other_shards(output_dir, num_shards):
-    """A UserError if `output_dir` holds shards of another shard count (an earlier
-    preparation's), which a `train-*.tfrecord` glob would read beside this one's."""
-    for prefix in _SPLIT_PREFIX.values():
-        ours = set(tfrecords.shard_paths(output_dir, prefix, num_shards))
-        others = sorted(path for path in glob_lib.glob(os.path.join(output_dir,
-                                                                      f"{prefix}-*.tfrecord"))
-                        if path not in ours)
-        if others:
-            raise errors.UserError(
-                f"--output_dir={output_dir} holds {len(others)} {prefix} shard(s) of an earlier "
-                f"preparation with another --num_shards ({os.path.basename(others[0])}, ...), "
-                f"which a {prefix}-*.tfrecord glob would read beside this one's "
-                f"{num_shards}; give an empty --output_dir or remove them")
 
 
 def _corpus_files(input_path, output_dir):

@@ -217,13 +217,13 @@ def check_same_program(task, model_dir):
 
 
 def compare_with_saved_config(task, model_dir, mode):
-    """When --model_dir holds a checkpoint and its config.yaml: refuses a run whose
-    config.yaml is not this program's (before anything is written there) and a change to a
-    key of `task.fixed_on_resume` (one line each); prints every other changed key, old -> new."""
+    """When --model_dir holds a checkpoint and its config.yaml (this program's:
+    `check_same_program` ran first): refuses a change to a key of `task.fixed_on_resume`,
+    to `optimizer.name`, or into `mixed_float16` (one line each), before anything is written
+    there; prints every other changed key, old -> new."""
     saved_path = os.path.join(model_dir, "config.yaml")
     if checkpoints.latest_checkpoint(model_dir) is None or not tf.io.gfile.exists(saved_path):
         return
-    check_same_program(task, model_dir)
     saved = config_lib.load_config(type(task.config), [saved_path])
     for key, old, new in config_lib.changed_keys(saved, task.config):
         if key == "optimizer.name":  # every recipe: the slots are the optimizer's own

@@ -53,3 +53,18 @@ def check_writable(setting, directory):
     if problem:
         raise UserError(f"{setting}: {problem}; give a directory you can write (it is created "
                         "if missing)")
+
+
+def check_no_earlier_shards(setting, output_dir, pattern, shards):
+    """A UserError naming `setting` if `output_dir` holds files of `pattern` (a shard glob
+    such as `train-*`) other than this run's `shards`: an earlier run's of another shard
+    count, which the glob a training run reads would take beside the new ones."""
+    import tensorflow as tf  # (gs:// too; this module is imported before TensorFlow)
+
+    others = sorted(set(tf.io.gfile.glob(os.path.join(output_dir, pattern))) - set(shards))
+    if others:
+        raise UserError(
+            f"{setting}={output_dir} holds {len(others)} {pattern} file(s) of an earlier run "
+            f"with another shard count ({os.path.basename(others[0])}, ...), which a {pattern} "
+            f"glob would read beside this run's {len(shards)}; give an empty {setting} or "
+            "remove them")

@@ -238,20 +238,6 @@ def write_split(sources, output_dir, split, num_shards, class_names, image_forma
     return paths
 
 
-def _refuse_other_shards(output_dir, split, num_shards):
-    """A UserError if `output_dir` holds `split` shards of another shard count (an earlier
-    conversion's), which a `split-*` glob would read beside this one's."""
-    ours = set(shard_paths(output_dir, split, num_shards))
-    others = sorted(path for path in tf.io.gfile.glob(os.path.join(output_dir, f"{split}-*"))
-                    if path not in ours)
-    if others:
-        raise UserError(
-            f"{output_dir} holds {len(others)} other {split} shard(s) "
-            f"({os.path.basename(others[0])}, ...), of an earlier conversion, which a {split}-* "
-            f"glob would read beside this one's {num_shards}; give an empty --output_dir or "
-            "remove them")
-
-
 def held_out_count(validation_fraction, class_size):
     """Examples of a class of `class_size` that `split_holdout` holds out."""
     return int(round(validation_fraction * class_size))
@@ -324,7 +310,8 @@ def convert(
         splits = {split: [sources[i] for i in order]}
     shard_counts = {name: min(num_shards, max(1, len(members))) for name, members in splits.items()}
     for name, shards in shard_counts.items():
-        _refuse_other_shards(output_dir, name, shards)
+        storage.check_no_earlier_shards("output_dir", output_dir, f"{name}-*",
+                                        shard_paths(output_dir, name, shards))
     tf.io.gfile.makedirs(output_dir)
     info = _read_info(output_dir, class_names)
     for name, members in splits.items():
