@@ -13,6 +13,7 @@ round's ratio can land 10-20% either side of the next, so a median alone says li
 import functools
 import math
 import statistics
+import sys
 import time
 
 
@@ -98,3 +99,10 @@ def describe_ratios(ratios, target=1.0, confidence=0.9):
     return (f"median {statistics.median(ratios):.2f}×, {low:.2f}–{high:.2f}× with "
             f"{coverage:.0%} confidence: {_verdict(low, high, coverage, target, confidence)} "
             f"(target {target:.2f}×)")
+
+
+if __name__ == "__main__":  # run alone it would do nothing: say what to run instead
+    print("error: benchmarks/alternation.py is a module of the benchmark scripts, used by "
+          "optimizer_step.py, recipe_throughput.py and the other timing scripts; "
+          "run one of those (--help lists its flags)", file=sys.stderr)
+    sys.exit(2)

@@ -27,6 +27,7 @@ Used by benchmarks/recipe_throughput.py, which prints the table.
 """
 import os
 import statistics
+import sys
 import tempfile
 import time
 
@@ -287,3 +288,10 @@ def _paired(ratios):
         return "–"
     return (f"{statistics.median(ratios):.2f}× ("
             + ", ".join(f"{ratio:.2f}" for ratio in ratios) + ")")
+
+
+if __name__ == "__main__":  # run alone it would do nothing: say what to run instead
+    print("error: benchmarks/chunk_boundaries.py is a module of the benchmark scripts, used by "
+          "recipe_throughput.py; run one of those (--help lists its flags)",
+          file=sys.stderr)
+    sys.exit(2)

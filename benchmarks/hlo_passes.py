@@ -13,6 +13,7 @@ This counts each operand once: a loop that reads an operand twice, or that spill
 more. It is a lower bound for the code XLA chose, read from that code, not a timing.
 """
 import re
+import sys
 
 # HLO instructions that are no loop of their own
 _NOT_A_PASS = frozenset({"parameter", "constant", "tuple", "get-tuple-element", "bitcast"})
@@ -75,3 +76,10 @@ def bytes_per_parameter(loops, parameters):
     """(bytes read, bytes written) of `passes`' loops, per parameter."""
     return (sum(read for _, _, read, _ in loops) / parameters,
             sum(written for _, _, _, written in loops) / parameters)
+
+
+if __name__ == "__main__":  # run alone it would do nothing: say what to run instead
+    print("error: benchmarks/hlo_passes.py is a module of the benchmark scripts, used by "
+          "optimizer_step.py --passes and update_anatomy.py --passes; "
+          "run one of those (--help lists its flags)", file=sys.stderr)
+    sys.exit(2)

@@ -38,6 +38,7 @@ learning rate (no warmup): the recipe's schedule is a few scalar ops per step ei
 import contextlib
 import io
 import os
+import sys
 import time
 
 import tensorflow as tf
@@ -242,3 +243,10 @@ def resnet_side(config, task):
         "trainer": lamb_trainer_override(config.optimizer, decay_exclusions,
                                          config.optimizer.exclude_from_layer_adaptation),
     })
+
+
+if __name__ == "__main__":  # run alone it would do nothing: say what to run instead
+    print("error: benchmarks/model_garden_loops.py is a module of the benchmark scripts, used by "
+          "recipe_throughput.py and step_after_pause.py; run one of those (--help lists its flags)",
+          file=sys.stderr)
+    sys.exit(2)

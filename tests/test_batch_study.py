@@ -304,11 +304,23 @@ def test_a_failure_that_is_not_divergence_stops_the_study(fake_recipe, tmp_path,
         ("--base_lr=lamb=0.1,momentum=inf", "--base_lr: momentum=inf is not a learning rate"),
         ("--base_lr=lamb=0,momentum=0.1", "--base_lr: lamb=0.0 is not a learning rate"),
         ("--base_lr=lamb=1e308,momentum=0.1", "lamb at batch 8 gets learning rate inf"),
+        # a value given twice is a typo more often than a wish (argparse kept both, the grid
+        # one); a layering flag given twice would keep only its last items
+        ("--batch_sizes=8,8", "--batch_sizes: '8,8' gives 8 twice; give each once"),
+        ("--seeds=1,2,1", "--seeds: '1,2,1' gives 1 twice; give each once"),
+        ("--optimizers=lamb,momentum,lamb", "--optimizers: 'lamb,momentum,lamb' gives lamb "
+         "twice"),
+        ("--lr_multipliers=1,1.0", "--lr_multipliers: '1,1.0' gives 1.0 twice"),
+        ("--base_lr=lamb=0.1,momentum=0.1,lamb=0.2", "--base_lr: "
+         "'lamb=0.1,momentum=0.1,lamb=0.2' gives lamb twice; give each once"),
+        (["--params_override=data.seed=1", "--params_override=data.seed=2"],
+         "--params_override is given twice and only the last would count; give it once"),
     ],
 )
 def test_user_mistakes_are_one_line_before_any_run(change, message, tmp_path, capsys):
-    flag = change.split("=")[0]
-    argv = [arg for arg in TINY_GRID if not arg.startswith(flag + "=")] + [change]
+    changes = [change] if isinstance(change, str) else change
+    flag = changes[0].split("=")[0]
+    argv = [arg for arg in TINY_GRID if not arg.startswith(flag + "=")] + changes
     study_dir = tmp_path / "study"
     try:
         status = cli.main(argv + [f"--study_dir={study_dir}"])

@@ -384,3 +384,23 @@ def test_step_after_pause_refuses_bad_arguments_before_any_work(argv, message, t
     assert status == 2
     assert message in capsys.readouterr().err
     assert not (tmp_path / "work").exists()
+
+
+@pytest.mark.parametrize("module", ["alternation", "hlo_passes", "threads", "chunk_boundaries",
+                                    "model_garden_loops"])
+def test_a_module_of_the_scripts_run_alone_names_the_scripts_to_run(module, capsys):
+    """Run as a script, a module the scripts import said nothing and did nothing."""
+    import runpy
+
+    with pytest.raises(SystemExit) as exited:
+        runpy.run_path(os.path.join(REPO_ROOT, "benchmarks", f"{module}.py"),
+                       run_name="__main__")
+    assert exited.value.code == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith(f"error: benchmarks/{module}.py is a module of the benchmark "
+                           "scripts, used by ") and line.endswith("(--help lists its flags)")
+    used_by = line.split("used by ")[1].split(";")[0]
+    for script in used_by.replace(" and ", ", ").split(", "):
+        name = script.split()[0]
+        if name.endswith(".py"):  # the scripts it names exist
+            assert os.path.isfile(os.path.join(REPO_ROOT, "benchmarks", name)), name

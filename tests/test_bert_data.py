@@ -640,6 +640,12 @@ def test_text_file_that_is_not_utf8_is_a_user_error_naming_it(tmp_path):
     )
     with pytest.raises(UserError, match=r"latin1\.txt is not UTF-8 text"):
         prepare_small(str(corpus_dir), str(tmp_path / "out"))
+    assert not (tmp_path / "out").exists()  # made by the refused run: removed
+    (tmp_path / "kept").mkdir()  # one the user made stays, as do its files
+    (tmp_path / "kept" / "notes.txt").write_text("mine")
+    with pytest.raises(UserError, match=r"latin1\.txt is not UTF-8 text"):
+        prepare_small(str(corpus_dir), str(tmp_path / "kept"))
+    assert os.listdir(tmp_path / "kept") == ["notes.txt"]
 
 
 def test_corpus_without_sentence_pairs_is_a_user_error_and_leaves_no_shards(tmp_path):

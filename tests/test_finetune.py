@@ -222,6 +222,14 @@ def test_pretraining_dir_without_encoder_export_names_the_fix(tmp_path):
         finetune_data.PretrainingRun(str(tmp_path))
 
 
+def test_a_file_as_pretraining_dir_is_named_as_a_file(tmp_path):
+    (tmp_path / "config.yaml").write_text("")  # e.g. the run's config.yaml, not its directory
+    with pytest.raises(finetune.UserError, match=re.escape(
+            f"encoder.pretraining_dir={tmp_path / 'config.yaml'} is a file: give the "
+            "--model_dir of a pretraining run")):
+        finetune_data.PretrainingRun(str(tmp_path / "config.yaml"))
+
+
 @pytest.mark.slow  # exports a pretraining run's encoder (SavedModels)
 def test_stdlib_task_needs_a_run_on_the_embedded_corpus(pretraining_dir, tmp_path):
     from recipes.common import config as config_lib
@@ -229,6 +237,17 @@ def test_stdlib_task_needs_a_run_on_the_embedded_corpus(pretraining_dir, tmp_pat
                                     f"encoder.pretraining_dir={pretraining_dir}")
     with pytest.raises(finetune.UserError, match="data.task=stdlib needs a pretraining run"):
         finetune.BertFinetuneTask(config).check_config()  # before any work
+
+
+def test_stdlib_task_from_a_run_whose_prepared_corpus_is_gone_names_it(tmp_path):
+    """A pretraining run on the embedded corpus whose data/ was deleted since: named by the
+    config check, before any work (it was told it was not a run on the embedded corpus)."""
+    run = types.SimpleNamespace(corpus="stdlib", data_dir=str(tmp_path / "data"), seq_length=16)
+    data = types.SimpleNamespace(task="stdlib", seq_length=0)
+    with pytest.raises(finetune.UserError, match=re.escape(
+            f"{tmp_path}/data/corpus/stdlib_docstrings.txt does not exist: data.task=stdlib "
+            "reads the embedded corpus its pretraining run prepared there")):
+        finetune_data.check_task_run(data, run)
 
 
 def test_comparison_adds_the_init_to_either_override_form():

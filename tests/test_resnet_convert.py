@@ -171,6 +171,9 @@ def test_bad_folders_give_one_line_errors(tmp_path, layout, expected):
 def test_missing_folder_and_bad_arrays(tmp_path):
     with pytest.raises(UserError, match="does not exist"):
         convert.convert_image_folder(str(tmp_path / "nope"), str(tmp_path / "out"))
+    (tmp_path / "photo.jpg").write_bytes(b"")  # a file given for the folder: not "missing"
+    with pytest.raises(UserError, match="photo.jpg' is a file, not a folder; pass --image_dir"):
+        convert.convert_image_folder(str(tmp_path / "photo.jpg"), str(tmp_path / "out"))
     with pytest.raises(UserError, match="uint8"):
         convert.convert_arrays(np.zeros((2, 3, 3), np.float32), [0, 1], str(tmp_path))
     with pytest.raises(UserError, match="labels must have shape"):

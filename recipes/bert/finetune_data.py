@@ -23,7 +23,8 @@ class PretrainingRun:
 
     def __init__(self, model_dir):
         if not tf.io.gfile.isdir(model_dir):
-            raise UserError(f"encoder.pretraining_dir={model_dir} does not exist: give the "
+            what = "is a file" if tf.io.gfile.exists(model_dir) else "does not exist"
+            raise UserError(f"encoder.pretraining_dir={model_dir} {what}: give the "
                             "--model_dir of a pretraining run (python -m recipes.bert.pretrain)")
         self.directory = os.path.join(model_dir, ecosystem_export.CHECKPOINT_SUBDIR)
         self.checkpoint = tf.train.latest_checkpoint(self.directory)
@@ -88,6 +89,8 @@ def check_task_run(data, run):
             f"{run.corpus!r}; give such a run as encoder.pretraining_dir, or use "
             "data.task=classification with your own files"
         )
+    if data.task == "stdlib":
+        stdlib_classification.check_corpus_files(run.data_dir)
     seq_length = data.seq_length or run.seq_length
     if seq_length > run.seq_length:
         raise UserError(

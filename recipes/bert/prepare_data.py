@@ -30,6 +30,7 @@ if __name__ == "__main__":  # run as a program: TensorFlow's start-up lines off 
     from recipes.common import startup  # noqa: F401  (before TensorFlow is imported)
 
 import collections
+import contextlib
 import dataclasses
 import difflib
 import fnmatch
@@ -151,20 +152,19 @@ def prepare_pretraining_data(
     beam = _Beam(beam_options, output_dir) if beam_options is not None else None
     tokens = vocabulary.read_vocabulary(vocab_file) if vocab_file is not None else None
     started = time.time()
-    files, source = _corpus_files(input_path, output_dir)  # a bad path: before any file
-    for prefix in _SPLIT_PREFIX.values():
-        storage.check_no_earlier_shards("--output_dir", output_dir, f"{prefix}-*.tfrecord",
-                                        tfrecords.shard_paths(output_dir, prefix, num_shards))
-    metadata_path = _remove_finished_mark(output_dir)
-    # Pass 1: split, count, refuse bad files; then the vocabulary.
-    if beam is not None:
-        summaries, counts = beam.summarize(
-            files, seed, heldout_fraction, lower_case, count_words=tokens is None
-        )
-    else:
-        summaries, counts = _summarize(
-            files, seed, heldout_fraction, lower_case, tokens is None, progress
-        )
+    with _removed_if_refused(output_dir):  # a corpus refused: no empty --output_dir left
+        files, source = _corpus_files(input_path, output_dir)  # a bad path: before any file
+        _check_no_earlier_shards(output_dir, num_shards)
+        metadata_path = _remove_finished_mark(output_dir)
+        # Pass 1: split, count, refuse bad files; then the vocabulary.
+        if beam is not None:
+            summaries, counts = beam.summarize(
+                files, seed, heldout_fraction, lower_case, count_words=tokens is None
+            )
+        else:
+            summaries, counts = _summarize(
+                files, seed, heldout_fraction, lower_case, tokens is None, progress
+            )
     corpus_counts = _CorpusCounts(source, summaries)
     vocab_path = os.path.join(output_dir, "vocab.txt")
     tokens = _write_vocabulary(tokens, vocab_file, vocab_path, counts, vocab_size, corpus_counts)
@@ -187,6 +187,12 @@ def prepare_pretraining_data(
 # --- The steps of prepare_pretraining_data, in order --------------------------------------
 
 
+def _check_no_earlier_shards(output_dir, num_shards):
+    for prefix in _SPLIT_PREFIX.values():
+        storage.check_no_earlier_shards("--output_dir", output_dir, f"{prefix}-*.tfrecord",
+                                        tfrecords.shard_paths(output_dir, prefix, num_shards))
+
+
 def _remove_finished_mark(output_dir):
     """Creates `output_dir`; returns the path of its metadata.json, removed if present.
 
@@ -197,6 +203,21 @@ def _remove_finished_mark(output_dir):
     if os.path.exists(metadata_path):
         os.remove(metadata_path)
     return metadata_path
+
+
+@contextlib.contextmanager
+def _removed_if_refused(output_dir):
+    """On a UserError, removes `output_dir` if this run made it and wrote no file in it, as
+    the directories below it without a file (a file keeps its directories)."""
+    made = not os.path.exists(output_dir)
+    try:
+        yield
+    except errors.UserError:
+        walk = os.walk(output_dir, topdown=False) if made else ()
+        for root, _, _ in walk:
+            if not os.listdir(root):
+                os.rmdir(root)
+        raise
 
 
 def _corpus_files(input_path, output_dir):

@@ -47,17 +47,27 @@ def document_names():
     return names
 
 
+def corpus_files(pretraining_data_dir):
+    """The embedded corpus' files a pretraining preparation wrote into its data directory."""
+    return [os.path.join(pretraining_data_dir, "corpus", name)
+            for name in corpus.EMBEDDED_CORPUS_FILES]
+
+
+def check_corpus_files(pretraining_data_dir):
+    """A UserError naming the first of `corpus_files` missing (the run's data/ deleted)."""
+    missing = [path for path in corpus_files(pretraining_data_dir) if not os.path.exists(path)]
+    if missing:
+        raise UserError(
+            f"{missing[0]} does not exist: data.task=stdlib reads the embedded corpus its "
+            "pretraining run prepared there; give a run whose prepared data is whole, or use "
+            "data.task=classification with your own files")
+
+
 def heldout_documents(pretraining_data_dir, seed, heldout_fraction=prepare_data.HELDOUT_FRACTION):
     """([(name, sentences)] of the documents the pretraining preparation held out, the text
     of the documents it trained on as one string)."""
-    files = [os.path.join(pretraining_data_dir, "corpus", name)
-             for name in corpus.EMBEDDED_CORPUS_FILES]
-    missing = [path for path in files if not os.path.exists(path)]
-    if missing:
-        raise UserError(
-            f"{missing[0]} does not exist: the embedded fine-tuning task needs a pretraining "
-            "run on the embedded corpus (data.corpus: stdlib)"
-        )
+    files = corpus_files(pretraining_data_dir)
+    check_corpus_files(pretraining_data_dir)
     names = document_names()
     documents = list(text_files.read_documents(files))
     if len(names) != len(documents):

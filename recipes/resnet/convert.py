@@ -74,8 +74,9 @@ def list_image_folder(image_dir):
     """(class names sorted, [(path, class index)]) of `image_dir/<class>/<image>`;
     one-line errors."""
     if not os.path.isdir(image_dir):
+        what = "is a file, not a folder" if os.path.exists(image_dir) else "does not exist"
         raise UserError(
-            f"image folder {image_dir!r} does not exist; pass --image_dir=<folder with "
+            f"image folder {image_dir!r} {what}; pass --image_dir=<folder with "
             "one subfolder per class>"
         )
     entries = sorted(os.listdir(image_dir))

@@ -41,19 +41,48 @@ def _list(kind):
             raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list") from None
         if not values:
             raise argparse.ArgumentTypeError("empty list")
+        repeated = _first_repeated(values)
+        if repeated is not None:  # a typo more often than a wish (32,32 for 32,64)
+            raise argparse.ArgumentTypeError(f"{text!r} gives {repeated} twice; give each once")
         return values
 
     return parse
 
 
+def _first_repeated(values):
+    seen = set()
+    for value in values:
+        if value in seen:
+            return value
+        seen.add(value)
+    return None
+
+
 def _learning_rates(text):
     try:
         pairs = [item.split("=") for item in text.split(",")]
-        return {name: float(value) for name, value in pairs}
+        rates = {name: float(value) for name, value in pairs}
     except ValueError:
         raise argparse.ArgumentTypeError(
             f"{text!r}: expected OPTIMIZER=LR items, e.g. lamb=0.01,lars=1.0"
         ) from None
+    if len(rates) < len(pairs):
+        repeated = _first_repeated(name for name, _ in pairs)
+        raise argparse.ArgumentTypeError(f"{text!r} gives {repeated} twice; give each once")
+    return rates
+
+
+class _Once(argparse.Action):
+    """--params_override given twice: refused as the recipes refuse it (argparse, as absl,
+    would keep the last one silently; its items layer, so both were probably meant)."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        given = vars(namespace).setdefault("_given_once", set())
+        if self.dest in given:
+            parser.error(f"{option_string} is given twice and only the last would count; give "
+                         "it once, joining the items with commas: a.b=1,c.d=2")
+        given.add(self.dest)
+        setattr(namespace, self.dest, values)
 
 
 def _recipe(text):
@@ -78,7 +107,7 @@ def parse_args(argv):
     parser.add_argument("--config_file", action="append", default=[],
                         help="the recipe's YAML config (repeatable, as the recipe's flag; "
                              "none: the recipe's defaults)")
-    parser.add_argument("--params_override", default="",
+    parser.add_argument("--params_override", default="", action=_Once,
                         help="key=value,... for every run; not a key the study sets itself "
                              "(optimizer.name, optimizer.learning_rate, optimizer.warmup_steps, "
                              "train.global_batch_size, train.micro_batch_size, train.steps, "
