@@ -602,6 +602,38 @@ def test_reader_gives_model_gardens_batches_reading_local_files_in_turn(
         assert interleave_ops(ours) == (set() if pipelines > len(files) else expected)
 
 
+@pytest.mark.parametrize("local", [True, False])
+def test_a_pipeline_whose_share_of_files_holds_no_record_is_refused(local, tmp_path,
+                                                                    monkeypatch):
+    """Each input pipeline reads its share of the shuffled files (Model Garden's
+    `_shard_files_then_read`, whose share is the expected one here): a share of empty files
+    would wait for a record forever; the first-record check sees one pipeline only."""
+    from official.core import input_reader
+
+    monkeypatch.setattr(storage, "all_local", lambda files: local)
+    with tf.io.TFRecordWriter(str(tmp_path / "full.tfrecord")) as writer:
+        writer.write(b"a record")  # read only by the check: the pipeline is never iterated
+    (tmp_path / "empty.tfrecord").write_bytes(b"")
+    files = sorted(str(path) for path in tmp_path.iterdir())
+    refused = []
+    for pipeline in range(2):
+        context = tf.distribute.InputContext(2, pipeline, 2)
+        share = input_reader._shard_files_then_read(  # pylint: disable=protected-access
+            files, tf.data.Dataset.from_tensors, context, seed=7, is_training=True,
+            sharding=True)
+        (path,) = [path.decode() for path in share.take(1).as_numpy_iterator()]
+        try:
+            input_lib.read_pretraining_batches(
+                files, seq_length=48, max_predictions_per_seq=6, batch_size=2,
+                is_training=True, input_context=context, seed=7)
+        except UserError as error:
+            refused.append((pipeline, path, str(error)))
+    ((pipeline, path, message),) = refused
+    assert path.endswith("empty.tfrecord")
+    assert message.startswith(f"data.train_files: input pipeline {pipeline} of 2 reads {path}, "
+                              "which hold no record: it would wait for one forever")
+
+
 # --- Bad input --------------------------------------------------------------------------
 
 

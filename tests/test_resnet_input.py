@@ -122,6 +122,25 @@ def test_train_pipelines_read_disjoint_files(four_files):
     assert seen[0] == {0, 2} and seen[1] == {1, 3}  # shard(2, i) of the sorted files
 
 
+def test_a_pipeline_whose_files_hold_no_record_is_refused_not_left_waiting(four_files, tmp_path):
+    """With several input pipelines each reads its share of the files: a share of empty
+    files would wait for a record forever (the first-record check sees one pipeline)."""
+    import glob
+    import shutil
+
+    from recipes.common.errors import UserError
+
+    for i, source in enumerate(sorted(glob.glob(four_files))[:2]):
+        shutil.copy(source, tmp_path / f"train-{2 * i}")
+        (tmp_path / f"train-{2 * i + 1}").write_bytes(b"")  # pipeline 1's share: 1 and 3
+    files = sorted(str(path) for path in tmp_path.iterdir())
+    input_lib.make_train_dataset(data_config(), files, 4, input_context=context(2, 0))
+    with pytest.raises(UserError, match=(
+            f"^data.train_file_pattern: input pipeline 1 of 2 reads {tmp_path}/train-1 and 1 "
+            "more, which hold no record: it would wait for one forever; remove the empty")):
+        input_lib.make_train_dataset(data_config(), files, 4, input_context=context(2, 1))
+
+
 def test_skipping_batches_resumes_the_same_example_order(four_files):
     config = data_config()
     fresh = input_lib.make_train_dataset(config, four_files, 3)

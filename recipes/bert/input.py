@@ -35,6 +35,7 @@ from official.core import input_reader
 from official.nlp.data import pretrain_dataloader
 
 from recipes.bert import model as model_lib
+from recipes.common import corrupt_data
 from recipes.common import storage
 from recipes.common.errors import UserError
 
@@ -146,15 +147,17 @@ class _BertPretrainDataLoaderReadingInTurn(pretrain_dataloader.BertPretrainDataL
         params = self._params
         files = input_reader.match_files(params.input_path)
         pipelines = input_context.num_input_pipelines if input_context else 1
-        if len(files) < max(2, pipelines) or not storage.all_local(files):
+        shares_files = len(files) >= max(2, pipelines)  # as Model Garden's `_read_data_source`
+        if shares_files and params.is_training and params.sharding and pipelines > 1:
+            corrupt_data.check_pipeline_reads_a_record(
+                "data.train_files",
+                [path.decode() for path in self._files_of_pipeline(
+                    files, pipelines, input_context).as_numpy_iterator()],
+                input_context)
+        if not shares_files or not storage.all_local(files):
             # Model Garden's `_read_files_then_shard`, or its parallel reads of remote files.
             return super().load(input_context)
-        records = tf.data.Dataset.from_tensor_slices(files)
-        if params.is_training:
-            records = records.shuffle(
-                len(files), seed=params.seed, reshuffle_each_iteration=True)
-        if params.sharding and pipelines > 1:
-            records = records.shard(pipelines, input_context.input_pipeline_id)
+        records = self._files_of_pipeline(files, pipelines, input_context)
         if params.is_training:
             records = records.repeat()
         read_file = dataset_fn.pick_dataset_fn(params.file_type)  # as Model Garden's `load`
@@ -170,6 +173,17 @@ class _BertPretrainDataLoaderReadingInTurn(pretrain_dataloader.BertPretrainDataL
             batches = batches.apply(
                 tf.data.experimental.assert_cardinality(tf.data.INFINITE_CARDINALITY))
         return batches
+
+    def _files_of_pipeline(self, files, pipelines, input_context):
+        """This pipeline's files, in its order, as Model Garden's `_shard_files_then_read`
+        gives them: shuffled with the seed every host shares, then shared out."""
+        records = tf.data.Dataset.from_tensor_slices(files)
+        if self._params.is_training:
+            records = records.shuffle(
+                len(files), seed=self._params.seed, reshuffle_each_iteration=True)
+        if self._params.sharding and pipelines > 1:
+            records = records.shard(pipelines, input_context.input_pipeline_id)
+        return records
 
 
 def list_files(file_pattern, setting="pretraining data"):

@@ -10,6 +10,8 @@ import re
 
 import tensorflow as tf
 
+from recipes.common.errors import UserError
+
 CorruptRecord = collections.namedtuple("CorruptRecord", ["file", "index", "problem"])
 
 
@@ -98,3 +100,24 @@ def describe_corrupt_record(record, remedy):
         f"corrupt record {record.index} (0-based) in {record.file}: {record.problem}; "
         f"{remedy}"
     )
+
+
+def check_pipeline_reads_a_record(setting, files, input_context):
+    """A UserError if `files`, the share of the training files one input pipeline (host)
+    reads, hold no record: that pipeline would wait for one forever while the others train.
+    The check before the model (the first file that holds a record) covers one pipeline;
+    with several, each one's share is checked here as its dataset is made. A file that
+    cannot be read counts as holding a record: the read of the training names it."""
+    for path in files:
+        try:
+            if next(iter(tf.data.TFRecordDataset(path).take(1)), None) is not None:
+                return
+        except tf.errors.OpError:
+            return
+    more = f" and {len(files) - 1} more" if len(files) > 1 else ""
+    raise UserError(
+        f"{setting}: input pipeline {input_context.input_pipeline_id} of "
+        f"{input_context.num_input_pipelines} reads {files[0]}{more}, which hold no record: "
+        "it would wait for one forever; remove the empty files, or give each input pipeline "
+        "a file with records (files are shared out one by one)")
+

@@ -28,6 +28,7 @@ import math
 import tensorflow as tf
 from official.vision.dataloaders import classification_input
 
+from recipes.common import corrupt_data
 from recipes.common import storage
 from recipes.common.errors import UserError
 
@@ -128,6 +129,9 @@ def make_train_dataset(
     shard_by_file = len(files) >= num_pipelines
     if num_pipelines > 1 and shard_by_file:
         dataset = dataset.shard(num_pipelines, pipeline_id)
+        corrupt_data.check_pipeline_reads_a_record("data.train_file_pattern",
+                                                   files[pipeline_id::num_pipelines],
+                                                   input_context)
     dataset = dataset.shuffle(len(files), seed=seed, reshuffle_each_iteration=True).repeat()
     # Local files are read in turn, remote ones by parallel workers: the same records in
     # the same order either way (recipes.common.storage).
