@@ -387,4 +387,12 @@ def main():
                 _usage_error(str(mode_error))
         _usage_error(f"{error} (python -m lamb_tf.model_garden {driver_name} --helpfull "
                      "lists the flags)")
+    # absl keeps the last of a repeated flag; the items of --params_override layer (the
+    # recipes refuse it twice too: recipes/common/flags.py)
+    flag_args = sys.argv[1:sys.argv.index("--")] if "--" in sys.argv else sys.argv[1:]
+    overrides = [arg for arg in flag_args if arg.lstrip("-").split("=")[0] == "params_override"]
+    if len(overrides) > 1:
+        _usage_error(f"--params_override is given {len(overrides)} times and only the last "
+                     "would count; give it once, joining the items with commas: "
+                     "--params_override=a.b=1,c.d=2")
     app.run(_check_then(driver.main, driver_name))  # (help was handled by the parse above)

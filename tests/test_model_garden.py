@@ -400,6 +400,11 @@ BAD_LAUNCHES = {
     "input-path-matches-nothing": (
         ["nlp", "--params_override=task.train_data.input_path={d}/none-*"],
         ["task.train_data.input_path='{d}/none-*' matches no file; check the path"]),
+    # absl (and Model Garden's driver) would keep the last one silently
+    "params-override-given-twice": (
+        ["nlp", "--params_override=trainer.train_steps=3",
+         "--params_override=trainer.validation_steps=1"],
+        ["--params_override is given 2 times and only the last would count; give it once"]),
     "model-dir-under-a-file": (["nlp", "--model_dir={d}/a_file/run"],
                                ["--model_dir={d}/a_file/run: {d}/a_file is a file, not a "
                                 "directory"]),
