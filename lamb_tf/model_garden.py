@@ -88,13 +88,20 @@ def missing_field(params, mode):
         for field in _STEP_FIELDS:
             if chosen is not None and hasattr(chosen, field) and getattr(chosen, field) is None:
                 return f"trainer.optimizer_config.{section}.{one_of.type}.{field}"
-    reads = [("train_data", "train" in mode),
-             ("validation_data", "eval" in mode or "validate" in mode)]
-    for data_name, needed in reads:
+    for data_name in data_read_by(mode):
         data = getattr(params.task, data_name, None)
-        if needed and (data is None or not (data.input_path or data.tfds_name)):
+        if data is None or not (data.input_path or data.tfds_name):
             return f"task.{data_name}.input_path"
     return None
+
+
+def data_read_by(mode):
+    """The task's data configs Model Garden's driver reads in `mode` (its `run_experiment`:
+    training data for every mode with "train", validation data for every mode that
+    evaluates or validates)."""
+    reads = (("train_data", "train" in mode),
+             ("validation_data", "eval" in mode or "validate" in mode))
+    return [data_name for data_name, read in reads if read]
 
 
 if __name__ == "__main__":  # python -m lamb_tf.model_garden

@@ -25,7 +25,7 @@ import re
 import sys
 import typing
 
-from lamb_tf.model_garden import DRIVERS, missing_field, register
+from lamb_tf.model_garden import DRIVERS, data_read_by, missing_field, register
 
 # absl's help flags (as recipes.common.errors lists them; lamb_tf imports nothing of recipes/)
 _HELP_FLAGS = {"--help", "-help", "-h", "-?", "--helpshort", "--helpfull", "--helpxml"}
@@ -299,10 +299,8 @@ def _check_input_paths(params, mode):
     after the driver has written model_dir); `dummy` is its synthetic data."""
     import tensorflow as tf
 
-    reads = [("train_data", "train" in mode), ("validation_data", "eval" in mode)]
-    for data_name, needed in reads:
-        data = getattr(params.task, data_name, None)
-        paths = getattr(data, "input_path", None) if needed else None
+    for data_name in data_read_by(mode):
+        paths = getattr(getattr(params.task, data_name, None), "input_path", None)
         paths = paths.split(",") if isinstance(paths, str) else paths or []
         for path in (p.strip() for p in paths):
             if path and path != "dummy" and not tf.io.gfile.glob(path):

@@ -305,6 +305,110 @@ MUTATIONS = [
         "        pass",
         ["tests/test_async_checkpoint.py"],
         [r"test_a_diverged_run_names_its_last_asynchronous_checkpoint_once_written"]),
+    # ---- schedules, scaling, arguments, Model Garden (a mutation search, 2026-12-05) -------
+    Mutation(
+        "schedule_not_clipped_before_its_start", "a schedule with start_step gives negative "
+        "rates before its start (above the peak without a warmup)",
+        "lamb_tf/schedules.py",
+        "    t = tf.clip_by_value(t, 0.0, float(total_steps))  # before the start: 0; past the end: T",
+        "    t = tf.minimum(t, float(total_steps))",
+        ["tests/test_schedules.py"],
+        [r"test_steps_before_start_step_take_the_rate_of_the_schedules_step_0\[tf_keras",
+         r"test_steps_before_start_step_take_the_rate_of_the_schedules_step_0\[keras3"]),
+    Mutation(
+        "schedule_config_without_start_step", "the schedule's config loses start_step (a "
+        "resumed phase 2 forgets its offset)",
+        "lamb_tf/schedules.py",
+        "            \"start_step\": self.start_step,",
+        "",
+        ["tests/test_schedules.py"],
+        [r"test_config_round_trip_keeps_every_argument"]),
+    Mutation(
+        "warmup_fraction_truncated", "warmup_fraction × total_steps truncated instead of "
+        "rounded to the nearest step",
+        "lamb_tf/schedules.py",
+        "            resolved_warmup = int(round(warmup_fraction * total_steps))",
+        "            resolved_warmup = int(warmup_fraction * total_steps)",
+        ["tests/test_schedules.py"],
+        [r"test_warmup_fraction_rounds_to_the_nearest_step"]),
+    Mutation(
+        "untuned_recipe_ignores_power", "the untuned LAMB recipe's schedule ignores its power",
+        "lamb_tf/scaling.py",
+        "            power=power,",
+        "",
+        ["tests/test_scaling.py"],
+        [r"test_untuned_lamb_schedule_takes_the_decay_power"]),
+    Mutation(
+        "equal_phi_bounds_refused", "phi_bounds with gamma_l == gamma_u refused",
+        "lamb_tf/arguments.py",
+        "    if gamma_l > gamma_u:",
+        "    if gamma_l >= gamma_u:",
+        ["tests/test_optimizer_arguments.py"],
+        [r"test_valid_edge_values_are_accepted\[tf_keras",
+         r"test_valid_edge_values_are_accepted\[keras3"]),
+    Mutation(
+        "bool_taken_as_a_number", "True/False taken as 1.0/0.0 for a real-number argument",
+        "lamb_tf/arguments.py",
+        "    value = _scalar_as_number(value)",
+        "    value = int(value) if isinstance(value, bool) else _scalar_as_number(value)",
+        ["tests/test_optimizer_arguments.py"],
+        [r"test_bad_argument_raises_naming_argument_and_value\[.*epsilon must be a real"]),
+    Mutation(
+        "noise_scale_decay_1_accepted", "a noise-scale decay of 1 accepted (NaN forever)",
+        "lamb_tf/noise_scale.py",
+        "        if not 0.0 <= decay < 1.0:",
+        "        if not 0.0 <= decay <= 1.0:",
+        ["tests/test_gradient_noise_scale.py"],
+        [r"test_a_decay_outside_0_to_1_is_refused\[1.0\]"]),
+    Mutation(
+        "method_exclusions_keep_adaptation", "exclude_from_weight_decay(var_names=...) with "
+        "the default adaptation list: the named variables keep their trust ratio",
+        "lamb_tf/exclusions.py",
+        "                          self.exclude_from_layer_adaptation)",
+        "                          self.layer_adaptation_patterns)",
+        ["tests/test_exclude_from_weight_decay_method.py"],
+        [r"test_without_adaptation_patterns_the_method_excludes_from_both\[tf_keras",
+         r"test_without_adaptation_patterns_the_method_excludes_from_both\[keras3"]),
+    Mutation(
+        "keras3_config_of_variable_rate_stale", "Keras 3: the config of a variable rate holds "
+        "the rate given at construction, not the variable's value",
+        "lamb_tf/keras3_optimizers.py",
+        "            config[\"learning_rate\"] = float(self._learning_rate_variable.numpy())",
+        "            pass",
+        ["tests/test_learning_rate_forms.py"],
+        [r"test_the_config_of_a_variable_rate_holds_its_value_now\[keras3"]),
+    Mutation(
+        "keras3_schedule_after_variable_rate_kept_variable", "Keras 3: a schedule set on an "
+        "optimizer with a variable rate leaves the variable in place (AttributeError)",
+        "lamb_tf/keras3_optimizers.py",
+        "                object.__setattr__(self, \"_learning_rate_variable\", None)",
+        "                pass",
+        ["tests/test_learning_rate_forms.py"],
+        [r"test_a_schedule_set_after_a_variable_rate_replaces_it\[keras3"]),
+    Mutation(
+        "model_garden_validation_data_only_for_eval", "the launcher checks the validation "
+        "data only for --mode=eval (train_and_eval crashed in Model Garden's trainer)",
+        "lamb_tf/model_garden.py",
+        "             (\"validation_data\", \"eval\" in mode or \"validate\" in mode))",
+        "             (\"validation_data\", mode == \"eval\"))",
+        ["tests/test_model_garden.py"],
+        [r"test_a_mode_that_evaluates_needs_the_validation_data\[train_and_eval"]),
+    Mutation(
+        "model_garden_partly_registered", "is_registered() true when one table still holds "
+        "Model Garden's class",
+        "lamb_tf/model_garden.py",
+        "    return all(table[optimizer_type] is optimizer_class",
+        "    return any(table[optimizer_type] is optimizer_class",
+        ["tests/test_model_garden.py"],
+        [r"test_is_registered_only_when_every_table_builds_ours"]),
+    Mutation(
+        "model_garden_input_path_not_split", "the launcher checks a comma-separated "
+        "input_path as one glob (refusing what Model Garden reads)",
+        "lamb_tf/model_garden_launcher.py",
+        "        paths = paths.split(\",\") if isinstance(paths, str) else paths or []",
+        "        paths = [paths] if isinstance(paths, str) else paths or []",
+        ["tests/test_model_garden.py"],
+        [r"test_launcher_checks_every_glob_of_an_input_path"]),
 ]
 
 

@@ -39,3 +39,24 @@ def test_after_build_it_raises_naming_the_constructor_argument(flavour_name):
     optimizer.build([flavour.variable("dense/kernel", X0)])
     with pytest.raises(ValueError, match=r"pass exclude_from_weight_decay=\[\.\.\.\] to the constructor"):
         optimizer.exclude_from_weight_decay(var_names=["kernel"])
+
+
+@pytest.mark.parametrize("flavour_name", FLAVOURS)
+def test_without_adaptation_patterns_the_method_excludes_from_both(flavour_name):
+    """`exclude_from_layer_adaptation=None` (the default) falls back to the weight-decay
+    list, the one the method extends: a variable it names gets neither decay nor trust
+    ratio, and the config keeps None (so the fallback survives a round trip)."""
+    flavour = FLAVOURS[flavour_name]()
+    optimizer = flavour.module.LAMB(0.5, weight_decay_rate=0.1)
+    kernel, bias = flavour.variable("dense/kernel", X0), flavour.variable("dense/bias", X0)
+    optimizer.exclude_from_weight_decay(var_names=["bias"])
+    flavour.apply(optimizer, [G, G], [kernel, bias])
+    plain, _, _ = ref.lamb_step(X0, G, 0, 0, 1, 0.5, 0.9, 0.999, 1e-6, 0.1, decay=False,
+                                adapt=False)
+    assert ref.relative_error(kernel.numpy(), _expected(decay=True)) < 1e-5
+    assert ref.relative_error(bias.numpy(), plain) < 1e-5
+    assert [(row.decayed, row.adapted) for row in optimizer.exclusion_table()] == [
+        (True, True), (False, False)]
+    config = optimizer.get_config()
+    assert (config["exclude_from_weight_decay"], config["exclude_from_layer_adaptation"]) == (
+        ["bias"], None)

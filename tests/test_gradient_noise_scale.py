@@ -8,6 +8,8 @@ so, exactly,
 
 The reference estimators below are written from arXiv 1812.06162 appendix A in float64.
 """
+import re
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -211,6 +213,13 @@ def test_non_finite_step_leaves_the_averages_unchanged():
     first = float(averages.update(4.0, 1.0, 8, 64))
     assert float(averages.update(float("inf"), 1.0, 8, 64)) == first
     assert float(averages.update(float("nan"), float("nan"), 8, 64)) == first
+
+
+@pytest.mark.parametrize("decay", [1.0, -0.1, 1.5])
+def test_a_decay_outside_0_to_1_is_refused(decay):
+    """1 would keep both averages at 0 (a noise scale of NaN at every step)."""
+    with pytest.raises(ValueError, match=re.escape(f"decay must be in [0, 1), got {decay!r}")):
+        noise_scale.GradientNoiseScale(decay=decay)
 
 
 def test_one_batch_size_is_a_clear_error():

@@ -185,3 +185,34 @@ def test_a_checkpoint_of_a_number_rate_into_a_variable_rate(flavour_name, tmp_pa
         unmatched = r"1 of 1 unmatched objects: \[<tf.Variable .*numpy=0.5>\]"  # fresh_rate
         with pytest.raises(AssertionError, match=unmatched):
             status.assert_existing_objects_matched()
+
+
+@pytest.mark.parametrize("flavour_name,optimizer_name", CASES)
+def test_the_config_of_a_variable_rate_holds_its_value_now(flavour_name, optimizer_name):
+    """Assigned before any step: the config (and so `from_config`, a clone) has the new rate."""
+    flavour = FLAVOURS[flavour_name]()
+    optimizer_class = getattr(flavour.module, optimizer_name)
+    rate = tf.Variable(0.1)
+    optimizer = optimizer_class(rate)
+    rate.assign(RATES[0])
+    config = optimizer.get_config()
+    assert float(config["learning_rate"]) == RATES[0]
+    rebuilt = optimizer_class.from_config(config)
+    result = _run(flavour, rebuilt, before_step_2=lambda: setattr(rebuilt, "learning_rate",
+                                                                  RATES[1]))
+    assert ref.relative_error(result, _expected(optimizer_name)) < 1e-5
+
+
+@pytest.mark.parametrize("flavour_name,optimizer_name", CASES)
+def test_a_schedule_set_after_a_variable_rate_replaces_it(flavour_name, optimizer_name):
+    flavour = FLAVOURS[flavour_name]()
+    rate = tf.Variable(RATES[0])
+    optimizer = getattr(flavour.module, optimizer_name)(rate)
+    schedule = flavour.keras.optimizers.schedules.PiecewiseConstantDecay([0], [1.0, RATES[1]])
+
+    def set_schedule():
+        optimizer.learning_rate = schedule
+
+    result = _run(flavour, optimizer, before_step_2=set_schedule)  # step 2: iterations 1
+    assert ref.relative_error(result, _expected(optimizer_name)) < 1e-5
+    assert float(rate.numpy()) == RATES[0]  # the user's variable is left as it was

@@ -264,6 +264,61 @@ def test_missing_field_is_the_first_one_model_garden_needs(override, field):
     assert model_garden.missing_field(params, "train") == field
 
 
+_STEPS_SET = {"trainer": {"optimizer_config": {
+    "learning_rate": {"polynomial": {"decay_steps": 10}},
+    "warmup": {"polynomial": {"warmup_steps": 2}}}},
+    "task": {"train_data": {"input_path": "dummy"}}}
+
+
+@pytest.mark.parametrize("mode, field", [
+    ("train", None),
+    ("eval", "task.validation_data.input_path"),
+    ("train_and_eval", "task.validation_data.input_path"),
+    ("continuous_train_and_eval", "task.validation_data.input_path"),
+    ("train_and_post_eval", "task.validation_data.input_path"),
+    ("train_and_validate", "task.validation_data.input_path"),
+])
+def test_a_mode_that_evaluates_needs_the_validation_data(mode, field):
+    params = exp_factory.get_exp_config("bert/pretraining")
+    params.override(_STEPS_SET, is_strict=True)
+    assert model_garden.missing_field(params, mode) == field
+
+
+@pytest.mark.parametrize("input_path, refused", [
+    ("dummy", None),  # Model Garden's synthetic data
+    ("{d}/a-*,{d}/b-*", None),  # comma-separated globs, as Model Garden's reader takes them
+    (["{d}/a-*", "{d}/b-*"], None),  # a list, as its readers take too
+    ("{d}/a-*,{d}/c-*", "{d}/c-*"),
+])
+def test_launcher_checks_every_glob_of_an_input_path(input_path, refused, tmp_path):
+    from lamb_tf import model_garden_launcher
+
+    (tmp_path / "a-0").write_text("")
+    (tmp_path / "b-0").write_text("")
+    form = (lambda text: text.format(d=tmp_path))
+    params = exp_factory.get_exp_config("bert/pretraining")
+    params.override(_STEPS_SET, is_strict=True)
+    params.task.train_data.input_path = (
+        form(input_path) if isinstance(input_path, str) else [form(p) for p in input_path])
+    if refused is None:
+        model_garden_launcher._check_input_paths(params, "train")  # pylint: disable=protected-access
+    else:
+        with pytest.raises(model_garden_launcher._UsageError,  # pylint: disable=protected-access
+                           match=re.escape(f"task.train_data.input_path={form(refused)!r} "
+                                           "matches no file")):
+            model_garden_launcher._check_input_paths(params, "train")  # pylint: disable=protected-access
+
+
+def test_is_registered_only_when_every_table_builds_ours():
+    model_garden.register()
+    try:
+        optimizer_factory.NEW_OPTIMIZERS_CLS["lars"] = model_garden_lars.LARS  # one put back
+        assert not model_garden.is_registered()
+    finally:
+        model_garden.unregister()
+    assert optimizer_factory.NEW_OPTIMIZERS_CLS["lars"] is model_garden_lars.LARS
+
+
 def test_launcher_without_driver_prints_usage_and_exits_2(monkeypatch, capsys):
     monkeypatch.setattr(sys, "argv", ["model_garden.py", "--mode=train"])
     with pytest.raises(SystemExit) as exit_info:

@@ -36,6 +36,10 @@ SHARED_BAD = [
     (dict(gradient_aggregator=lambda gv: gv), ValueError,
      "gradient_aggregator is only supported by legacy"),
     (dict(learning_rate=[0.1]), TypeError, "learning_rate must be a real number, got [0.1]"),
+    # a bool is a Python int, and a flag set in the wrong place: not taken as 1.0 or 0.0
+    (dict(learning_rate=True), TypeError, "learning_rate must be a real number, got True (bool)"),
+    (dict(weight_decay_rate=False), TypeError,
+     "weight_decay_rate must be a real number, got False (bool)"),
     (dict(mesh=object()), ValueError, "DTensor meshes are not supported"),
 ]
 LAMB_BAD = SHARED_BAD + [
@@ -44,6 +48,8 @@ LAMB_BAD = SHARED_BAD + [
     (dict(beta_2=1.5), ValueError, "beta_2 must be in [0, 1), got 1.5"),
     (dict(epsilon=0.0), ValueError, "epsilon must be > 0, got 0.0"),
     (dict(epsilon=-1e-6), ValueError, "epsilon must be > 0, got -1e-06"),
+    (dict(epsilon=True), TypeError, "epsilon must be a real number, got True (bool)"),
+    (dict(beta_1=True), TypeError, "beta_1 must be a real number, got True (bool)"),
     (dict(phi_bounds=(2.0, 1.0)), ValueError, "phi_bounds must have gamma_l <= gamma_u, got (2.0, 1.0)"),
     (dict(phi_bounds=1.0), TypeError, "phi_bounds must be None or a pair (gamma_l, gamma_u), got 1.0"),
     (dict(bias_correction="False"), TypeError, "bias_correction must be True or False, got 'False'"),
@@ -52,6 +58,8 @@ LARS_BAD = SHARED_BAD + [
     (dict(momentum=-0.9), ValueError, "momentum must be in [0, 1], got -0.9"),
     (dict(momentum=1.5), ValueError, "momentum must be in [0, 1], got 1.5"),  # Keras' SGD too
     (dict(eeta=0.0), ValueError, "eeta must be > 0, got 0.0"),
+    (dict(eeta=True), TypeError, "eeta must be a real number, got True (bool)"),
+    (dict(momentum=False), TypeError, "momentum must be a real number, got False (bool)"),
     (dict(nesterov=1), TypeError, "nesterov must be True or False, got 1"),
 ]
 
@@ -83,6 +91,8 @@ def test_valid_edge_values_are_accepted(flavour_name):
     optimizer = module.LAMB(learning_rate=0, beta_1=0.0, weight_decay_rate=0, phi_bounds=(0.0, 10.0),
                             weight_decay=None, exclude_from_weight_decay=("bias",))
     assert optimizer.get_config()["exclude_from_weight_decay"] == ["bias"]
+    # gamma_l == gamma_u: a trust ratio fixed at that value (each layer's step lr * u / ||u||)
+    assert list(module.LAMB(phi_bounds=(1.0, 1.0)).get_config()["phi_bounds"]) == [1.0, 1.0]
     assert module.LARS(learning_rate=1, momentum=0.0).momentum == 0.0
     assert module.LARS(learning_rate=1, momentum=1.0).momentum == 1.0
 

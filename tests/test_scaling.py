@@ -62,6 +62,14 @@ def test_untuned_lamb_schedule_peaks_at_the_scaled_rate():
     np.testing.assert_allclose(actual, expected, rtol=1e-6, atol=1e-12)
 
 
+def test_untuned_lamb_schedule_takes_the_decay_power():
+    schedule = untuned_lamb_recipe(32768).learning_rate_schedule(power=2.0)
+    assert schedule.power == 2.0
+    # power 2 (MLPerf's): 5e-3 * (1 - t/15625)^2 after the warmup
+    actual = float(schedule(tf.constant(9375)))
+    assert actual == pytest.approx(5e-3 * (1 - 9375 / 15625) ** 2, rel=1e-6)
+
+
 def test_untuned_lamb_rounds_steps_up_for_other_batches():
     recipe = untuned_lamb_recipe(3000)
     assert recipe.total_steps == math.ceil(512e6 / 3000)

@@ -73,6 +73,22 @@ def test_warmup_fraction_equals_steps_and_no_warmup_starts_at_peak():
     np.testing.assert_allclose(lr_values(no_warmup, [0, 50]), [PEAK, PEAK * 0.5], rtol=1e-6)
 
 
+def test_warmup_fraction_rounds_to_the_nearest_step():
+    for fraction, total, nearest in ((0.29, 100, 29), (0.0999, 1000, 100), (0.0004, 1000, 0)):
+        schedule = schedules.TfKerasWarmupPolynomialDecay(PEAK, total, warmup_fraction=fraction)
+        assert schedule.warmup_steps == nearest, (fraction, total)
+
+
+@pytest.mark.parametrize("flavour", FLAVOURS)
+def test_steps_before_start_step_take_the_rate_of_the_schedules_step_0(flavour):
+    """0 with a warmup, the peak without (never a negative rate or one above the peak)."""
+    warmup_class = FLAVOURS[flavour][0]
+    warmed = warmup_class(P2_PEAK, P2_TOTAL, warmup_steps=P2_WARMUP, start_step=100)
+    np.testing.assert_array_equal(lr_values(warmed, [0, 50, 99, 100]), [0.0] * 4)
+    unwarmed = warmup_class(P2_PEAK, P2_TOTAL, warmup_steps=0, start_step=100)
+    np.testing.assert_allclose(lr_values(unwarmed, [0, 50, 99, 100]), [P2_PEAK] * 4, rtol=1e-6)
+
+
 # Mixed-batch: phase 1 100 steps (peak 0.01, warmup 10), phase 2 40 steps (peak 0.004,
 # warmup 8, power 1, decay over all 40 steps from phase 2's step 0).
 P2_PEAK, P2_TOTAL, P2_WARMUP = 0.004, 40, 8
@@ -148,6 +164,31 @@ def test_config_round_trip_rebuilds_nested_schedules(flavour):
     np.testing.assert_array_equal(
         lr_values(restored._learning_rate, MIXED_STEPS), lr_values(schedule, MIXED_STEPS)
     )
+
+
+@pytest.mark.parametrize("flavour", FLAVOURS)
+def test_config_round_trip_keeps_every_argument(flavour):
+    """Every argument away from its default: the config holds each one as given, and the
+    rebuilt schedule gives the rates written out by hand (not the original's rates: a key
+    missing from the config would be missing on both sides)."""
+    warmup_class = FLAVOURS[flavour][0]
+    given = dict(peak_learning_rate=P2_PEAK, total_steps=P2_TOTAL, warmup_steps=P2_WARMUP,
+                 warmup_fraction=None, end_learning_rate=END, power=2.0,
+                 decay_includes_warmup=False, start_step=100, name="phase_2")
+    config = json.loads(json.dumps(warmup_class(**given).get_config()))
+    assert config == given
+    rebuilt = warmup_class.from_config(config)
+    assert rebuilt.name == "phase_2"
+    # t = step - 100; warmup 0.004 * t / 8; then decay from the peak at t = 8 over the
+    # remaining 32 steps, power 2, to 0.001
+    steps = [99, 104, 108, 124, 140, 200]
+    expected = [0.0, P2_PEAK * 4 / 8, P2_PEAK, (P2_PEAK - END) * (1 - 16 / 32) ** 2 + END,
+                END, END]
+    np.testing.assert_allclose(lr_values(rebuilt, steps), expected, rtol=1e-6)
+    by_fraction = dict(given, warmup_steps=None, warmup_fraction=0.25)
+    config = json.loads(json.dumps(warmup_class(**by_fraction).get_config()))
+    assert config == by_fraction
+    assert warmup_class.from_config(config).warmup_steps == 10
 
 
 def test_schedule_drives_tf_keras_optimizer_once_per_update():
