@@ -50,6 +50,18 @@ def test_equal_epochs_and_the_sqrt_rule_keep_the_warmup():
     assert {r.seed for rs in runs.values() for r in rs} == {1}
 
 
+def test_steps_round_the_epochs_to_the_nearest_step():
+    # 8 epochs of 4000 examples at batch 768: 41.67 steps, rounded up here (down: 31.25)
+    assert plan.steps_for(settings(), 768) == 42
+    assert plan.steps_for(settings(), 1024) == 31
+
+
+def test_linear_rule_keeps_at_least_one_warmup_step():
+    # 5 warmup steps at batch 64 are 0.31 at batch 1024: one step, not none
+    run = plan.sweep_runs(settings(lr_rule="linear"))[("lamb", 1024)][0]
+    assert run.warmup_steps == 1
+
+
 def test_linear_rule_keeps_the_warmup_examples():
     study = settings(lr_rule="linear", warmup_steps=40)
     run = plan.sweep_runs(study)[("lamb", 256)][1]
@@ -69,6 +81,11 @@ def test_untuned_line_runs_the_sqrt_rule_with_every_seed():
         (dict(micro_batch_size=48), "64 is not a multiple of --micro_batch_size=48"),
         (dict(warmup_steps=40), "batch 1024 trains only 31 steps"),
         (dict(seeds=(1, 1)), "repeats a seed"),
+        (dict(warmup_steps=31), "batch 1024 trains only 31 steps"),  # warmup == steps
+        # the untuned line runs the sqrt rule's warmup, whatever --lr_rule
+        (dict(lr_rule="linear", untuned=("lamb",), warmup_steps=31),
+         "batch 1024 trains only 31 steps"),
+        (dict(untuned=("lars",)), "--base_lr has no learning rate for optimizer 'lars'"),
     ],
 )
 def test_impossible_settings_are_one_line_errors(changes, message):
@@ -107,6 +124,44 @@ def test_a_negative_noise_scale_estimate_is_not_averaged_into_the_table():
     table = report.markdown(rows, "accuracy").splitlines()
     assert table[2].endswith("| 200 (1 not measurable) |")
     assert table[3].endswith("| not measurable |")
+
+
+def _ok(metric):
+    return {"status": "ok", "process_seconds": 1.0, "result": {
+        "metric": metric, "steps": 1, "wall_time_seconds": 1.0, "noise_scale": None}}
+
+
+def test_the_best_learning_rate_is_the_one_with_the_highest_metric():
+    from recipes.study import report
+
+    sweep = plan.sweep_runs(settings(batch_sizes=(64,)))[("lamb", 64)]  # 0.005, 0.01, 0.02
+    statuses = {sweep[0].name: _ok(0.4), sweep[1].name: _ok(0.7),
+                sweep[2].name: {"status": "diverged"}}
+    assert report.best_run(sweep, statuses) is sweep[1]
+    statuses[sweep[2].name] = _ok(0.9)
+    assert report.best_run(sweep, statuses) is sweep[2]
+
+
+def test_unfinished_runs_of_an_untuned_line_are_counted_once():
+    """The untuned line's first seed is also its one-point 'sweep': 3 runs, not 4."""
+    from recipes.study import report
+
+    grid = settings(batch_sizes=(64,), untuned=("lamb",))
+    (row,) = [row for row in report.summarize(grid, {}, plan.untuned_runs(grid), {})]
+    assert row["unfinished_runs"] == 3
+
+
+@pytest.mark.parametrize("log, line", [
+    ("$ python -m recipes.resnet.train ...\nTraceback (most recent call last):\n"
+     "  File ...\nValueError: bad\n", "ValueError: bad"),
+    # the log is appended to by every attempt of the run: the last error is this one's
+    ("$ python ...\nerror: an earlier attempt's\n$ python ...\nstep 1\nerror: this one\n",
+     "error: this one"),
+    ("", "(no output)"),
+])
+def test_a_failed_run_is_reported_by_the_last_error_line_of_its_log(log, line, tmp_path):
+    (tmp_path / "log").write_text(log)
+    assert runner._last_error_line(str(tmp_path / "log")) == line  # pylint: disable=protected-access
 
 
 def test_adapter_reads_the_noise_scale_under_the_name_fit_logs():
@@ -264,6 +319,22 @@ def test_a_failure_that_is_not_divergence_stops_the_study(fake_recipe, tmp_path,
         assert cli.main(TINY_GRID + [f"--study_dir={tmp_path / 'study'}"]) == 2
     (line,) = capsys.readouterr().err.splitlines()
     assert line.startswith("error: run lamb_b8_lr0.1_w1_s1 failed (exit 2): no TFRecords")
+
+
+def test_batch_sizes_are_sorted_and_the_base_batch_is_the_smallest():
+    args = cli.parse_args([a for a in TINY_GRID if not a.startswith("--batch_sizes")]
+                          + ["--batch_sizes=32,8", "--study_dir=unused"])
+    study = cli.settings_from(args)
+    assert (study.batch_sizes, study.base_batch_size) == ((8, 32), 8)
+
+
+@pytest.mark.parametrize("change", ["--seeds=4294967295", "--warmup_steps=0"])
+def test_edge_values_the_recipes_take_are_accepted(change):
+    flag = change.split("=")[0]
+    args = cli.parse_args([a for a in TINY_GRID if not a.startswith(flag + "=")]
+                          + [change, "--study_dir=unused"])
+    study = cli.settings_from(args)
+    assert (study.seeds == (4294967295,)) if flag == "--seeds" else study.warmup_steps == 0
 
 
 @pytest.mark.parametrize(
