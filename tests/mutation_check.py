@@ -409,6 +409,87 @@ MUTATIONS = [
         "        paths = [paths] if isinstance(paths, str) else paths or []",
         ["tests/test_model_garden.py"],
         [r"test_launcher_checks_every_glob_of_an_input_path"]),
+    # ---- the study and the shared config (a mutation search, 2026-12-05) ---------------------
+    Mutation(
+        "study_picks_the_worst_learning_rate", "the study's chosen learning rate is the "
+        "sweep's lowest metric",
+        "recipes/study/report.py",
+        "    return max(finished, key=lambda r: statuses[r.name][\"result\"][\"metric\"], "
+        "default=None)",
+        "    return min(finished, key=lambda r: statuses[r.name][\"result\"][\"metric\"], "
+        "default=None)",
+        ["tests/test_batch_study.py"],
+        [r"test_the_best_learning_rate_is_the_one_with_the_highest_metric"]),
+    Mutation(
+        "study_steps_floored", "the study's steps per run floored instead of rounded",
+        "recipes/study/plan.py",
+        "    return max(1, round(settings.epochs * settings.train_examples / batch_size))",
+        "    return max(1, int(settings.epochs * settings.train_examples / batch_size))",
+        ["tests/test_batch_study.py"],
+        [r"test_steps_round_the_epochs_to_the_nearest_step"]),
+    Mutation(
+        "study_untuned_learning_rate_unchecked", "--untuned names an optimizer without a "
+        "--base_lr: a KeyError traceback instead of one line",
+        "recipes/study/plan.py",
+        "    for optimizer in settings.optimizers + settings.untuned:",
+        "    for optimizer in settings.optimizers:",
+        ["tests/test_batch_study.py"],
+        [r"test_impossible_settings_are_one_line_errors"]),
+    Mutation(
+        "study_batch_sizes_unsorted", "--batch_sizes kept in the given order (the default base "
+        "batch is then the first, not the smallest)",
+        "recipes/study/cli.py",
+        "    batch_sizes = tuple(sorted(set(args.batch_sizes)))",
+        "    batch_sizes = tuple(dict.fromkeys(args.batch_sizes))",
+        ["tests/test_batch_study.py"],
+        [r"test_batch_sizes_are_sorted_and_the_base_batch_is_the_smallest"]),
+    Mutation(
+        "study_first_error_line", "a failed run is reported by the first error line of its "
+        "log (an earlier attempt's)",
+        "recipes/study/runner.py",
+        "    return (errors or lines or [\"(no output)\"])[-1]",
+        "    return (errors or lines or [\"(no output)\"])[0]",
+        ["tests/test_batch_study.py"],
+        [r"test_a_failed_run_is_reported_by_the_last_error_line_of_its_log"]),
+    Mutation(
+        "config_infinite_learning_rate_accepted", "optimizer.learning_rate=.inf accepted",
+        "recipes/common/schema.py",
+        "        if not (math.isfinite(value) and value >= 0):",
+        "        if not value >= 0:",
+        ["tests/test_recipe_config.py"],
+        [r"test_shared_values_past_their_bound_are_refused"]),
+    Mutation(
+        "config_constant_rate_refused", "an end learning rate equal to the peak refused",
+        "recipes/common/schema.py",
+        "    if optimizer.end_learning_rate > optimizer.learning_rate:  # a decay that would rise",
+        "    if optimizer.end_learning_rate >= optimizer.learning_rate:",
+        ["tests/test_recipe_config.py"],
+        [r"test_shared_values_at_their_bound_are_accepted"]),
+    Mutation(
+        "config_bool_taken_as_an_int", "train.seed=true taken as seed 1",
+        "recipes/common/config.py",
+        "        and not (field_type is not bool and isinstance(value, bool))",
+        "        and True",
+        ["tests/test_recipe_config.py"],
+        [r"test_a_bool_for_a_number_key_is_refused_not_taken_as_1"]),
+    Mutation(
+        "config_history_overwritten", "the third changed resume's config.yaml history "
+        "fails (config.<n>.yaml numbered once, not until free)",
+        "recipes/common/config.py",
+        "            while tf.io.gfile.exists(os.path.join(model_dir, f\"config.{n}.yaml\")):",
+        "            if tf.io.gfile.exists(os.path.join(model_dir, f\"config.{n}.yaml\")):",
+        ["tests/test_recipe_config.py"],
+        [r"test_each_changed_config_is_kept_and_an_unchanged_one_is_not"]),
+    Mutation(
+        "bert_eval_batch_of_all_held_out_refused", "an eval batch of exactly the held-out "
+        "sequences refused as reading no batch",
+        "recipes/bert/pretrain.py",
+        "        if mode in (\"eval\", \"train_and_eval\") and held_out is not None and held_out "
+        "< batch:",
+        "        if mode in (\"eval\", \"train_and_eval\") and held_out is not None and held_out "
+        "<= batch:",
+        ["tests/test_bert_config_checks.py"],
+        [r"test_an_eval_batch_of_all_the_held_out_sequences_is_one_batch_not_none\[8"]),
 ]
 
 

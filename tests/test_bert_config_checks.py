@@ -213,3 +213,23 @@ def test_the_held_out_line_names_each_number_as_results_json_does():
     assert "masked_lm_cross_entropy" in printed and "masked_lm_accuracy" in printed
     for name, value in printed.items():
         assert value == f"{results[name]:.4f}", (name, line)
+
+
+# ---- eval.global_batch_size against the held-out sequences --------------------------------
+
+@pytest.mark.parametrize("held_out, refused", [(8, False), (7, True)])
+def test_an_eval_batch_of_all_the_held_out_sequences_is_one_batch_not_none(
+        held_out, refused, tmp_path, monkeypatch):
+    """The evaluation drops a last partial batch: 8 sequences make one batch of 8, 7 none."""
+    vocab = tmp_path / "vocab.txt"
+    vocab.write_text("[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\n")
+    monkeypatch.setattr(pretrain.data_lib, "locate_or_prepare_data", lambda *_: (
+        types.SimpleNamespace(vocab_file=str(vocab), eval_sequences=held_out)))
+    task = pretrain.BertPretraining(config_lib.load_config(
+        pretrain.BertPretraining.config_class, [], "eval.global_batch_size=8"))
+    if refused:
+        with pytest.raises(UserError, match=re.escape(
+                "eval.global_batch_size=8 is more than the 7 held-out sequences hold")):
+            task.prepare(str(tmp_path), "train_and_eval")
+    else:
+        task.prepare(str(tmp_path), "train_and_eval")

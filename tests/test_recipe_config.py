@@ -1,6 +1,8 @@
 """Strict recipe configs: unknown keys and wrong types are one-line errors naming the key."""
 
 import dataclasses
+import glob
+import os
 import types
 from typing import Optional
 
@@ -189,6 +191,63 @@ def test_optimizer_values_the_library_refuses_are_refused_with_the_config(key, v
     assert str(error.value).startswith(message)
 
 
+@pytest.mark.parametrize("section, key, value, message", [
+    ("eval", "global_batch_size", 0, "eval.global_batch_size=0 must be positive"),
+    ("optimizer", "warmup_steps", 10, "optimizer.warmup_steps=10 must be at least 0 and less "
+                                      "than train.steps=10"),  # warmup == steps: no decay
+    ("optimizer", "learning_rate", float("inf"), "optimizer.learning_rate=inf must be a finite "
+                                                 "number >= 0"),
+    ("optimizer", "end_learning_rate", float("inf"), "optimizer.end_learning_rate=inf must be"),
+    ("optimizer", "weight_decay_rate", float("inf"), "optimizer.weight_decay_rate=inf must be"),
+    ("train", "steps", schema.MAX_STEPS + 1, "train.steps=9223372036854775808 is more than"),
+])
+def test_shared_values_past_their_bound_are_refused(section, key, value, message):
+    config = _shared_sections(schema.TrainConfig(steps=10, checkpoint_every=10))
+    schema.check(config)
+    setattr(getattr(config, section), key, value)
+    with pytest.raises(UserError) as error:
+        schema.check(config)
+    assert str(error.value).startswith(message)
+
+
+def test_shared_values_at_their_bound_are_accepted():
+    """A constant rate (end == peak) and the largest step count the counter holds."""
+    config = _shared_sections(schema.TrainConfig())
+    config.optimizer.learning_rate = config.optimizer.end_learning_rate = 0.01
+    schema.check(config)
+    config.train.steps = config.train.checkpoint_every = schema.MAX_STEPS
+    schema.check(config)
+
+
+@pytest.mark.parametrize("override, message", [
+    ("train.steps=true", "'train.steps' must be int, got True (bool)"),
+    ("train.learning_rate=true", "'train.learning_rate' must be float, got True (bool)"),
+])
+def test_a_bool_for_a_number_key_is_refused_not_taken_as_1(override, message):
+    with pytest.raises(UserError) as error:
+        load_config(_Schema, [], override)
+    assert message in str(error.value)
+
+
+def test_each_changed_config_is_kept_and_an_unchanged_one_is_not(tmp_path):
+    """A resumed run's config.yaml history: config.<n>.yaml for each earlier config that
+    differs from the new one, none for a resume with the same config."""
+    from recipes.common.config import save_config
+
+    model_dir = str(tmp_path)
+    save_config(_Schema(), model_dir)
+    save_config(_Schema(), model_dir)  # the same config: nothing kept
+    assert sorted(os.listdir(model_dir)) == ["config.yaml"]
+    for steps in (11, 12, 13):
+        save_config(_Schema(train=_Train(steps=steps)), model_dir)
+    assert sorted(os.listdir(model_dir)) == [
+        "config.1.yaml", "config.2.yaml", "config.3.yaml", "config.yaml"]
+    kept = [load_config(_Schema, [os.path.join(model_dir, f"config.{n}.yaml")], "").train.steps
+            for n in (1, 2, 3)]
+    assert kept == [10, 11, 12]
+    assert load_config(_Schema, [os.path.join(model_dir, "config.yaml")], "").train.steps == 13
+
+
 @pytest.mark.parametrize("changes, message", [
     ({"num_layers": 0}, "model.num_layers=0 must be positive"),
     ({"intermediate_size": -1}, "model.intermediate_size=-1 must be positive"),
@@ -335,3 +394,25 @@ def test_a_digits_split_without_held_out_or_training_digits_is_refused_by_check_
                                f"{digits},data.digits_validation_fraction={fraction}")
                    ).check_config()
     assert str(error.value) == message
+
+
+_SHIPPED = [(recipe, path) for recipe in ("bert", "resnet")
+            for path in sorted(glob.glob(os.path.join(
+                os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "configs", recipe,
+                "*.yaml")))
+            if not os.path.basename(path).startswith("finetune")]
+
+
+@pytest.mark.parametrize("recipe, path", _SHIPPED, ids=[os.path.basename(p) for _, p in _SHIPPED])
+def test_every_shipped_config_passes_its_recipes_check(recipe, path):
+    """Values at their bounds included: BERT-Large phase 2's data.seq_length equals its
+    model.max_sequence_length (512), a masked position per token is allowed."""
+    from recipes.bert import pretrain
+    from recipes.resnet import train as resnet_train
+
+    task_class = {"bert": pretrain.BertPretraining,
+                  "resnet": resnet_train.ResNetClassification}[recipe]
+    task_class(load_config(task_class.config_class, [path], "")).check_config()
+    if recipe == "bert":
+        at_bound = "data.seq_length=16,data.max_predictions_per_seq=16"
+        task_class(load_config(task_class.config_class, [path], at_bound)).check_config()
