@@ -230,3 +230,27 @@ def test_examples_read_are_the_weight_one_examples_of_the_pipelines(four_files, 
     )
     assert input_lib.eval_examples_read(24, steps, 5, num_pipelines=2) == weights
     assert weights == min(24, steps * 10)
+
+
+@pytest.mark.parametrize("failing_op", ["label check", "image decode"])
+def test_records_of_another_kind_are_named_whichever_op_fails_first(failing_op, tmp_path,
+                                                                     monkeypatch):
+    """A BERT record fails the parser's label check or its image decode, whichever op runs
+    first (it varies from run to run): the check names the records' kind either way."""
+    from recipes.common.errors import UserError
+    from recipes.resnet import data as data_lib
+
+    example = tf.train.Example(features=tf.train.Features(feature={
+        "input_ids": tf.train.Feature(int64_list=tf.train.Int64List(value=[1, 2]))}))
+    with tf.io.TFRecordWriter(str(tmp_path / "train-0")) as writer:
+        writer.write(example.SerializeToString())
+    message = {"label check": input_lib.LABEL_RANGE_ERROR, "image decode": "not a JPEG"}
+
+    def first_example(data, path):
+        raise tf.errors.InvalidArgumentError(None, None, message[failing_op])
+
+    monkeypatch.setattr(input_lib, "first_example", first_example)
+    with pytest.raises(UserError, match=(
+            f"data.train_file_pattern: the first record of {tmp_path}/train-0 is not an "
+            r"ImageNet-format example \(no image/encoded; it holds input_ids\)")):
+        data_lib.check_first_record("train", [str(tmp_path / "train-0")], data_config())

@@ -196,14 +196,17 @@ def _check_first_example(setting, path, data):
         return input_lib.first_example(data, path) is not None
     except (tf.errors.InvalidArgumentError, tf.errors.DataLossError) as error:
         reason = corrupt_data.first_line(error)
-        if input_lib.LABEL_RANGE_ERROR in getattr(error, "message", str(error)):
-            raise _label_range_error(f"the first record of {path}: ") from None
+        label_outside = input_lib.LABEL_RANGE_ERROR in getattr(error, "message", str(error))
+    # a record of another kind fails its label check or its image decode, whichever of the
+    # two ops runs first: its features are looked at before the label is blamed
     features = _first_record_features(path)
     if features is not None and "image/encoded" not in features:  # records of another kind
         raise UserError(
             f"{setting}: the first record of {path} is not an ImageNet-format example (no "
             f"image/encoded; it holds {', '.join(sorted(features)) or 'no feature'}); give "
             "ImageNet-format TFRecords (`python -m recipes.resnet.convert` writes them)")
+    if label_outside:
+        raise _label_range_error(f"the first record of {path}: ")
     raise _corrupt_record_error(path, data.decode_jpeg_only) or UserError(
         f"{setting}: the first record of {path} cannot be read ({reason}); give "
         "ImageNet-format TFRecords (`python -m recipes.resnet.convert` writes them)")
