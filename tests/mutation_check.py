@@ -490,6 +490,14 @@ MUTATIONS = [
         "<= batch:",
         ["tests/test_bert_config_checks.py"],
         [r"test_an_eval_batch_of_all_the_held_out_sequences_is_one_batch_not_none\[8"]),
+    Mutation(
+        "config_yaml_written_in_place", "config.yaml written in place instead of beside "
+        "itself and renamed (a write stopped half way leaves it truncated)",
+        "recipes/common/config.py",
+        "    temporary = path + \".tmp\"",
+        "    temporary = path",
+        ["tests/test_recipe_config.py"],
+        [r"test_a_config_write_that_fails_half_way_leaves_config_yaml_whole"]),
 ]
 
 

@@ -416,3 +416,25 @@ def test_every_shipped_config_passes_its_recipes_check(recipe, path):
     if recipe == "bert":
         at_bound = "data.seq_length=16,data.max_predictions_per_seq=16"
         task_class(load_config(task_class.config_class, [path], at_bound)).check_config()
+
+
+def test_a_config_write_that_fails_half_way_leaves_config_yaml_whole(tmp_path, monkeypatch):
+    """config.yaml is written beside itself and renamed into place: a write stopped half
+    way (a full disk, a kill) leaves the one a resume reads as it was."""
+    import tensorflow as tf
+
+    from recipes.common.config import save_config
+
+    save_config(_Schema(), str(tmp_path))
+    before = (tmp_path / "config.yaml").read_text()
+    real_gfile = tf.io.gfile.GFile
+
+    class HalfWrittenGFile(real_gfile):
+        def write(self, text):
+            super().write(text[:len(text) // 2])
+            raise OSError("No space left on device")
+
+    monkeypatch.setattr(tf.io.gfile, "GFile", HalfWrittenGFile)
+    with pytest.raises(OSError, match="No space left"):
+        save_config(_Schema(train=_Train(steps=11)), str(tmp_path))
+    assert (tmp_path / "config.yaml").read_text() == before
