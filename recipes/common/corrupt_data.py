@@ -120,4 +120,3 @@ def check_pipeline_reads_a_record(setting, files, input_context):
         f"{input_context.num_input_pipelines} reads {files[0]}{more}, which hold no record: "
         "it would wait for one forever; remove the empty files, or give each input pipeline "
         "a file with records (files are shared out one by one)")
-

@@ -66,8 +66,8 @@ def _learning_rates(text):
         raise argparse.ArgumentTypeError(
             f"{text!r}: expected OPTIMIZER=LR items, e.g. lamb=0.01,lars=1.0"
         ) from None
-    if len(rates) < len(pairs):
-        repeated = _first_repeated(name for name, _ in pairs)
+    repeated = _first_repeated(name for name, _ in pairs)
+    if repeated is not None:
         raise argparse.ArgumentTypeError(f"{text!r} gives {repeated} twice; give each once")
     return rates
 
