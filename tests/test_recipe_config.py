@@ -97,6 +97,21 @@ def test_one_unknown_key_is_named_without_guessing_at_another_program(tmp_path):
     assert "another program" not in str(error.value)
 
 
+@pytest.mark.parametrize("keys, named", [
+    (["stepz", "warmupp"], "(train.stepz, train.warmupp)"),
+    (["a1", "a2", "a3", "a4"], "(train.a1, train.a2, train.a3, ...)"),
+])
+def test_two_or_more_unknown_keys_ask_whether_it_is_another_programs_config(
+        tmp_path, keys, named):
+    config = _write(tmp_path, "other.yaml", "train:\n" + "".join(f"  {k}: 3\n" for k in keys))
+    with pytest.raises(UserError) as error:
+        load_config(_Schema, [config])
+    message = str(error.value)
+    assert message.startswith(f"{config}: unknown config key 'train.{keys[0]}'")
+    assert (f"; {len(keys)} of its keys are unknown here {named}: is it another program's "
+            "config? --help_config lists this program's keys") in message
+
+
 @pytest.mark.parametrize("config_file, schema_module, schema_name", [
     ("configs/resnet/tiny_cpu.yaml", "recipes.bert.config", "BertPretrainingConfig"),
     ("configs/bert/tiny_cpu.yaml", "recipes.resnet.config", "ResNetConfig"),
