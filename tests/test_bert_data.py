@@ -634,6 +634,43 @@ def test_a_pipeline_whose_share_of_files_holds_no_record_is_refused(local, tmp_p
                               "which hold no record: it would wait for one forever")
 
 
+@pytest.mark.parametrize("records_per_file, refused_pipelines", [
+    ([1], "pipelines 1 to 2"), ([1, 1], "pipeline 2"), ([2, 1], None)])
+def test_fewer_records_than_pipelines_shared_out_one_by_one_are_refused_by_every_pipeline(
+        tmp_path, records_per_file, refused_pipelines):
+    """With fewer files than pipelines, Model Garden shares out the records before they
+    repeat (`_read_files_then_shard`): a pipeline past the last record reads none, and its
+    data ends at once. Every pipeline counts the same records, so each one refuses."""
+    from official.core import input_reader
+
+    files = []
+    for index, count in enumerate(records_per_file):
+        files.append(str(tmp_path / f"part-{index}.tfrecord"))
+        with tf.io.TFRecordWriter(files[-1]) as writer:
+            for record in range(count):
+                writer.write(f"record {index}.{record}".encode())
+    for pipeline in range(3):
+        context = tf.distribute.InputContext(3, pipeline, 3)
+        share = input_reader._read_files_then_shard(  # pylint: disable=protected-access
+            files, tf.data.TFRecordDataset, context, sharding=True)
+        reads_none = not list(share.as_numpy_iterator())
+        arguments = dict(seq_length=48, max_predictions_per_seq=6, batch_size=3,
+                         is_training=True, input_context=context, seed=7)
+        if refused_pipelines is None:
+            assert not reads_none
+            input_lib.read_pretraining_batches(files, **arguments)  # not iterated: no parse
+            continue
+        with pytest.raises(UserError) as error:
+            input_lib.read_pretraining_batches(files, **arguments)
+        found = sum(records_per_file)
+        assert str(error.value) == (
+            f"data.train_files: {found} record{'s' if found > 1 else ''} in {len(files)} "
+            f"file{'s' if len(files) > 1 else ''} shared out one by one among 3 input "
+            f"pipelines: {refused_pipelines} of 3 would read none, and stop the training at its "
+            "first step; give the training at least 3 records")
+        assert reads_none == (pipeline >= found)
+
+
 # --- Bad input --------------------------------------------------------------------------
 
 

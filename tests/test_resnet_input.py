@@ -141,6 +141,19 @@ def test_a_pipeline_whose_files_hold_no_record_is_refused_not_left_waiting(four_
         input_lib.make_train_dataset(data_config(), files, 4, input_context=context(2, 1))
 
 
+def test_one_record_shared_out_among_three_pipelines_feeds_every_one(tmp_path):
+    """With fewer files than pipelines the records are shared out, after they repeat: each
+    pipeline reads the one record, none is left without data (as BERT's reader would be)."""
+    image = np.random.default_rng(1).integers(0, 256, size=(1, 24, 20, 3), dtype=np.uint8)
+    write_file(tmp_path / "train-00000-of-00001", image, [7], "jpeg")
+    files = [str(tmp_path / "train-00000-of-00001")]
+    for pipeline_id in range(3):
+        dataset = input_lib.make_train_dataset(
+            data_config(), files, 2, input_context=context(3, pipeline_id))
+        ((_, labels),) = dataset.take(1).as_numpy_iterator()
+        assert labels.tolist() == [7, 7]
+
+
 def test_skipping_batches_resumes_the_same_example_order(four_files):
     config = data_config()
     fresh = input_lib.make_train_dataset(config, four_files, 3)

@@ -143,17 +143,27 @@ class _BertPretrainDataLoaderReadingInTurn(pretrain_dataloader.BertPretrainDataL
     `load` reads. Written here because Model Garden's reader takes no setting for its
     interleave's parallelism."""
 
+    def _check_every_pipeline_reads_a_record(self, files, shares_files, input_context):
+        """Each pipeline's share of the files holds a record; or, where records are shared
+        out instead (fewer files than pipelines), there is one for every pipeline."""
+        if not shares_files:
+            corrupt_data.check_every_pipeline_reads_a_record(
+                "data.train_files", files, input_context)
+            return
+        pipelines = input_context.num_input_pipelines
+        corrupt_data.check_pipeline_reads_a_record(
+            "data.train_files",
+            [path.decode() for path in self._files_of_pipeline(
+                files, pipelines, input_context).as_numpy_iterator()],
+            input_context)
+
     def load(self, input_context: Optional[tf.distribute.InputContext] = None):
         params = self._params
         files = input_reader.match_files(params.input_path)
         pipelines = input_context.num_input_pipelines if input_context else 1
         shares_files = len(files) >= max(2, pipelines)  # as Model Garden's `_read_data_source`
-        if shares_files and params.is_training and params.sharding and pipelines > 1:
-            corrupt_data.check_pipeline_reads_a_record(
-                "data.train_files",
-                [path.decode() for path in self._files_of_pipeline(
-                    files, pipelines, input_context).as_numpy_iterator()],
-                input_context)
+        if params.is_training and params.sharding and pipelines > 1:
+            self._check_every_pipeline_reads_a_record(files, shares_files, input_context)
         if not shares_files or not storage.all_local(files):
             # Model Garden's `_read_files_then_shard`, or its parallel reads of remote files.
             return super().load(input_context)

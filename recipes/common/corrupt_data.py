@@ -120,3 +120,31 @@ def check_pipeline_reads_a_record(setting, files, input_context):
         f"{input_context.num_input_pipelines} reads {files[0]}{more}, which hold no record: "
         "it would wait for one forever; remove the empty files, or give each input pipeline "
         "a file with records (files are shared out one by one)")
+
+
+def check_every_pipeline_reads_a_record(setting, files, input_context):
+    """A UserError if `files` hold fewer records than there are input pipelines, where the
+    records (not the files: fewer files than pipelines) are shared out one by one, before
+    they repeat: pipeline `i` reads records i, i + n, ..., and with fewer than n records the
+    last pipelines read none and their data ends at once. Every pipeline makes the same
+    count, so all of them stop here."""
+    pipelines = input_context.num_input_pipelines
+    records = tf.data.TFRecordDataset(files).take(pipelines)
+    try:
+        found = sum(1 for _ in records)
+    except tf.errors.OpError:
+        return  # a file that cannot be read: the read of the training names it
+    if found < pipelines:
+        raise UserError(
+            f"{setting}: {found} record{'' if found == 1 else 's'} in {len(files)} "
+            f"file{'' if len(files) == 1 else 's'} shared out one by one among {pipelines} "
+            f"input pipelines: {_pipelines_from(found, pipelines)} of {pipelines} would read "
+            f"none, and stop the training at its first step; give the training at least "
+            f"{pipelines} records")
+
+
+def _pipelines_from(first, pipelines):
+    """'pipeline 3' or 'pipelines 1 to 3': the pipelines from `first` to the last."""
+    if first == pipelines - 1:
+        return f"pipeline {first}"
+    return f"pipelines {first} to {pipelines - 1}"
