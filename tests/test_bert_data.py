@@ -257,11 +257,35 @@ def test_masking_is_reproducible_from_the_seed():
             max_predictions_per_seq=20,
             seed=seed,
         )
-        return [np.concatenate(rows) for rows in masker(sequences) + masker(sequences)]
+        return [[np.concatenate(rows) for rows in masker(sequences)] for _ in range(2)]
+
+    def same(calls_a, calls_b):
+        return all(a.shape == b.shape and (a == b).all() for a, b in zip(calls_a, calls_b))
 
     first, again, other = run(5), run(5), run(6)
-    assert all((a == b).all() for a, b in zip(first, again))
-    assert not all(a.shape == b.shape and (a == b).all() for a, b in zip(first, other))
+    assert same(first[0], again[0]) and same(first[1], again[1])  # call by call, afresh
+    assert not same(first[0], first[1])  # each call of a masker draws anew
+    assert not same(first[0], other[0]) and not same(first[1], other[1])
+
+
+def test_random_replacements_are_drawn_over_the_whole_vocabulary_reserved_ids_included():
+    """As Google's `create_pretraining_data.py` (`rng.randint(0, len(vocab_words) - 1)`)."""
+    vocab_size = 10
+    special = vocabulary.SpecialIds(pad=PAD, unk=1, cls=CLS, sep=SEP, mask=MASK)
+    masker = masking.Masker(vocab_size=vocab_size, special_ids=special, masked_lm_prob=0.5,
+                            max_predictions_per_seq=20, seed=3)
+    sequences = [[CLS] + [5, 6, 7, 8, 9] * 4 + [SEP]] * 2000
+    masked, positions, original = masker(sequences)
+    replaced = np.concatenate([row[where] for row, where in zip(masked, positions)])
+    before = np.concatenate(original)
+    drawn = replaced[(replaced != MASK) & (replaced != before)]  # the random replacements
+    assert len(drawn) > 1500  # ~2000 selections of 10% each, less draws of [MASK] or the id
+    counts = np.bincount(drawn, minlength=vocab_size)
+    # Each id is drawn with 1/10. A draw of [MASK] (4) or of the original id (one of 5..9)
+    # is not told apart from those outcomes, leaving 8/10 of the draws: ids 0..3 are 1/8
+    # of those each.
+    for reserved in (PAD, 1, CLS, SEP):
+        assert abs(counts[reserved] / len(drawn) - 1 / 8) < 0.03, counts
 
 
 def numbered_pool(num_documents, rng):
@@ -297,24 +321,32 @@ def test_sentence_pairs_next_is_consecutive_and_labels_are_balanced():
         for segment in (a, b):
             assert segment == list(range(segment[0], segment[0] + len(segment)))
         same_document = a[0] // 100_000 == b[0] // 100_000
-        if pair.next_sentence_label == sentence_pairs.IS_NEXT:
+        # Labels as Google's BERT and Model Garden's reader read them: 0 "is next", 1 random.
+        assert pair.next_sentence_label in (0, 1)
+        if pair.next_sentence_label == 0:
             assert same_document and a[-1] < b[0]  # B comes after A in the same document.
         else:
             assert not same_document
-    random_share = np.mean([p.next_sentence_label == sentence_pairs.IS_RANDOM for p in pairs])
+    random_share = np.mean([p.next_sentence_label == 1 for p in pairs])
     # 50% by coin; slightly more because a one-sentence chunk can only take a random B.
     assert 0.45 < random_share < 0.60, random_share
 
 
-def test_truncation_keeps_the_pair_within_the_limit():
+def test_truncation_keeps_the_pair_within_the_limit_trimming_fronts_and_backs():
     rng = random.Random(0)
+    lost = {"front": 0, "back": 0}
     for _ in range(200):
-        a = list(range(rng.randint(1, 80)))
-        b = list(range(100, 100 + rng.randint(1, 80)))
-        total = len(a) + len(b)
+        length_a, length_b = rng.randint(1, 80), rng.randint(1, 80)
+        a, b = list(range(length_a)), list(range(100, 100 + length_b))
         sentence_pairs.truncate_pair(a, b, 40, rng)
-        assert len(a) + len(b) == min(total, 40)
+        assert len(a) + len(b) == min(length_a + length_b, 40)
         assert a and b
+        for segment, first, last in ((a, 0, length_a - 1), (b, 100, 99 + length_b)):
+            assert segment == list(range(segment[0], segment[-1] + 1))  # a run: ends trimmed
+            lost["front"] += segment[0] - first
+            lost["back"] += last - segment[-1]
+    # Google trims the front or the back at random: about as many tokens from each.
+    assert 0.4 < lost["front"] / (lost["front"] + lost["back"]) < 0.6, lost
 
 
 def test_same_seed_same_bytes_other_seed_other_bytes(tmp_path):
