@@ -191,7 +191,8 @@ def _shared_sections(train):
     ("beta_2", -0.1, "optimizer.beta_2 must be in [0, 1), got -0.1"),
     ("epsilon", 0.0, "optimizer.epsilon must be > 0, got 0.0"),
     ("decay_power", -1.0, "optimizer.decay_power must be > 0, got -1.0"),
-    ("momentum", -0.9, "optimizer.momentum must be >= 0, got -0.9"),
+    ("momentum", -0.9, "optimizer.momentum must be in [0, 1], got -0.9"),
+    ("momentum", 1.5, "optimizer.momentum must be in [0, 1], got 1.5"),  # as Keras' SGD
     ("eeta", float("inf"), "optimizer.eeta must be finite, got inf"),
     ("global_clipnorm", float("nan"), "optimizer.global_clipnorm=nan must be a positive number"),
     ("global_clipnorm", float("inf"), "optimizer.global_clipnorm=inf must be a positive number"),

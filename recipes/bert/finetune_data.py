@@ -14,6 +14,7 @@ from recipes.bert import classification
 from recipes.bert import ecosystem_export
 from recipes.bert import squad
 from recipes.bert import stdlib_classification
+from recipes.common import checkpoints
 from recipes.common.errors import UserError
 
 
@@ -27,7 +28,10 @@ class PretrainingRun:
             raise UserError(f"encoder.pretraining_dir={model_dir} {what}: give the "
                             "--model_dir of a pretraining run (python -m recipes.bert.pretrain)")
         self.directory = os.path.join(model_dir, ecosystem_export.CHECKPOINT_SUBDIR)
-        self.checkpoint = tf.train.latest_checkpoint(self.directory)
+        try:
+            self.checkpoint = checkpoints.newest_checkpoint_in(self.directory)
+        except UserError as error:
+            raise UserError(f"encoder.pretraining_dir: {error}") from None
         if self.checkpoint is None:
             try:  # the advice below is for a BERT pretraining run only
                 ecosystem_export.pretraining_config(model_dir)

@@ -52,8 +52,42 @@ def make_checkpoint_manager(model, directory, max_to_keep=3):
 
 
 def latest_checkpoint(model_dir):
-    """Path of the newest checkpoint under `model_dir`, or None."""
-    return tf.train.latest_checkpoint(os.path.join(model_dir, CHECKPOINT_SUBDIR))
+    """Path of the newest checkpoint under `model_dir`, or None; a UserError if its files
+    are incomplete (`newest_checkpoint_in`)."""
+    return newest_checkpoint_in(os.path.join(model_dir, CHECKPOINT_SUBDIR))
+
+
+def newest_checkpoint_in(directory):
+    """The checkpoint that `directory`'s `checkpoint` file names as the newest, or None.
+
+    `tf.train.latest_checkpoint` returns None, after a logged error, for a newest checkpoint
+    whose `.index` file is missing, and a run would start again from step 0; a missing data
+    file fails only in the restore. Both are a partial copy of a run (or of a checkpoint
+    being written to a bucket): a UserError naming the missing file, before any work."""
+    state = tf.train.get_checkpoint_state(directory)
+    if state is None or not state.model_checkpoint_path:
+        return None
+    path = state.model_checkpoint_path
+    missing = missing_checkpoint_file(path)
+    if missing:
+        raise UserError(
+            f"{directory}: its newest checkpoint {os.path.basename(path)} (named in its "
+            f"'checkpoint' file) is incomplete: {os.path.basename(missing)} is missing; copy "
+            "the run's files again, or name an earlier complete checkpoint as "
+            "model_checkpoint_path in that file to resume from it")
+    return path
+
+
+def missing_checkpoint_file(path):
+    """The first file of checkpoint `path` (its `.index` and `.data-i-of-n` shards) that does
+    not exist, or None."""
+    index = path + ".index"
+    if not tf.io.gfile.exists(index):
+        return index
+    shards = tf.io.gfile.glob(path + ".data-?????-of-?????")
+    count = int(shards[0][-5:]) if shards else 1
+    expected = [f"{path}.data-{i:05d}-of-{count:05d}" for i in range(count)]
+    return next((name for name in expected if name not in shards), None)
 
 
 def checkpoint_step(path):
@@ -75,6 +109,8 @@ def restore(manager, restore_dir=None):
         return 0
     try:
         manager.checkpoint.restore(path).assert_existing_objects_matched()
+    except _UNREADABLE as error:
+        raise UserError(_damaged(path, error)) from None
     except (ValueError, AssertionError, tf.errors.InvalidArgumentError) as error:
         raise UserError(
             f"checkpoint {path} does not fit this model ({_misfit(error)}); it was trained with "
@@ -84,6 +120,16 @@ def restore(manager, restore_dir=None):
     step = int(manager.checkpoint.optimizer.iterations.numpy())
     print(f"restored {path} at step {step}", flush=True)
     return step
+
+
+# A data file cut short (IndexError: "Read less bytes than requested") or unreadable.
+_UNREADABLE = (tf.errors.NotFoundError, tf.errors.DataLossError, IndexError)
+
+
+def _damaged(path, error):
+    return (f"checkpoint {path} cannot be read ({_first_line(error)}): its files are damaged, "
+            "as a partial copy leaves them; copy the run's files again, or resume from an "
+            "earlier checkpoint (model_checkpoint_path in the directory's 'checkpoint' file)")
 
 
 def _misfit(error):
@@ -121,13 +167,25 @@ def init_checkpoint_path(init_checkpoint):
     checkpoints or a checkpoint prefix; gs:// too), or a one-line UserError."""
     path = init_checkpoint
     if tf.io.gfile.isdir(init_checkpoint):
-        path = latest_checkpoint(init_checkpoint) or tf.train.latest_checkpoint(init_checkpoint)
+        path = latest_checkpoint(init_checkpoint) or newest_checkpoint_in(init_checkpoint)
+    fix = ("give phase 1's model_dir or a checkpoint path such as "
+           "<model_dir>/checkpoints/ckpt-7038")
     if path is None or not tf.io.gfile.glob(path + "*"):
-        raise UserError(
-            f"train.init_checkpoint={init_checkpoint!r} holds no checkpoint; give phase 1's "
-            "model_dir or a checkpoint path such as <model_dir>/checkpoints/ckpt-7038"
-        )
+        raise UserError(f"train.init_checkpoint={init_checkpoint!r} holds no checkpoint; {fix}")
+    missing = missing_checkpoint_file(path)
+    if missing:
+        raise UserError(f"train.init_checkpoint={init_checkpoint!r}: {missing} is missing, so "
+                        f"{path} is not a complete TensorFlow checkpoint; {fix}")
+    try:
+        tf.train.list_variables(path)  # reads the index
+    except (tf.errors.OpError, ValueError) as error:
+        raise UserError(f"train.init_checkpoint={init_checkpoint!r}: {path}.index cannot be "
+                        f"read as a checkpoint's ({_first_line(error)}); {fix}") from None
     return path
+
+
+def _first_line(error):
+    return (str(error).strip().splitlines() or [type(error).__name__])[0]
 
 
 def restore_weights_only(model, init_checkpoint):
@@ -140,6 +198,8 @@ def restore_weights_only(model, init_checkpoint):
     weights_only = tf.train.Checkpoint(model=tf.train.Checkpoint(inner_model=model.inner_model))
     try:  # a variable of another shape fails in `restore`, a missing one in the assertion
         weights_only.restore(path).expect_partial().assert_existing_objects_matched()
+    except _UNREADABLE as error:
+        raise UserError("train.init_checkpoint: " + _damaged(path, error)) from None
     except (AssertionError, ValueError, tf.errors.InvalidArgumentError) as error:
         raise UserError(
             f"train.init_checkpoint {path} does not fit this model ({_misfit(error)}); both runs "

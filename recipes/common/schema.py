@@ -238,7 +238,7 @@ def _check_optimizer(optimizer, steps):
     from lamb_tf import arguments, exclusions
 
     checks = {"beta_1": arguments.beta, "beta_2": arguments.beta, "epsilon": arguments.positive,
-              "momentum": arguments.non_negative, "eeta": arguments.positive,
+              "momentum": arguments.unit_interval, "eeta": arguments.positive,
               "decay_power": arguments.positive,
               "exclude_from_weight_decay": exclusions.validate_patterns,
               "exclude_from_layer_adaptation": exclusions.validate_patterns}

@@ -1,0 +1,101 @@
+"""A run's checkpoint files incomplete or damaged (a partial copy of a run, or of a checkpoint
+being written to a bucket): one line naming the file, exit 2, never a run that starts again
+from step 0 without a word, and never a traceback (recipes/common/checkpoints.py)."""
+import os
+import subprocess
+import sys
+
+import pytest
+import tensorflow as tf
+
+from conftest import REPO_ROOT
+from recipes.common import checkpoints
+from recipes.common import config as config_lib
+from recipes.common import driver
+from recipes.common.errors import UserError
+from recipes.resnet import train as resnet_train
+
+TINY_RESNET = os.path.join(REPO_ROOT, "configs", "resnet", "tiny_cpu.yaml")
+
+
+def _save_two_checkpoints(model_dir):
+    """ckpt-1 and ckpt-2 under `model_dir`/checkpoints, as a recipe's manager keeps them."""
+    variable = tf.Variable(1.0)
+    manager = tf.train.CheckpointManager(tf.train.Checkpoint(v=variable),
+                                         os.path.join(model_dir, "checkpoints"), max_to_keep=3)
+    manager.save(checkpoint_number=1)
+    variable.assign(2.0)
+    return manager.save(checkpoint_number=2)
+
+
+@pytest.mark.parametrize("removed", [".index", ".data-00000-of-00001"])
+def test_a_newest_checkpoint_with_a_file_missing_is_named_not_skipped(tmp_path, removed):
+    newest = _save_two_checkpoints(str(tmp_path))
+    assert checkpoints.latest_checkpoint(str(tmp_path)) == newest
+    os.remove(newest + removed)
+    with pytest.raises(UserError) as error:
+        checkpoints.latest_checkpoint(str(tmp_path))
+    assert str(error.value) == (
+        f"{tmp_path}/checkpoints: its newest checkpoint ckpt-2 (named in its 'checkpoint' file) "
+        f"is incomplete: ckpt-2{removed} is missing; copy the run's files again, or name an "
+        "earlier complete checkpoint as model_checkpoint_path in that file to resume from it")
+
+
+def test_a_checkpoint_data_file_cut_short_is_one_line_at_the_restore(tmp_path):
+    variable = tf.Variable(tf.zeros([1000]))
+    manager = tf.train.CheckpointManager(tf.train.Checkpoint(v=variable, optimizer=variable),
+                                         str(tmp_path), max_to_keep=1)
+    path = manager.save(checkpoint_number=3)
+    data = path + ".data-00000-of-00001"
+    with open(data, "r+b") as damaged:
+        damaged.truncate(os.path.getsize(data) // 2)
+    with pytest.raises(UserError) as error:
+        checkpoints.restore(manager)
+    assert str(error.value).startswith(f"checkpoint {path} cannot be read (")
+    assert str(error.value).endswith(
+        "): its files are damaged, as a partial copy leaves them; copy the run's files again, "
+        "or resume from an earlier checkpoint (model_checkpoint_path in the directory's "
+        "'checkpoint' file)")
+
+
+def test_an_init_checkpoint_that_is_another_file_is_one_line_before_any_work(tmp_path):
+    vocab = tmp_path / "vocab.txt"
+    vocab.write_text("[PAD]\n[UNK]\n")
+    (tmp_path / "fake.index").write_text("not a checkpoint index")
+    (tmp_path / "fake.data-00000-of-00001").write_text("")
+    config = config_lib.load_config(resnet_train.ResNetConfig)
+    new_run = str(tmp_path / "new_run")
+    for given, message in [
+            (str(vocab), f"{vocab}.index is missing, so {vocab} is not a complete TensorFlow "
+                         "checkpoint; give phase 1's model_dir"),
+            (str(tmp_path / "fake"), f"{tmp_path}/fake.index cannot be read as a checkpoint's (")]:
+        config.train.init_checkpoint = given
+        with pytest.raises(UserError) as error:
+            driver.check_init_checkpoint(config, new_run, "train")
+        assert str(error.value).startswith(f"train.init_checkpoint={given!r}: {message}")
+        assert "\n" not in str(error.value)
+    assert not os.path.exists(new_run)
+
+
+@pytest.mark.parametrize("mode", ["train", "export"])
+def test_a_run_whose_newest_checkpoint_lost_its_index_stops_before_any_work(tmp_path, mode):
+    """Was: training started again from step 0 (and eval/export said there was no
+    checkpoint), after TensorFlow's 'Couldn't match files' errors on the console."""
+    run = tmp_path / "run"
+    config_lib.save_config(config_lib.load_config(resnet_train.ResNetConfig, [TINY_RESNET]),
+                           str(run))
+    newest = _save_two_checkpoints(str(run))
+    os.remove(newest + ".index")
+    before = sorted(os.listdir(run)) + sorted(os.listdir(run / "checkpoints"))
+    env = {key: value for key, value in os.environ.items() if key != "TF_CPP_MIN_LOG_LEVEL"}
+    result = subprocess.run(
+        [sys.executable, "-m", "recipes.resnet.train", f"--config_file={TINY_RESNET}",
+         f"--model_dir={run}", f"--mode={mode}"],
+        cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 2, result.stderr
+    assert result.stdout == ""
+    assert result.stderr.splitlines() == [
+        f"error: {run}/checkpoints: its newest checkpoint ckpt-2 (named in its 'checkpoint' "
+        "file) is incomplete: ckpt-2.index is missing; copy the run's files again, or name an "
+        "earlier complete checkpoint as model_checkpoint_path in that file to resume from it"]
+    assert sorted(os.listdir(run)) + sorted(os.listdir(run / "checkpoints")) == before
