@@ -45,6 +45,7 @@ from official.nlp.tools import export_tfhub_lib  # noqa: E402
 from recipes.bert import model as model_lib  # noqa: E402
 from recipes.bert import vocabulary  # noqa: E402
 from recipes.common import errors  # noqa: E402
+from recipes.common import storage  # noqa: E402
 from recipes.common.errors import UserError  # noqa: E402
 
 CHECKPOINT_SUBDIR = "model_garden"
@@ -227,6 +228,7 @@ def _main(argv):
     # TensorFlow's and Keras' INFO and WARNING lines of loading and writing SavedModels
     absl_logging.set_verbosity(absl_logging.ERROR)
     tf.get_logger().setLevel("ERROR")
+    storage.refuse_unexpanded_home("--model_dir", flags.FLAGS.model_dir or "")
     export_pretraining_run(flags.FLAGS.model_dir)
 
 

@@ -634,6 +634,8 @@ def main(argv):
             "Beam pipeline options need --runner, e.g. --runner=FnApiRunner for local processes"
         ) + (")" if close else "")
         raise errors.UserError(f"{_BEAM_ARGUMENTS[0]}: not a prepare_data flag; {hint}")
+    for name in ("input_path", "output_dir", "vocab_file"):
+        storage.refuse_unexpanded_home(f"--{name}", getattr(values, name) or "")
     storage.check_writable(f"--output_dir={values.output_dir}", values.output_dir)
     beam_options = None
     if values.runner is not None:

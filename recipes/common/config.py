@@ -21,9 +21,12 @@ import typing
 
 import yaml
 
+from recipes.common import storage
 from recipes.common.errors import UserError
 
 _SCALARS = (int, float, bool, str)
+# Keys that hold paths (a file, directory, glob or checkpoint), as every schema names them.
+_PATH_KEY = re.compile(r"(dir|_file|_files|_pattern|checkpoint|corpus)(\[\d+\])?$")
 
 
 def load_config(schema_cls, config_files=(), params_override="", renamed_keys=None):
@@ -293,6 +296,8 @@ def _check_type(value, field_type, dotted, source):
         ]
     if field_type is float and isinstance(value, int) and not isinstance(value, bool):
         return float(value)
+    if field_type is str and isinstance(value, str) and _PATH_KEY.search(dotted):
+        storage.refuse_unexpanded_home(f"{source}: config key {dotted}", value)
     if (
         field_type in _SCALARS
         and isinstance(value, field_type)

@@ -10,6 +10,7 @@ import sys
 
 from absl import flags
 
+from recipes.common import storage
 from recipes.common.errors import UserError
 
 FLAGS = flags.FLAGS
@@ -138,6 +139,9 @@ def read_options(extra_flags=()):
         given = "is required" if FLAGS.model_dir is None else "is empty"
         raise UserError(f"--model_dir {given}: the directory for this run's checkpoints, "
                         "config.yaml and export (see --help)")
+    storage.refuse_unexpanded_home("--model_dir", FLAGS.model_dir or "")
+    for config_file in FLAGS.config_file:
+        storage.refuse_unexpanded_home("--config_file", config_file)
     return RunOptions(
         config_files=tuple(FLAGS.config_file),
         params_override=FLAGS.params_override,

@@ -68,3 +68,16 @@ def check_no_earlier_shards(setting, output_dir, pattern, shards):
             f"with another shard count ({os.path.basename(others[0])}, ...), which a {pattern} "
             f"glob would read beside this run's {len(shards)}; give an empty {setting} or "
             "remove them")
+
+
+def refuse_unexpanded_home(setting, paths):
+    """A UserError for a path (or one of comma-separated globs) that starts with '~': nothing
+    here or in TensorFlow expands it, and a shell does only at the start of a word (not after
+    `--flag=`, nor in a config file), so it would name a directory called '~' in the working
+    directory."""
+    for path in str(paths).split(","):
+        if path.strip().startswith("~"):
+            raise UserError(
+                f"{setting}={paths}: '~' is not expanded here (a shell expands it only at the "
+                f"start of a word, not after --flag= or in a config); give the full path, "
+                f"such as {os.path.expanduser(path.strip())}")

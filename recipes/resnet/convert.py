@@ -479,6 +479,8 @@ def main(argv):
 
     del argv
     FLAGS = flags.FLAGS
+    for name in ("check", "image_dir", "npz", "output_dir"):
+        storage.refuse_unexpanded_home(f"--{name}", getattr(FLAGS, name) or "")
     if FLAGS.check:
         if not tf.io.gfile.glob(FLAGS.check):
             raise UserError(f"--check={FLAGS.check!r} matches no file")
