@@ -15,7 +15,8 @@ whose int, float, bool or str field cannot hold the value given (`_wrongly_typed
 few fields whose absence makes Model Garden crash deep in its trainer
 (`lamb_tf.model_garden.missing_field`: a learning-rate `decay_steps`, a `warmup_steps`, the
 data's `input_path`), an optimizer argument that Model Garden's factory cannot build (ours
-refuse `beta_1=1.5`, say), and an `input_path` glob that matches no file. TensorFlow's C++
+refuse `beta_1=1.5`, say), an `input_path` glob that matches no file, and a `--model_dir`
+that is a file or cannot be created or written (`_check_model_dir`). TensorFlow's C++
 start-up lines come before this module runs (`python -m` imports the `lamb_tf` package, and
 TensorFlow, first): `TF_CPP_MIN_LOG_LEVEL=3` in the environment keeps them off the console.
 """
@@ -243,22 +244,49 @@ _REQUIRED_FLAGS = {"experiment": "--experiment=bert/pretraining", "mode": "--mod
 
 
 def _check_model_dir(model_dir):
-    """A --model_dir that is a file, or under one: Model Garden's trainer fails on it with
-    a long traceback (FailedPreconditionError) after building the experiment."""
-    import os
-
+    """A --model_dir that is a file or under one, or that cannot be created or written:
+    Model Garden's trainer fails on it with a long traceback (FailedPreconditionError,
+    NotFoundError) after building the experiment."""
     import tensorflow as tf
 
-    path = model_dir
-    try:  # the nearest existing path of model_dir and its parents
-        while path and not tf.io.gfile.exists(path):
-            path = os.path.dirname(path.rstrip("/"))
+    try:
+        path = _nearest_existing(model_dir)
         is_file = bool(path) and not tf.io.gfile.isdir(path)
     except tf.errors.OpError:  # e.g. no access to a bucket: Model Garden's own error follows
         return
     if is_file:
         raise _UsageError(f"--model_dir={model_dir}: {path} is a file, not a directory; give "
                           "a new directory or one of an earlier run")
+    problem = _write_problem(path) if path and "://" not in model_dir else None
+    if problem:
+        raise _UsageError(f"--model_dir={model_dir}: {problem}; give a directory you can "
+                          "write (it is created if missing)")
+
+
+def _nearest_existing(model_dir):
+    """`model_dir` (made absolute if local) or its nearest parent that exists ("" if none
+    does)."""
+    import os
+
+    import tensorflow as tf
+
+    path = model_dir if "://" in model_dir else os.path.abspath(model_dir)
+    while path and not tf.io.gfile.exists(path):
+        path = os.path.dirname(path.rstrip("/"))
+    return path
+
+
+def _write_problem(directory):
+    """None if this process can make a directory in the local `directory`, else why not (as
+    the recipes find out: one directory made and removed at once)."""
+    import os
+    import tempfile
+
+    try:
+        os.rmdir(tempfile.mkdtemp(prefix=".lamb_tf_write_check_", dir=directory))
+    except OSError as error:
+        return f"cannot write in {directory} ({error.strerror})"
+    return None
 
 
 def check(flags_obj, driver_name):

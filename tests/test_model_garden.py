@@ -463,6 +463,11 @@ BAD_LAUNCHES = {
     "model-dir-under-a-file": (["nlp", "--model_dir={d}/a_file/run"],
                                ["--model_dir={d}/a_file/run: {d}/a_file is a file, not a "
                                 "directory"]),
+    # Model Garden's trainer: a NotFoundError traceback (root) or PermissionDenied after
+    # building the experiment; /proc takes no new directory, whoever runs the test
+    "model-dir-cannot-be-created": (["nlp", "--model_dir=/proc/lamb_tf_model_dir/run"],
+                                    ["--model_dir=/proc/lamb_tf_model_dir/run: cannot write in "
+                                     "/proc (", "give a directory you can write"]),
 }
 
 
@@ -508,6 +513,14 @@ def test_launcher_bad_input_gives_one_line_exit_2_before_any_work(bad_launches, 
     for words in BAD_LAUNCHES[case_id][1]:
         assert words.format(d=d) in lines[0]
     assert not model_dir.exists()
+
+
+def test_launcher_model_dir_check_leaves_nothing_behind(tmp_path):
+    """The check that --model_dir can be made makes one directory in its nearest existing
+    parent and removes it at once."""
+    model_garden_launcher._check_model_dir(str(tmp_path / "new" / "run"))
+    model_garden_launcher._check_model_dir(str(tmp_path))
+    assert os.listdir(tmp_path) == []
 
 
 def test_launcher_takes_what_model_garden_s_fields_hold():
