@@ -16,7 +16,8 @@ few fields whose absence makes Model Garden crash deep in its trainer
 (`lamb_tf.model_garden.missing_field`: a learning-rate `decay_steps`, a `warmup_steps`, the
 data's `input_path`), an optimizer argument that Model Garden's factory cannot build (ours
 refuse `beta_1=1.5`, say), an `input_path` glob that matches no file, and a `--model_dir`
-that is a file or cannot be created or written (`_check_model_dir`). TensorFlow's C++
+that is a file, cannot be created or written (`_check_model_dir`) or holds a lamb_tf
+recipe's run (its `config.yaml`). TensorFlow's C++
 start-up lines come before this module runs (`python -m` imports the `lamb_tf` package, and
 TensorFlow, first): `TF_CPP_MIN_LOG_LEVEL=3` in the environment keeps them off the console.
 """
@@ -263,6 +264,24 @@ def _check_model_dir(model_dir):
                           "write (it is created if missing)")
 
 
+def _check_not_a_recipe_run(model_dir):
+    """A --model_dir holding a lamb_tf recipe's run (its `config.yaml`, which
+    recipes/common writes there; Model Garden's runs hold `params.yaml`): the trainer would
+    write its checkpoints, params.yaml and summaries among the recipe's."""
+    import os
+
+    import tensorflow as tf
+
+    try:
+        recipe_run = tf.io.gfile.exists(os.path.join(model_dir, "config.yaml"))
+    except tf.errors.OpError:  # e.g. no access to a bucket: Model Garden's own error follows
+        return
+    if recipe_run:
+        raise _UsageError(f"--model_dir={model_dir} holds a lamb_tf recipe's run (its "
+                          "config.yaml): give another --model_dir, or resume that run with its "
+                          "recipe")
+
+
 def _nearest_existing(model_dir):
     """`model_dir` (made absolute if local) or its nearest parent that exists ("" if none
     does)."""
@@ -296,6 +315,7 @@ def check(flags_obj, driver_name):
             raise _UsageError(f"--{flag} is required, e.g. {example}")
     _check_mode(flags_obj.mode, driver_name)
     _check_model_dir(flags_obj.model_dir)
+    _check_not_a_recipe_run(flags_obj.model_dir)
     _check_experiment(flags_obj.experiment)
     params = _parsed_config(flags_obj)
     missing = missing_field(params, flags_obj.mode)

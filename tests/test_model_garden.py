@@ -468,6 +468,12 @@ BAD_LAUNCHES = {
     "model-dir-cannot-be-created": (["nlp", "--model_dir=/proc/lamb_tf_model_dir/run"],
                                     ["--model_dir=/proc/lamb_tf_model_dir/run: cannot write in "
                                      "/proc (", "give a directory you can write"]),
+    # Model Garden's trainer would write its checkpoints, params.yaml and events among the
+    # recipe's (a recipe's run directory holds config.yaml; Model Garden's, params.yaml)
+    "model-dir-holds-a-recipe-run": (["nlp", "--model_dir={d}/recipe_run"],
+                                     ["--model_dir={d}/recipe_run holds a lamb_tf recipe's run "
+                                      "(its config.yaml)", "give another --model_dir",
+                                      "resume that run with its recipe"]),
 }
 
 
@@ -480,6 +486,8 @@ def bad_launches(tmp_path_factory):
     (d / "unknown_key.yaml").write_text("task:\n  train_data: {input_pathz: dummy}\n")
     (d / "wrong_type.yaml").write_text("task:\n  train_data: {global_batch_size: [2]}\n")
     (d / "a_file").write_text("not a directory")  # the --model_dir of model-dir-is-a-file
+    (d / "recipe_run").mkdir()  # a recipe's run: what recipes/common writes first
+    (d / "recipe_run" / "config.yaml").write_text("train: {steps: 2}\n")
     jobs, cases = [], {}
     for case_id, (args, _) in BAD_LAUNCHES.items():
         model_dir = d / f"model_{case_id}"
@@ -513,6 +521,12 @@ def test_launcher_bad_input_gives_one_line_exit_2_before_any_work(bad_launches, 
     for words in BAD_LAUNCHES[case_id][1]:
         assert words.format(d=d) in lines[0]
     assert not model_dir.exists()
+
+
+@pytest.mark.slow  # command lines of Model Garden's NLP trainer (one import, forked)
+def test_launcher_leaves_a_recipe_run_as_it_was(bad_launches):
+    *_, d = bad_launches["model-dir-holds-a-recipe-run"]
+    assert os.listdir(d / "recipe_run") == ["config.yaml"]
 
 
 def test_launcher_model_dir_check_leaves_nothing_behind(tmp_path):
