@@ -25,18 +25,26 @@ pipeline start at all), and building its input pipeline in the run, as a real ru
 (`train_lib.run_experiment`) does once, as each run of the recipe's loop builds its own.
 Used by benchmarks/recipe_throughput.py, which prints the table.
 """
-import os
-import statistics
 import sys
-import tempfile
-import time
 
-import tensorflow as tf
-import tf_keras
+if __name__ == "__main__":  # run alone it would do nothing: say what to run instead,
+    # before TensorFlow's start-up lines (the import below)
+    print("error: benchmarks/chunk_boundaries.py is a module of the benchmark scripts, used by "
+          "recipe_throughput.py; run one of those (--help lists its flags)",
+          file=sys.stderr)
+    sys.exit(2)
 
-from benchmarks import alternation
-from recipes.common import task as task_lib
-from recipes.common import training
+import os  # noqa: E402
+import statistics  # noqa: E402
+import tempfile  # noqa: E402
+import time  # noqa: E402
+
+import tensorflow as tf  # noqa: E402
+import tf_keras  # noqa: E402
+
+from benchmarks import alternation  # noqa: E402
+from recipes.common import task as task_lib  # noqa: E402
+from recipes.common import training  # noqa: E402
 
 RECIPE_LOOP = "one fit over the chunks"  # the loop as it is
 # The loop as it is reading one pipeline through each `fit` (`one_pipeline_dataset`), as
@@ -288,10 +296,3 @@ def _paired(ratios):
         return "–"
     return (f"{statistics.median(ratios):.2f}× ("
             + ", ".join(f"{ratio:.2f}" for ratio in ratios) + ")")
-
-
-if __name__ == "__main__":  # run alone it would do nothing: say what to run instead
-    print("error: benchmarks/chunk_boundaries.py is a module of the benchmark scripts, used by "
-          "recipe_throughput.py; run one of those (--help lists its flags)",
-          file=sys.stderr)
-    sys.exit(2)

@@ -35,18 +35,25 @@ The optimizer is Model Garden's `lamb` (`official.modeling.optimization.lamb.LAM
 the recipe's betas, epsilon, weight decay, exclusions and global clipnorm at a constant
 learning rate (no warmup): the recipe's schedule is a few scalar ops per step either way.
 """
-import contextlib
-import io
-import os
 import sys
-import time
 
-import tensorflow as tf
+if __name__ == "__main__":  # run alone it would do nothing: say what to run instead,
+    # before TensorFlow's start-up lines (the import below)
+    print("error: benchmarks/model_garden_loops.py is a module of the benchmark scripts, used by "
+          "recipe_throughput.py and step_after_pause.py; run one of those (--help lists its flags)",
+          file=sys.stderr)
+    sys.exit(2)
 
-from lamb_tf import exclusions
-from recipes.bert import input as bert_input
-from recipes.common import optimizer as optimizer_lib
+import contextlib  # noqa: E402
+import io  # noqa: E402
+import os  # noqa: E402
+import time  # noqa: E402
 
+import tensorflow as tf  # noqa: E402
+
+from lamb_tf import exclusions  # noqa: E402
+from recipes.bert import input as bert_input  # noqa: E402
+from recipes.common import optimizer as optimizer_lib  # noqa: E402
 
 
 def update_function(optimizer, variables):
@@ -243,10 +250,3 @@ def resnet_side(config, task):
         "trainer": lamb_trainer_override(config.optimizer, decay_exclusions,
                                          config.optimizer.exclude_from_layer_adaptation),
     })
-
-
-if __name__ == "__main__":  # run alone it would do nothing: say what to run instead
-    print("error: benchmarks/model_garden_loops.py is a module of the benchmark scripts, used by "
-          "recipe_throughput.py and step_after_pause.py; run one of those (--help lists its flags)",
-          file=sys.stderr)
-    sys.exit(2)

@@ -14,13 +14,23 @@ which cannot collide with Keras' own `Lamb`). `import lamb_tf` imports every suc
 `lamb_tf.LAMB` is chosen on first access to that name.
 """
 import importlib
+import os
+import sys
 
-from lamb_tf import accumulation  # noqa: F401  (registers tf_keras' GradientAccumulationModel)
-from lamb_tf import keras3_accumulation  # noqa: F401  (registers Keras 3's)
-from lamb_tf import keras3_optimizers  # noqa: F401  (registers Keras 3's LAMB/LARS)
-from lamb_tf import scaling  # noqa: F401  (registers nothing: lamb_tf.scaling.* as documented)
-from lamb_tf import schedules  # noqa: F401  (registers the schedules of both flavours)
-from lamb_tf import tf_keras_optimizers  # noqa: F401  (registers tf_keras' LAMB/LARS)
+# `python -m lamb_tf.model_garden` imports this package, and TensorFlow with it, before the
+# launcher's code runs: there TensorFlow's C++ start-up lines (CUDA probing, oneDNN, CPU
+# features) stay off the console unless the user sets TF_CPP_MIN_LOG_LEVEL (as the recipes'
+# programs do, recipes/common/startup.py). Any other import of lamb_tf sets nothing.
+if sys.argv[:1] == ["-m"] and {"lamb_tf.model_garden", "-mlamb_tf.model_garden"} & set(
+        getattr(sys, "orig_argv", [])):  # (argv[0] is "-m" while `python -m` finds the module)
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+
+from lamb_tf import accumulation  # noqa: E402,F401  (registers tf_keras' GradientAccumulationModel)
+from lamb_tf import keras3_accumulation  # noqa: E402,F401  (registers Keras 3's)
+from lamb_tf import keras3_optimizers  # noqa: E402,F401  (registers Keras 3's LAMB/LARS)
+from lamb_tf import scaling  # noqa: E402,F401  (registers nothing: lamb_tf.scaling.* as documented)
+from lamb_tf import schedules  # noqa: E402,F401  (registers the schedules of both flavours)
+from lamb_tf import tf_keras_optimizers  # noqa: E402,F401  (registers tf_keras' LAMB/LARS)
 
 __all__ = ["LAMB", "LARS"]
 

@@ -18,8 +18,10 @@ data's `input_path`), an optimizer argument that Model Garden's factory cannot b
 refuse `beta_1=1.5`, say), an `input_path` glob that matches no file, and a `--model_dir`
 that is a file, cannot be created or written (`_check_model_dir`) or holds a lamb_tf
 recipe's run (its `config.yaml`). TensorFlow's C++
-start-up lines come before this module runs (`python -m` imports the `lamb_tf` package, and
-TensorFlow, first): `TF_CPP_MIN_LOG_LEVEL=3` in the environment keeps them off the console.
+start-up lines (CUDA probing, oneDNN, CPU features) would come before this module runs
+(`python -m` imports the `lamb_tf` package, and TensorFlow, first): so `lamb_tf/__init__.py`
+sets `TF_CPP_MIN_LOG_LEVEL=3` when `python -m lamb_tf.model_garden` imports it, unless the
+environment sets it (`TF_CPP_MIN_LOG_LEVEL=0` shows them).
 """
 import difflib
 import importlib

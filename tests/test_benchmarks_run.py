@@ -404,3 +404,19 @@ def test_a_module_of_the_scripts_run_alone_names_the_scripts_to_run(module, caps
         name = script.split()[0]
         if name.endswith(".py"):  # the scripts it names exist
             assert os.path.isfile(os.path.join(REPO_ROOT, "benchmarks", name)), name
+
+
+@pytest.mark.parametrize("module", ["chunk_boundaries", "model_garden_loops"])
+def test_a_module_of_the_scripts_run_alone_prints_its_line_only(module):
+    """Not TensorFlow's C++ start-up lines (CUDA probing, oneDNN, CPU features) too: these
+    modules import TensorFlow, which a user's `--help` should not start."""
+    import subprocess
+    import sys
+
+    env = {key: value for key, value in os.environ.items() if key != "TF_CPP_MIN_LOG_LEVEL"}
+    result = subprocess.run(
+        [sys.executable, os.path.join(REPO_ROOT, "benchmarks", f"{module}.py"), "--help"],
+        capture_output=True, text=True, timeout=300, env={**env, "PYTHONPATH": REPO_ROOT})
+    assert result.returncode == 2
+    (line,) = result.stderr.splitlines()
+    assert line.startswith(f"error: benchmarks/{module}.py is a module"), line

@@ -347,6 +347,24 @@ def test_launcher_passes_helpfull_to_the_trainer_and_exits_0():
     assert "--experiment" in result.stdout and "--params_override" in result.stdout
 
 
+@pytest.mark.slow  # fresh processes: TensorFlow's start-up, Model Garden's NLP trainer
+@pytest.mark.parametrize("args", [["--help"], ["nlp", "--mdoel_dir=/tmp/mg"]],
+                         ids=["help", "usage-error"])
+def test_launcher_console_has_no_tensorflow_start_up_lines(args):
+    """TensorFlow's C++ lines (CUDA probing, oneDNN, CPU features) come when `python -m`
+    imports the lamb_tf package: the launcher's console stays free of them unless the
+    user's environment sets TF_CPP_MIN_LOG_LEVEL."""
+    env = {key: value for key, value in os.environ.items() if key != "TF_CPP_MIN_LOG_LEVEL"}
+    result = subprocess.run([sys.executable, "-m", "lamb_tf.model_garden", *args],
+                            capture_output=True, text=True, timeout=300,
+                            env={**env, "PYTHONPATH": REPO_ROOT})
+    is_help = args == ["--help"]
+    assert result.returncode == (0 if is_help else 2), result.stderr[-2000:]
+    for words in ("cpu_feature_guard", "oneDNN", "cuda"):
+        assert words not in result.stdout + result.stderr, result.stderr[-2000:]
+    assert len(result.stderr.strip().splitlines()) == (0 if is_help else 1), result.stderr
+
+
 @pytest.mark.slow  # imports Model Garden's NLP trainer in a fresh process
 def test_launcher_driver_help_is_its_usage_and_model_gardens_main_flags():
     """`nlp --help`: absl prints the __main__ module's docstring (lamb_tf.model_garden's
