@@ -25,7 +25,6 @@ Usage:  .venv/bin/python benchmarks/accumulation_memory.py [--rounds 3] [--json 
 Exits 1 if, at k = 64 against k = 1, peak RSS grows by more than 15% or examples/s drop by
 more than 5% (the project's bounds).
 """
-import argparse
 import json
 import os
 import statistics
@@ -129,7 +128,7 @@ def print_speed(speed):
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
+    parser = alternation.argument_parser(__doc__)
     parser.add_argument("--child", nargs=3, type=int, metavar=("BATCH", "MICRO", "STEPS"),
                         help="internal: one measured configuration, run in a process of "
                              "its own by this script")

@@ -101,8 +101,19 @@ def describe_ratios(ratios, target=1.0, confidence=0.9):
             f"(target {target:.2f}×)")
 
 
+def argument_parser(doc):
+    """The argparse parser of a benchmark script, `--help` showing the first line of `doc`
+    (its docstring): flags named in full, as absl's are, and `--helpfull`, which absl's
+    programs (the recipes) take, as `--help` (the usage, exit status 0)."""
+    import argparse
+
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0], allow_abbrev=False)
+    parser.add_argument("--helpfull", action="help", help=argparse.SUPPRESS)
+    return parser
+
+
 if __name__ == "__main__":  # run alone it would do nothing: say what to run instead
     print("error: benchmarks/alternation.py is a module of the benchmark scripts, used by "
-          "optimizer_step.py, recipe_throughput.py and the other timing scripts; "
+          "optimizer_step.py, recipe_throughput.py and the other benchmark scripts; "
           "run one of those (--help lists its flags)", file=sys.stderr)
     sys.exit(2)

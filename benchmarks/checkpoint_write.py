@@ -24,7 +24,6 @@ Usage:
   python benchmarks/checkpoint_write.py --size base --work_dir /tmp/checkpoint_write
   python benchmarks/checkpoint_write.py --size tiny --rounds 1 --steps 1 --work_dir /tmp/c  # CI
 """
-import argparse
 import os
 import shutil
 import statistics
@@ -43,7 +42,7 @@ JOBS = ("steps only", "synchronous save, then the steps", "asynchronous save, th
 
 
 def _parse_arguments(argv):
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
+    parser = alternation.argument_parser(__doc__)
     parser.add_argument("--size", choices=sorted(optimizer_step.SIZES), default="mini",
                         help="BERT encoder shape (default mini; base writes 1.3 GB per save)")
     parser.add_argument("--steps", type=int, default=5,

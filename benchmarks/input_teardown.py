@@ -18,7 +18,6 @@ Usage:
   python benchmarks/input_teardown.py --seconds 1 --trials 1 --work_dir /tmp/t  # CI size
 Prints a Markdown table and, with --json, writes every deletion time.
 """
-import argparse
 import datetime
 import os
 import statistics
@@ -34,14 +33,14 @@ from recipes.common import startup  # noqa: E402,F401  (legacy Keras, quiet C++)
 
 import tensorflow as tf  # noqa: E402
 
-from benchmarks import recipe_throughput  # noqa: E402
+from benchmarks import alternation, recipe_throughput  # noqa: E402
 from recipes.common import errors  # noqa: E402
 
 SLOW_S = 1.0  # a deletion slower than this is counted as a wait
 
 
 def _parse_arguments(argv):
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
+    parser = alternation.argument_parser(__doc__)
     recipe_throughput.add_recipe_flags(parser, "input_teardown",
                                        json_help="write every deletion time here")
     parser.add_argument("--seconds", type=float, default=25.0,

@@ -30,7 +30,6 @@ Usage:
   python benchmarks/iterator_checkpoint.py --rounds 1 --work_dir /tmp/ic               # CI size
 Prints Markdown tables and, with --json, writes every measurement.
 """
-import argparse
 import datetime
 import glob
 import os
@@ -60,7 +59,7 @@ POLICIES = {"fail": tf.data.experimental.ExternalStatePolicy.FAIL,  # tf.data's 
 
 
 def _parse_arguments(argv):
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
+    parser = alternation.argument_parser(__doc__)
     recipe_throughput.add_recipe_flags(parser, "iterator_checkpoint",
                                        json_help="write every measurement here")
     parser.add_argument("--rounds", type=int, default=9,

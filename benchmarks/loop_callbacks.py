@@ -19,7 +19,6 @@ Usage:
 Prints a Markdown table: milliseconds per round in each hook that took any, its share of
 the `fit`, and per step.
 """
-import argparse
 import collections
 import contextlib
 import io
@@ -38,7 +37,7 @@ from recipes.common import startup  # noqa: E402,F401  (legacy Keras, quiet C++)
 import tensorflow as tf  # noqa: E402
 import tf_keras  # noqa: E402
 
-from benchmarks import recipe_throughput, threads  # noqa: E402
+from benchmarks import alternation, recipe_throughput, threads  # noqa: E402
 from recipes.common import callbacks as callbacks_lib  # noqa: E402
 from recipes.common import errors  # noqa: E402
 from recipes.common import training  # noqa: E402
@@ -48,7 +47,7 @@ HOOKS = ("on_train_begin", "on_epoch_begin", "on_train_batch_begin", "on_train_b
 
 
 def _parse_arguments(argv):
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
+    parser = alternation.argument_parser(__doc__)
     recipe_throughput.add_recipe_flags(
         parser, "loop_callbacks", json_help=None,
         work_dir_help=recipe_throughput.DATA_REUSED + ", and the checkpoints written")

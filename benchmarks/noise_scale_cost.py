@@ -18,12 +18,17 @@ of parameters, hence the small micro-batch row.
 Usage:  .venv/bin/python benchmarks/noise_scale_cost.py [--json report.json]
 Exits non-zero if an overhead exceeds --max_overhead (default 0.03, the project's bound).
 """
-import argparse
 import json
 import os
 import statistics
 import sys
 import time
+
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if REPO_ROOT not in sys.path:
+    sys.path.insert(0, REPO_ROOT)  # benchmarks.alternation, when run as a script
+
+from benchmarks import alternation  # noqa: E402
 
 FEATURES, HIDDEN, CLASSES = 64, 512, 10
 # (micro-batch, accumulation steps k)
@@ -104,7 +109,7 @@ def measure(micro_batch, accumulation_steps, steps, repeats):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
+    parser = alternation.argument_parser(__doc__)
     parser.add_argument("--steps", type=int, default=10, help="optimizer steps per timing")
     parser.add_argument("--repeats", type=int, default=30, help="timings per variant")
     parser.add_argument(

@@ -29,7 +29,6 @@ Usage:
 Prints a Markdown table (median and min–max over the timed steps, after warm-up) and
 writes every sample to the JSON file.
 """
-import argparse
 import contextlib
 import datetime
 import json
@@ -245,7 +244,7 @@ def markdown(rows, bandwidth):
 
 
 def parse_arguments(argv):
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
+    parser = alternation.argument_parser(__doc__)
     parser.add_argument("--size", choices=sorted(SIZES), default="base",
                         help="BERT encoder shape (default base; tiny runs in seconds)")
     parser.add_argument("--steps", type=int, default=9, help="timed steps per contender")

@@ -7,10 +7,15 @@ Usage:
 Times are each run's medians; runs at different sizes are separate processes, so compare
 contenders within one size (same run), and read the slope across sizes.
 """
-import argparse
 import json
 import os
 import sys
+
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if REPO_ROOT not in sys.path:
+    sys.path.insert(0, REPO_ROOT)  # benchmarks.alternation, when run as a script
+
+from benchmarks import alternation  # noqa: E402
 
 MODES = ("graph", "jit_compile")
 
@@ -53,7 +58,7 @@ def plot(lines, output):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
+    parser = alternation.argument_parser(__doc__)
     parser.add_argument("reports", nargs="+", help="JSON files of optimizer_step.py --json")
     parser.add_argument("--output", required=True, help="PNG file to write")
     args = parser.parse_args(argv)

@@ -60,7 +60,6 @@ Usage:
 Prints a Markdown table (median and min-max over the timed rounds) and, with --json,
 writes every sample.
 """
-import argparse
 import datetime
 import functools
 import json
@@ -221,7 +220,7 @@ def exit_status(main, argv=None):
 
 
 def _parse_arguments(argv):
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
+    parser = alternation.argument_parser(__doc__)
     add_recipe_flags(parser, "recipe_throughput",
                      work_dir_help=DATA_REUSED + ", and where each timed training-loop run "
                      "writes its summaries (chunk_boundaries/; its checkpoints are deleted "

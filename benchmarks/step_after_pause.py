@@ -28,7 +28,6 @@ Usage:
       --steps_after 2 --pauses 0.01                                            # CI size
 Prints a Markdown table and the verdicts; with --json, writes every sample.
 """
-import argparse
 import datetime
 import os
 import platform
@@ -49,7 +48,7 @@ from recipes.common import errors  # noqa: E402
 
 
 def _parse_arguments(argv):
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
+    parser = alternation.argument_parser(__doc__)
     recipe_throughput.add_recipe_flags(parser, "step_after_pause")
     parser.add_argument("--pauses", default="0.05,0.3",
                         help="seconds of each pause, comma-separated (no pause is always run)")

@@ -30,7 +30,6 @@ Usage:
   python benchmarks/update_anatomy.py --shape 30522,768 --passes   # no timing
   python benchmarks/update_anatomy.py --shape 8,8 --steps 2 --warmup 1   # seconds, for CI
 """
-import argparse
 import os
 import statistics
 import sys
@@ -115,7 +114,7 @@ def measure(jobs, steps, warmup):
 
 
 def parse_arguments(argv):
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
+    parser = alternation.argument_parser(__doc__)
     parser.add_argument("--shape", default="30522,768",
                         help="the variable's shape, comma-separated (default: BERT's word "
                              "embedding)")

@@ -92,6 +92,28 @@ def test_missing_model_dir_is_one_line_and_exit_2(given, words):
         "config.yaml and export (see --help)"]
 
 
+def argparse_programs():
+    """The command lines of the argparse programs: every benchmark script that parses
+    arguments, and the batch-size study."""
+    scripts = []
+    for name in sorted(os.listdir(os.path.join(REPO_ROOT, "benchmarks"))):
+        with open(os.path.join(REPO_ROOT, "benchmarks", name), encoding="utf-8") as f:
+            if name.endswith(".py") and "parse_args(" in f.read():
+                scripts.append([os.path.join("benchmarks", name)])
+    return [["-m", "recipes.study"], *scripts]
+
+
+@pytest.mark.slow  # a fresh process for each program (some import TensorFlow)
+@pytest.mark.parametrize("program", argparse_programs(), ids=lambda program: program[-1])
+def test_argparse_programs_take_helpfull_as_help(program):
+    """absl's programs (the recipes) take --helpfull; these printed "unrecognized
+    arguments" or a required flag instead, exit status 2."""
+    result = subprocess.run([sys.executable, *program, "--helpfull"], cwd=REPO_ROOT,
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.startswith("usage: ") and "-h, --help" in result.stdout, result.stdout
+
+
 def flags_without_help(source, filename="<source>"):
     """[(line, flag)] of the `add_argument` calls in `source` that give no `help=`."""
     missing = []

@@ -99,6 +99,8 @@ def _recipe(text):
 def parse_args(argv):
     parser = _Parser(prog="python -m recipes.study", description=__doc__.splitlines()[0],
                      allow_abbrev=False)  # as absl: a flag is named in full
+    # absl's programs (the recipes) take --helpfull: here it is --help (usage, exit status 0)
+    parser.add_argument("--helpfull", action="help", help=argparse.SUPPRESS)
     parser.add_argument("--recipe", required=True, type=_recipe,
                         help="the recipe each run trains: "
                              + ", ".join(f"{name} ({program})" for name, program
