@@ -122,6 +122,26 @@ def test_a_squad_window_without_room_for_the_context_is_refused(seq_length, max_
     assert finetune_data.check_task_run(data, run) == seq_length
 
 
+@pytest.mark.parametrize("key", ["doc_stride", "max_query_length", "n_best_size",
+                                 "max_answer_length"])
+def test_a_squad_length_of_zero_is_refused_as_not_positive(tmp_path, key):
+    # doc_stride 0 would never move the window; the others leave no question, candidate
+    # or answer piece
+    with pytest.raises(UserError) as raised:
+        _finetune_task(f"encoder.pretraining_dir={tmp_path},data.{key}=0").check_config()
+    assert str(raised.value) == f"data.{key}=0 must be positive"
+
+
+@pytest.mark.parametrize("task", ["classification", "squad"])
+@pytest.mark.parametrize("given", ["data.train_file", "data.eval_file"])
+def test_a_task_given_only_one_of_its_two_files_is_told_it_needs_both(tmp_path, task, given):
+    (tmp_path / "data.tsv").write_text("sentence\tlabel\na\tx\n")
+    with pytest.raises(UserError) as raised:
+        _finetune_task(f"encoder.pretraining_dir={tmp_path},data.task={task},"
+                       f"{given}={tmp_path}/data.tsv").check_config()
+    assert str(raised.value) == f"data.task={task} needs data.train_file and data.eval_file"
+
+
 @pytest.mark.parametrize("key", ["encoder.dropout_rate", "encoder.attention_dropout_rate"])
 def test_an_encoder_dropout_rate_outside_0_1_is_refused_with_the_config(tmp_path, key):
     with pytest.raises(UserError, match=re.escape(f"{key}=1.5 must be at least 0 and below 1")):

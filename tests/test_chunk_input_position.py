@@ -198,6 +198,41 @@ def test_finetune_resumed_mid_chunk_reads_the_batches_of_the_uninterrupted_chunk
     np.testing.assert_array_equal(np.stack(first_ids(0, 5)[3:]), np.stack(first_ids(3, 2)))
 
 
+# One input pipeline feeding 2 replicas: each step takes one per-replica batch per replica,
+# so a chunk resumed after k trained steps starts at the pipeline's batch 2k.
+TWO_REPLICAS_ONE_PIPELINE = tf.distribute.InputContext(
+    num_input_pipelines=1, input_pipeline_id=0, num_replicas_in_sync=2)
+
+
+def test_finetune_resumed_with_two_replicas_per_pipeline_skips_two_batches_a_step():
+    features = {"ids": np.arange(40, dtype=np.int32)}
+    targets = {"label": np.arange(40, dtype=np.int32) % 3}
+    examples = tf.data.Dataset.from_tensor_slices((features, targets))
+
+    def ids(steps_to_skip, batches):
+        dataset = finetune_data.train_replica_dataset(
+            TWO_REPLICAS_ONE_PIPELINE, examples, 4, seed=7, steps_to_skip=steps_to_skip)
+        return [batch[0]["ids"].numpy() for batch in dataset.take(batches)]
+
+    fresh = ids(0, 8)
+    assert fresh[0].shape == (2,)  # global batch 4 over 2 replicas
+    # 3 steps trained: 6 per-replica batches read; the resumed run starts at batch 6
+    np.testing.assert_array_equal(np.stack(ids(3, 2)), np.stack(fresh[6:8]))
+
+
+def test_bert_resumed_with_two_replicas_per_pipeline_skips_two_batches_a_step(tmp_path):
+    task = _bert_task(tmp_path)  # global batch 4: 2 sequences per replica
+
+    def word_ids(steps_to_skip, batches):
+        dataset = task.train_replica_dataset(TWO_REPLICAS_ONE_PIPELINE, PLAN, 7, steps_to_skip)
+        return [batch[0]["input_word_ids"].numpy() for batch in dataset.take(batches)]
+
+    fresh = word_ids(0, 6)
+    assert fresh[0].shape == (2, tiny_bert_data.SEQ_LENGTH)
+    # 2 steps trained: 4 per-replica batches read; the resumed run starts at batch 4
+    np.testing.assert_array_equal(np.stack(word_ids(2, 2)), np.stack(fresh[4:6]))
+
+
 def test_benchmarks_one_pipeline_loop_reads_on_through_chunks_where_the_recipe_starts_anew(
         tmp_path):
     """benchmarks/chunk_boundaries.py's ONE_PIPELINE_LOOP (what exact resume costs) reads the

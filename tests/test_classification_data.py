@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from recipes.bert import classification
+from recipes.bert import classification, finetune_data
 from recipes.common.errors import UserError
 
 VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "the", "cat", "sat", "dog", "ran",
@@ -29,6 +29,28 @@ def test_tsv_and_jsonl_give_the_same_examples(tmp_path):
     assert classification.read_examples(str(tmp_path / "a.tsv")) == expected
     assert classification.read_examples(str(tmp_path / "a.jsonl")) == expected
     assert classification.label_ids(expected, ["no", "yes"], "a.tsv") == [1, 0]
+
+
+def test_label_ids_follow_the_given_label_order_not_the_sorted_one():
+    # data.labels is the class-id order: "yes" first is class 0 although "no" sorts first.
+    examples = [classification.Example("a", None, "no"),
+                classification.Example("b", None, "yes"),
+                classification.Example("c", None, "no")]
+    assert classification.label_ids(examples, ["yes", "no"], "a.tsv") == [1, 0, 1]
+
+
+def test_without_data_labels_the_class_ids_are_the_sorted_training_labels(tmp_path):
+    # data.labels: null = the sorted labels of the training file (8 labels, so that a set's
+    # iteration order is not sorted by chance), whatever order the file gives them in.
+    shuffled = ["hotel", "charlie", "alpha", "golf", "echo", "bravo", "foxtrot", "delta"]
+    (tmp_path / "train.tsv").write_text(
+        "sentence\tlabel\n" + "".join(f"s{i}\t{label}\n" for i, label in enumerate(shuffled)))
+    (tmp_path / "eval.tsv").write_text("sentence\tlabel\nx\tbravo\ny\thotel\n")
+    examples = finetune_data.read_examples(str(tmp_path / "train.tsv"),
+                                           str(tmp_path / "eval.tsv"), None)
+    assert examples.labels == ["alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf",
+                               "hotel"]
+    assert examples.label_ids == [[7, 2, 0, 6, 4, 1, 5, 3], [1, 7]]
 
 
 def test_bad_files_are_one_line_errors_naming_the_line(tmp_path):

@@ -222,6 +222,18 @@ def test_pretraining_dir_without_encoder_export_names_the_fix(tmp_path):
         finetune_data.PretrainingRun(str(tmp_path))
 
 
+def test_fine_tuning_encoder_takes_each_dropout_rate_from_its_own_key():
+    """encoder.dropout_rate and encoder.attention_dropout_rate reach the encoder apart (the
+    run's encoder.yaml had 0.0 for both). A run made without its directory: its
+    encoder config is all `build_encoder` reads with encoder.init: none."""
+    run = finetune_data.PretrainingRun.__new__(finetune_data.PretrainingRun)
+    run.encoder_config = ecosystem_export.encoder_config(TINY_MODEL, vocab_size=20)
+    settings = types.SimpleNamespace(dropout_rate=0.1, attention_dropout_rate=0.3, init="none")
+    encoder = run.build_encoder(16, settings)
+    config = encoder.get_config()
+    assert (config["output_dropout"], config["attention_dropout"]) == (0.1, 0.3)
+
+
 def test_a_file_as_pretraining_dir_is_named_as_a_file(tmp_path):
     (tmp_path / "config.yaml").write_text("")  # e.g. the run's config.yaml, not its directory
     with pytest.raises(finetune.UserError, match=re.escape(

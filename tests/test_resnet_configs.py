@@ -11,7 +11,8 @@ import re
 import pytest
 
 from recipes.common.config import load_config
-from recipes.resnet.config import ResNetConfig
+from recipes.resnet import convert
+from recipes.resnet.config import DataConfig, ResNetConfig
 
 CONFIG_DIR = os.path.join(
     os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "configs", "resnet"
@@ -65,3 +66,10 @@ def test_lamb_64k_and_16k():
     assert config.train.global_batch_size == 16384
     assert config.train.steps == round(90 * IMAGENET_TRAIN_IMAGES / 16384)
     assert config.optimizer.learning_rate == pytest.approx(0.04 / 2**0.5, abs=1e-4)
+
+
+def test_default_label_offset_reads_imagenet_labels_1_to_1000():
+    # The ImageNet TFRecord convention: image/class/label 1..1000, 0 = background; the
+    # converter writes class index + 1, and the recipe subtracts the offset back.
+    assert DataConfig().label_offset == 1
+    assert ResNetConfig().data.label_offset == convert.LABEL_OFFSET == 1

@@ -112,6 +112,25 @@ def test_holdout_is_stratified_and_disjoint(tmp_path):
     assert counts.tolist() == [3, 3, 3, 3]
 
 
+@pytest.mark.parametrize("fraction, class_size, held_out", [
+    (0.1, 7, 1),  # 0.7 rounds up to 1 (not down to none)
+    (0.2, 8, 2),  # 1.6 -> 2
+    (0.1, 4, 0),  # 0.4 -> 0
+    (0.3, 10, 3),
+])
+def test_held_out_count_rounds_the_share_of_a_class(fraction, class_size, held_out):
+    assert convert.held_out_count(fraction, class_size) == held_out
+
+
+def test_a_validation_fraction_of_one_is_refused_before_writing(tmp_path):
+    # everything held out would leave no training split
+    with pytest.raises(UserError) as caught:
+        convert.convert_arrays(np.zeros((4, 4, 4), np.uint8), [0, 1, 0, 1], str(tmp_path / "out"),
+                               validation_fraction=1.0)
+    assert str(caught.value) == "validation_fraction=1.0 must be in [0, 1)"
+    assert not (tmp_path / "out").exists()
+
+
 def _write_png(path, pixels):
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_bytes(tf.io.encode_png(pixels).numpy())
@@ -137,6 +156,16 @@ def test_folder_round_trip_keeps_pixels_and_jpeg_bytes(tmp_path):
     convert.convert_image_folder(str(tmp_path / "photos"), str(out_jpeg), num_shards=1)
     jpeg = {e["image/filename"].decode(): e for e in read_records(str(out_jpeg / "train-*"))}
     assert jpeg["d2.jpg"]["image/encoded"] == jpeg_bytes  # an RGB JPEG is kept byte for byte
+
+
+def test_hidden_folders_are_not_classes_and_the_first_real_class_is_label_0(tmp_path):
+    # Jupyter leaves .ipynb_checkpoints (with copies of images) in a folder it browsed
+    root = tmp_path / "photos"
+    for name in (".ipynb_checkpoints/c1-checkpoint.png", "cat/c1.png", "dog/d1.png"):
+        _write_png(root / name, np.zeros((2, 2, 3), np.uint8))
+    class_names, files = convert.list_image_folder(str(root))
+    assert class_names == ["cat", "dog"]
+    assert files == [(str(root / "cat" / "c1.png"), 0), (str(root / "dog" / "d1.png"), 1)]
 
 
 @pytest.mark.parametrize(

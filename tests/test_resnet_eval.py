@@ -123,3 +123,20 @@ def test_an_eval_set_without_records_is_refused_before_any_evaluation(tmp_path):
     with pytest.raises(UserError, match=r"data.eval_file_pattern='.*validation-\*' holds no "
                                         "records: nothing to evaluate"):
         data_lib.resolve_data(data, str(tmp_path), "eval")
+
+
+def test_embedded_digits_evaluate_as_many_examples_as_their_held_out_files_hold(
+        tmp_path, monkeypatch):
+    """The embedded digits resolved for evaluation: eval_examples is the held-out split's
+    size (10 digits of each class, 0.2 held out: 2 a class, 20), not the training split's."""
+    from recipes.resnet import data as data_lib
+    from recipes.resnet.config import DataConfig
+
+    images, labels, names = digits.load_digits()
+    chosen = np.concatenate([np.flatnonzero(labels == label)[:10] for label in range(10)])
+    monkeypatch.setattr(data_lib.digits, "load_digits",
+                        lambda: (images[chosen], labels[chosen], names))
+    data = DataConfig(embedded_digits=True, num_classes=10, digits_validation_fraction=0.2)
+    resolved = data_lib.resolve_data(data, str(tmp_path), "eval")
+    in_files = sum(1 for _ in tf.data.TFRecordDataset(resolved.eval_files))
+    assert resolved.eval_examples == in_files == 20

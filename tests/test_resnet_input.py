@@ -5,6 +5,7 @@ from Model Garden), so the expected values are computed independently of the pip
 """
 
 import dataclasses
+import re
 
 import numpy as np
 import pytest
@@ -111,6 +112,13 @@ def test_eval_pads_with_zero_weight_and_every_pipeline_covers_its_share(four_fil
     assert input_lib.eval_steps(24, 10) == 3  # one pipeline: ceil(24 / 10)
 
 
+@pytest.mark.parametrize("global_batch, steps", [(10, 2), (2, 6)])
+def test_eval_steps_round_an_odd_share_up_per_pipeline(global_batch, steps):
+    # 11 examples over 2 pipelines: pipeline 0 reads records 0, 2, .., 10 (6), pipeline 1
+    # 5. Batch 10 = 5 a pipeline: ceil(6 / 5) = 2 steps; batch 2 = 1 a pipeline: 6 steps.
+    assert input_lib.eval_steps(11, global_batch, num_pipelines=2) == steps
+
+
 def test_train_pipelines_read_disjoint_files(four_files):
     seen = []
     for pipeline_id in range(2):
@@ -120,6 +128,20 @@ def test_train_pipelines_read_disjoint_files(four_files):
         labels = np.concatenate([labels for _, labels in dataset.take(6).as_numpy_iterator()])
         seen.append(set(labels))
     assert seen[0] == {0, 2} and seen[1] == {1, 3}  # shard(2, i) of the sorted files
+
+
+def test_as_many_files_as_pipelines_give_each_pipeline_one_whole_file(tmp_path):
+    # 2 files, 2 pipelines: sharded by file, so pipeline i reads file i only (3 and 5
+    # records: shared out record by record, each pipeline would see both labels)
+    rng = np.random.default_rng(2)
+    for i, count in enumerate((3, 5)):
+        images = rng.integers(0, 256, size=(count, 24, 20, 3), dtype=np.uint8)
+        write_file(tmp_path / f"train-{i:05d}-of-00002", images, [i] * count, "jpeg")
+    for pipeline_id in range(2):
+        dataset = input_lib.make_train_dataset(
+            data_config(), str(tmp_path / "train-*"), 2, input_context=context(2, pipeline_id))
+        labels = np.concatenate([labels for _, labels in dataset.take(8).as_numpy_iterator()])
+        assert set(labels) == {pipeline_id}  # file i holds only class i
 
 
 def test_a_pipeline_whose_files_hold_no_record_is_refused_not_left_waiting(four_files, tmp_path):
@@ -167,6 +189,22 @@ def test_label_outside_num_classes_fails_with_a_named_reason(four_files):
     dataset = input_lib.make_train_dataset(data_config(num_classes=2), four_files, 24)
     with pytest.raises(tf.errors.InvalidArgumentError, match="data.label_offset"):
         next(iter(dataset))
+
+
+def test_label_equal_to_num_classes_after_the_offset_fails_with_a_named_reason(tmp_path):
+    # num_classes 3, label_offset 1: image/class/label 1..3 are classes 0..2; 4 would be
+    # class 3, outside [0, 3). write_file stores class index + 1.
+    image = np.zeros((1, 8, 8, 3), np.uint8)
+    config = data_config(num_classes=3)
+    for class_index in range(3):
+        path = tmp_path / f"validation-{class_index}"
+        write_file(path, image, [class_index], "jpeg")
+        _, label = input_lib.first_example(config, str(path))
+        assert int(label) == class_index
+    write_file(tmp_path / "validation-3", image, [3], "jpeg")
+    with pytest.raises(tf.errors.InvalidArgumentError,
+                       match=re.escape(input_lib.LABEL_RANGE_ERROR)):
+        input_lib.first_example(config, str(tmp_path / "validation-3"))
 
 
 def test_empty_pattern_is_a_user_error(tmp_path):

@@ -95,6 +95,26 @@ def test_long_context_is_split_into_windows_doc_stride_apart(tmp_path):
     assert arrays["input_type_ids"][0].tolist() == [0] * 5 + [1] * 11
 
 
+def test_squad_end_position_is_the_answers_last_piece(tmp_path):
+    words = [f"w{i}" for i in range(20)]
+    context = " ".join(words)
+    vocab = write_vocab(tmp_path / "vocab.txt", words + ["where", "is", "it", "?"])
+    data = {"data": [{"paragraphs": [{"context": context, "qas": [{
+        "id": "x", "question": "where is it",
+        "answers": [{"text": "w15 w16", "answer_start": context.index("w15")}]}]}]}]}
+    path = tmp_path / "two_pieces.json"
+    path.write_text(json.dumps(data))
+    examples = squad.read_examples(str(path), is_training=True)
+    features = squad.convert_examples(examples, squad.make_tokenizer(vocab), seq_length=16,
+                                      is_training=True, doc_stride=4)
+    arrays = squad.feature_arrays(features, is_training=True)
+    # Windows of 10 context pieces start at 0, 4, 8, 12 (as above). "w15 w16" lies whole
+    # in the windows starting at 8 (positions 5 + 15 - 8 = 12 and 13) and 12 (8 and 9);
+    # the windows 0..9 and 4..13 do not hold it: [CLS] (0) for start and end.
+    assert arrays["start_positions"].tolist() == [0, 0, 12, 8]
+    assert arrays["end_positions"].tolist() == [0, 0, 13, 9]
+
+
 def test_decoding_picks_the_best_valid_span_and_returns_original_text(tmp_path):
     vocab = write_vocab(tmp_path / "vocab.txt", [
         "where", "does", "the", "eiffel", "tower", "stand", "?", "stands", "in", "paris",
