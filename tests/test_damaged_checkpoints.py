@@ -99,3 +99,20 @@ def test_a_run_whose_newest_checkpoint_lost_its_index_stops_before_any_work(tmp_
         "file) is incomplete: ckpt-2.index is missing; copy the run's files again, or name an "
         "earlier complete checkpoint as model_checkpoint_path in that file to resume from it"]
     assert sorted(os.listdir(run)) + sorted(os.listdir(run / "checkpoints")) == before
+
+
+@pytest.mark.parametrize("text", ["", "# only a comment\n", "train: [1,\n"])
+def test_a_runs_damaged_config_yaml_is_named_as_damaged_not_another_programs(tmp_path, text):
+    """Was: an empty config.yaml read as the defaults ('model.hidden_size was 128 in the
+    run', which was trained with 16), a broken one as 'is it another program's run?'."""
+    run = tmp_path / "run"
+    _save_two_checkpoints(str(run))
+    (run / "config.yaml").write_text(text)
+    task = resnet_train.ResNetClassification(config_lib.load_config(resnet_train.ResNetConfig))
+    with pytest.raises(UserError) as error:
+        driver.check_same_program(task, str(run))
+    message = str(error.value)
+    assert message.startswith(f"--model_dir {run}: its config.yaml is damaged ({run}/config.yaml")
+    assert message.endswith("); put the run's config back (a copy of the run, or the config "
+                            "files it was started with), or give a new --model_dir")
+    assert "another program" not in message and "\n" not in message

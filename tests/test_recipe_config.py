@@ -58,6 +58,11 @@ def test_files_layer_in_order_then_override_wins(tmp_path):
         ("train=3", "'train' must be a mapping"),
         ("train.steps", "is neither `key.path=value,...`"),
         ("train.steps=1,=2", "is not `key.path=value`"),
+        ("train.patterns=bias,LayerNorm", "--params_override item 'LayerNorm' is not "
+         "`key.path=value`; separate items with commas, e.g. train.steps=100,optimizer.name=lars;"
+         " if train.patterns is a list, write it in brackets: train.patterns=[bias,LayerNorm]"),
+        ("train.end_learning_rate=None", "config key 'train.end_learning_rate' got the string "
+                                         "'None'; write null for no value"),
         ("train.steps=4,train.steps=0", "--params_override sets 'train.steps' twice; give each "
                                         "key once"),
         ("train.patterns.x=1,train.patterns=[a]", "--params_override sets 'train.patterns' and "
@@ -88,6 +93,16 @@ def test_bad_file_errors_name_the_file(tmp_path):
     unknown = _write(tmp_path, "unknown.yaml", "train:\n  warmup: 3\n")
     with pytest.raises(UserError, match=r"unknown.yaml: unknown config key 'train.warmup'"):
         load_config(_Schema, [unknown])
+
+
+@pytest.mark.parametrize("text", ["", "\n# train:\n#   steps: 3\n"])
+def test_a_config_file_without_keys_is_refused_not_read_as_the_defaults(tmp_path, text):
+    empty = _write(tmp_path, "empty.yaml", text)
+    with pytest.raises(UserError) as error:
+        load_config(_Schema, [empty])
+    assert str(error.value) == (f"{empty}: holds no config keys (the file is empty or all "
+                                "comments); give the keys to set, or leave the file out for "
+                                "the defaults")
 
 
 def test_one_unknown_key_is_named_without_guessing_at_another_program(tmp_path):

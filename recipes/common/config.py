@@ -67,14 +67,19 @@ def parse_params_override(text):
             )
         return parsed
     nested = {}
+    previous = None
     for item in _split_top_level_commas(text):
         key, sep, raw_value = item.partition("=")
         key = key.strip()
         if not sep or not key:
+            as_list = (f"; if {previous[0]} is a list, write it in brackets: "
+                       f"{previous[0]}=[{previous[1]},{item}]"
+                       if previous and sep == "" else "")
             raise UserError(
                 f"--params_override item {item!r} is not `key.path=value`; "
-                "separate items with commas, e.g. train.steps=100,optimizer.name=lars"
+                f"separate items with commas, e.g. train.steps=100,optimizer.name=lars{as_list}"
             )
+        previous = (key, raw_value.strip())
         node = nested
         parts = key.split(".")
         for part in parts[:-1]:
@@ -155,14 +160,25 @@ def _read_yaml_file(path):
             f"config file {path!r} cannot be read ({error.strerror}); check its permissions"
         ) from None
     parsed = _safe_yaml(text, path)
-    if parsed is None:
-        return {}
+    if parsed is None:  # a mistake (a file truncated, or another one meant), not the defaults
+        raise UserError(f"{path}: holds no config keys (the file is empty or all comments); "
+                        "give the keys to set, or leave the file out for the defaults")
     if not isinstance(parsed, dict):
         raise UserError(
             f"config file {path!r} must hold a YAML mapping at the top level, "
             f"not a {type(parsed).__name__}"
         )
     return parsed
+
+
+def yaml_problem(path):
+    """Why the config file at `path` is no YAML mapping of keys (empty, not YAML, not a
+    mapping, unreadable), in one line, or None."""
+    try:
+        _read_yaml_file(path)
+    except UserError as error:
+        return str(error)
+    return None
 
 
 class _Loader(yaml.SafeLoader):
@@ -282,6 +298,9 @@ def _check_type(value, field_type, dotted, source):
         options = typing.get_args(field_type)
         if value is None and type(None) in options:
             return None
+        if value in ("None", "none") and type(None) in options:
+            raise UserError(f"{source}: config key {dotted!r} got the string {value!r}; "
+                            "write null for no value")
         (inner,) = [option for option in options if option is not type(None)]
         return _check_type(value, inner, dotted, source)
     if origin is list:

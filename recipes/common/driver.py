@@ -207,6 +207,12 @@ def check_same_program(task, model_dir):
     saved_path = os.path.join(model_dir, "config.yaml")
     if checkpoints.latest_checkpoint(model_dir) is None:
         return
+    damaged = tf.io.gfile.exists(saved_path) and config_lib.yaml_problem(saved_path)
+    if damaged:
+        raise UserError(
+            f"--model_dir {model_dir}: its config.yaml is damaged ({damaged}); put the run's "
+            "config back (a copy of the run, or the config files it was started with), or "
+            "give a new --model_dir")
     reason = _not_this_programs(type(task.config), saved_path)
     if reason:
         raise UserError(
