@@ -969,3 +969,29 @@ def test_every_directory_of_the_configured_files_is_checked_against_its_preparat
     with pytest.raises(UserError, match=f"^data.eval_files: {held_out} holds data prepared "
                                         "with seq_length=16"):
         check(f"{fits}/part-*", f"{held_out}/part-*")
+
+
+def test_configured_files_name_their_key_and_the_files_to_give(tmp_path):
+    """Held-out files are prepare_data's heldout-* shards; a vocabulary that cannot be read
+    beside configured training files names data.vocab_file and is not told to learn one
+    (a vocabulary is learned only for a corpus being prepared)."""
+    from recipes.bert import data as data_lib
+    from recipes.bert.config import DataConfig
+
+    (tmp_path / "train-00000-of-00001.tfrecord").write_bytes(b"")
+    vocab_file = str(tmp_path / "vocab.txt")
+    write_vocab(vocab_file, RESERVED + ["a"])
+    configured = dict(train_files=f"{tmp_path}/train-*", eval_files=f"{tmp_path}/heldout-*",
+                      vocab_file=vocab_file)
+    with pytest.raises(UserError) as error:
+        data_lib.list_data_files(DataConfig(**configured))
+    assert str(error.value) == (
+        f"data.eval_files: {tmp_path}/heldout-* matches no TFRecord files: run `python -m "
+        "recipes.bert.prepare_data --output_dir=DIR` and point the config at "
+        "DIR/heldout-*.tfrecord")
+    configured.update(eval_files=f"{tmp_path}/train-*", vocab_file=str(tmp_path / "none.txt"))
+    with pytest.raises(UserError) as error:
+        data_lib.list_data_files(DataConfig(**configured))
+    assert str(error.value) == (
+        f"data.vocab_file: vocabulary file {tmp_path}/none.txt does not exist: give the "
+        "vocab.txt the training files were made with")

@@ -49,7 +49,11 @@ def list_data_files(data_config):
         return None
     files = {key: input_lib.list_files(getattr(data_config, key), f"data.{key}")
              for key in ("train_files", "eval_files")}
-    pieces = len(vocabulary.read_vocabulary(data_config.vocab_file))
+    try:
+        pieces = len(vocabulary.read_vocabulary(data_config.vocab_file))
+    except UserError as error:  # its advice to learn one is for a corpus to prepare
+        raise UserError(f"data.vocab_file: {str(error).split(': pass a vocab.txt')[0]}: give "
+                        "the vocab.txt the training files were made with") from None
     check_against_preparation(data_config, files, pieces)
     return files
 

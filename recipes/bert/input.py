@@ -208,10 +208,11 @@ def list_files(file_pattern, setting="pretraining data"):
         }
     )
     if not files:
+        shards = "heldout" if "eval" in setting else "train"  # prepare_data's two kinds
         raise UserError(
             f"{setting}: {file_pattern} matches no TFRecord files: run "
             "`python -m recipes.bert.prepare_data --output_dir=DIR` and point the "
-            "config at DIR/train-*.tfrecord"
+            f"config at DIR/{shards}-*.tfrecord"
         )
     directories = [path for path in files if tf.io.gfile.isdir(path)]
     if directories:
