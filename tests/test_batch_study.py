@@ -79,7 +79,9 @@ def test_untuned_line_runs_the_sqrt_rule_with_every_seed():
     [
         (dict(base_learning_rates={}), "--base_lr has no learning rate for optimizer 'lamb'"),
         (dict(micro_batch_size=48), "64 is not a multiple of --micro_batch_size=48"),
-        (dict(warmup_steps=40), "batch 1024 trains only 31 steps"),
+        (dict(warmup_steps=40), "batch 1024 trains only 31 steps in 8 epochs, not more than "
+                                "its 40 warmup steps; lower --warmup_steps, raise --epochs, or "
+                                "leave batch 1024 out of --batch_sizes$"),
         (dict(seeds=(1, 1)), "repeats a seed"),
         (dict(warmup_steps=31), "batch 1024 trains only 31 steps"),  # warmup == steps
         # the untuned line runs the sqrt rule's warmup, whatever --lr_rule

@@ -150,7 +150,8 @@ def check(settings):
                 raise PlanError(
                     f"batch {batch} trains only {steps} steps in {settings.epochs:g} epochs, "
                     f"not more than its {warmup_for(settings, batch, rule)} warmup steps; "
-                    "lower --warmup_steps or the largest batch, or raise --epochs"
+                    f"lower --warmup_steps, raise --epochs, or leave batch {batch} out of "
+                    "--batch_sizes"
                 )
     for runs in [*sweep_runs(settings).values(), *untuned_runs(settings).values()]:
         for run in runs:
