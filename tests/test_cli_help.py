@@ -66,14 +66,16 @@ def test_help_lists_the_recipe_flags_only(module):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("module, first_line", [
-    ("recipes.bert.prepare_data", "Raw text -> BERT pretraining TFRecords"),
-    ("recipes.resnet.convert", "Image folder or NumPy arrays -> ImageNet-format TFRecords"),
+@pytest.mark.parametrize("module, first_line, flag", [
+    ("recipes.bert.prepare_data", "Raw text -> BERT pretraining TFRecords", "--help"),
+    ("recipes.resnet.convert", "Image folder or NumPy arrays -> ImageNet-format TFRecords",
+     "--help"),
+    ("recipes.bert.prepare_data", "Raw text -> BERT pretraining TFRecords", "-h"),  # as argparse
 ])
-def test_data_programs_print_their_help_without_tensorflow_lines(module, first_line):
+def test_data_programs_print_their_help_without_tensorflow_lines(module, first_line, flag):
     # prepare_data's own flags must be known before it hands the unknown ones to Beam:
     # --help was once taken for a Beam option, and the missing --output_dir refused instead
-    result = run_cli(module, "--help")
+    result = run_cli(module, flag)
     assert result.returncode == 0, result.stderr[-2000:]
     assert result.stdout.startswith(first_line), result.stdout[:500]
     assert "--output_dir" in result.stdout
@@ -90,6 +92,15 @@ def test_missing_model_dir_is_one_line_and_exit_2(given, words):
     assert result.stderr.strip().splitlines() == [
         f"error: --model_dir {words}: the directory for this run's checkpoints, "
         "config.yaml and export (see --help)"]
+
+
+@pytest.mark.slow
+def test_prepare_data_without_output_dir_says_what_it_is_for():
+    result = run_cli("recipes.bert.prepare_data", "--input_path=corpus/*.txt")
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines() == [
+        "error: --output_dir is required: where to write the shards, vocab.txt and "
+        "metadata.json"]
 
 
 def argparse_programs():

@@ -580,7 +580,6 @@ def _define_flags():
         "DataflowRunner, FlinkRunner, SparkRunner, ...); every flag not defined here is "
         "passed to Beam as a pipeline option. Unset: one local process, no Beam.",
     )
-    flags.mark_flag_as_required("output_dir")
 
 
 def _split_beam_arguments(argv: Sequence[str]) -> Tuple[List[str], List[str]]:
@@ -634,6 +633,9 @@ def main(argv):
             "Beam pipeline options need --runner, e.g. --runner=FnApiRunner for local processes"
         ) + (")" if close else "")
         raise errors.UserError(f"{_BEAM_ARGUMENTS[0]}: not a prepare_data flag; {hint}")
+    if not values.output_dir:
+        raise errors.UserError("--output_dir is required: where to write the shards, vocab.txt "
+                               "and metadata.json")
     for name in ("input_path", "output_dir", "vocab_file"):
         storage.refuse_unexpanded_home(f"--{name}", getattr(values, name) or "")
     storage.check_writable(f"--output_dir={values.output_dir}", values.output_dir)

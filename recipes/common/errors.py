@@ -51,6 +51,8 @@ def run(main):
             sys.exit(EXIT_INTERRUPTED)
 
     app.define_help_flags()
+    # `-h`, which argparse programs (and most others) take for help, is not an absl flag
+    sys.argv = [("--help" if arg == "-h" else arg) for arg in sys.argv]
     try:  # parsed here first so that a bad flag is one line and exit status 2, as any mistake
         flags.FLAGS(sys.argv)
     except SystemExit as help_exit:  # absl prints --help/--helpfull, then exits with status 1
