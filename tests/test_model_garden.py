@@ -547,6 +547,24 @@ def test_launcher_leaves_a_recipe_run_as_it_was(bad_launches):
     assert os.listdir(d / "recipe_run") == ["config.yaml"]
 
 
+def test_a_recipe_refuses_a_model_garden_runs_model_dir_before_any_work(tmp_path):
+    """The other way round: a Model Garden run's directory (its params.yaml) is not a
+    recipe's to train into (checkpoints and TensorBoard events would mix)."""
+    from recipes.common import driver
+    from recipes.common.errors import UserError
+
+    (tmp_path / "params.yaml").write_text("task: {}\n")
+    for mode in ("train", "eval", "export"):
+        with pytest.raises(UserError) as error:
+            driver.check_model_dir(str(tmp_path), mode)
+        assert str(error.value) == (
+            f"--model_dir={tmp_path} holds a Model Garden run (its params.yaml): give another "
+            "--model_dir, or go on with that run with python -m lamb_tf.model_garden")
+    (tmp_path / "config.yaml").write_text("train: {}\n")  # a recipe's run that has both
+    driver.check_model_dir(str(tmp_path), "train")
+    assert sorted(os.listdir(tmp_path)) == ["config.yaml", "params.yaml"]
+
+
 def test_launcher_model_dir_check_leaves_nothing_behind(tmp_path):
     """The check that --model_dir can be made makes one directory in its nearest existing
     parent and removes it at once."""

@@ -119,6 +119,11 @@ def check_model_dir(model_dir, mode):
     """A UserError, before any work, for a --model_dir that cannot be a directory, that
     cannot be written (or created) or, for eval / export, holds no checkpoint."""
     storage.check_writable(f"--model_dir={model_dir}", model_dir)
+    if tf.io.gfile.exists(os.path.join(model_dir, "params.yaml")) and not tf.io.gfile.exists(
+            os.path.join(model_dir, "config.yaml")):
+        raise UserError(
+            f"--model_dir={model_dir} holds a Model Garden run (its params.yaml): give another "
+            "--model_dir, or go on with that run with python -m lamb_tf.model_garden")
     if mode in ("eval", "export"):
         checkpoints.require_checkpoint(model_dir)
 
