@@ -498,6 +498,97 @@ MUTATIONS = [
         "    temporary = path",
         ["tests/test_recipe_config.py"],
         [r"test_a_config_write_that_fails_half_way_leaves_config_yaml_whole"]),
+    # ---- found on 2026-12-06 by a search of the recipes' data and task code -----------------
+    Mutation(
+        "masking_random_ids_skip_reserved", "the random replacement of a masked token is "
+        "never a reserved id (Google draws over the whole vocabulary)",
+        "recipes/bert/masking.py",
+        "            tf.shape(flat_ids), seed=id_seed, minval=0, maxval=self.vocab_size, "
+        "dtype=flat_ids.dtype",
+        "            tf.shape(flat_ids), seed=id_seed, minval=5, maxval=self.vocab_size, "
+        "dtype=flat_ids.dtype",
+        ["tests/test_bert_data.py"],
+        [r"test_random_replacements_are_drawn_over_the_whole_vocabulary"]),
+    Mutation(
+        "masking_every_call_the_same_draws", "every call of a masker draws with the same seed "
+        "(the batches of a chunk masked alike)",
+        "recipes/bert/masking.py",
+        "        self._num_calls += 1",
+        "        self._num_calls += 0",
+        ["tests/test_bert_data.py"],
+        [r"test_masking_is_reproducible_from_the_seed"]),
+    Mutation(
+        "next_sentence_labels_inverted", "next-sentence labels inverted against Google's and "
+        "Model Garden's (0: B follows A)",
+        "recipes/bert/sentence_pairs.py",
+        "IS_NEXT, IS_RANDOM = 0, 1  # `next_sentence_labels` values, as in Google's BERT.",
+        "IS_RANDOM, IS_NEXT = 0, 1  # `next_sentence_labels` values, as in Google's BERT.",
+        ["tests/test_bert_data.py"],
+        [r"test_sentence_pairs_next_is_consecutive_and_labels_are_balanced"]),
+    Mutation(
+        "chunk_records_not_shuffled", "a chunk's sentence pairs written in document order",
+        "recipes/bert/chunk_records.py",
+        "        rng.shuffle(pairs)  # Google shuffles all pairs; here within the chunk.",
+        "        pass  # Google shuffles all pairs; here within the chunk.",
+        ["tests/test_bert_chunk_records.py"],
+        [r"test_a_chunks_pairs_are_shuffled_not_left_in_document_order"]),
+    Mutation(
+        "held_out_duplicated", "the held-out pairs repeated dupe_factor times as the "
+        "training ones",
+        "recipes/bert/chunk_records.py",
+        "        dupe_factor = settings.dupe_factor if split == chunks.TRAIN else 1",
+        "        dupe_factor = settings.dupe_factor",
+        ["tests/test_bert_chunk_records.py"],
+        [r"test_dupe_factor_repeats_the_training_pairs_only"]),
+    Mutation(
+        "vocabulary_pad_not_first", "a learned vocabulary puts [UNK] before [PAD] (padding "
+        "is id 0)",
+        "recipes/bert/vocabulary.py",
+        "RESERVED_TOKENS = (PAD, UNK, CLS, SEP, MASK)",
+        "RESERVED_TOKENS = (UNK, PAD, CLS, SEP, MASK)",
+        ["tests/test_bert_text_and_vocabulary.py"],
+        [r"test_a_learned_vocabulary_starts_with_the_reserved_tokens_pad_first"]),
+    Mutation(
+        "squad_end_is_start", "SQuAD's end targets are its start targets",
+        "recipes/bert/squad.py",
+        "        arrays[\"end_positions\"] = np.array([f.end_position for f in features], "
+        "np.int32)",
+        "        arrays[\"end_positions\"] = np.array([f.start_position for f in features], "
+        "np.int32)",
+        ["tests/test_squad.py"],
+        [r"test_squad_end_position_is_the_answers_last_piece"]),
+    Mutation(
+        "resumed_skip_ignores_replicas", "a resumed BERT run with 2 replicas per pipeline "
+        "skips one batch a step instead of two",
+        "recipes/bert/input.py",
+        "        dataset = dataset.skip(steps_to_skip * replicas)",
+        "        dataset = dataset.skip(steps_to_skip)",
+        ["tests/test_chunk_input_position.py"],
+        [r"test_bert_resumed_with_two_replicas_per_pipeline_skips_two_batches_a_step"]),
+    Mutation(
+        "resnet_eval_steps_floored", "ResNet's evaluation leaves out the examples of an odd "
+        "share per pipeline",
+        "recipes/resnet/input.py",
+        "    per_pipeline_examples = math.ceil(num_examples / num_pipelines)",
+        "    per_pipeline_examples = num_examples // num_pipelines",
+        ["tests/test_resnet_input.py"],
+        [r"test_eval_steps_round_an_odd_share_up_per_pipeline"]),
+    Mutation(
+        "newest_checkpoint_index_not_checked", "a newest checkpoint without its .index is "
+        "taken as there (a run then starts again from step 0)",
+        "recipes/common/checkpoints.py",
+        "    if not tf.io.gfile.exists(index):",
+        "    if False:",
+        ["tests/test_damaged_checkpoints.py"],
+        [r"test_a_newest_checkpoint_with_a_file_missing_is_named_not_skipped\[\.index"]),
+    Mutation(
+        "fewer_records_than_pipelines_accepted", "BERT with fewer records than input "
+        "pipelines (records shared out): the last pipelines read none",
+        "recipes/common/corrupt_data.py",
+        "    if found < pipelines:",
+        "    if found < 1:",
+        ["tests/test_bert_data.py"],
+        [r"test_fewer_records_than_pipelines_shared_out_one_by_one_are_refused"]),
 ]
 
 

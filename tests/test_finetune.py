@@ -251,6 +251,18 @@ def test_stdlib_task_needs_a_run_on_the_embedded_corpus(pretraining_dir, tmp_pat
         finetune.BertFinetuneTask(config).check_config()  # before any work
 
 
+@pytest.mark.parametrize("corpus, read", [
+    ("", "its own data.train_files"), ("/data/books", "data.corpus=/data/books")])
+def test_stdlib_task_from_a_run_on_other_data_says_what_that_run_read(corpus, read):
+    run = types.SimpleNamespace(corpus=corpus, data_dir="/unused", seq_length=16)
+    with pytest.raises(finetune.UserError) as error:
+        finetune_data.check_task_run(types.SimpleNamespace(task="stdlib", seq_length=0), run)
+    assert str(error.value) == (
+        "data.task=stdlib needs a pretraining run on the embedded corpus (data.corpus: "
+        f"stdlib, no data.train_files); the pretraining run read {read}; give such a run as "
+        "encoder.pretraining_dir, or use data.task=classification with your own files")
+
+
 def test_stdlib_task_from_a_run_whose_prepared_corpus_is_gone_names_it(tmp_path):
     """A pretraining run on the embedded corpus whose data/ was deleted since: named by the
     config check, before any work (it was told it was not a run on the embedded corpus)."""

@@ -83,14 +83,18 @@ class ClassificationData:
     pairs: bool  # sentence pairs (two texts per example) or single sentences
 
 
+def _what_run_read(run):
+    return f"data.corpus={run.corpus}" if run.corpus else "its own data.train_files"
+
+
 def check_task_run(data, run):
     """The sequence length of fine-tuning (`data.seq_length`, 0: the run's), or a UserError
     if the pretraining run (`PretrainingRun`) cannot give `data.task` or that length."""
     if data.task == "stdlib" and run.corpus != "stdlib":
         raise UserError(
             "data.task=stdlib needs a pretraining run on the embedded corpus "
-            f"(data.corpus: stdlib, no data.train_files); the pretraining run used "
-            f"{run.corpus!r}; give such a run as encoder.pretraining_dir, or use "
+            f"(data.corpus: stdlib, no data.train_files); the pretraining run read "
+            f"{_what_run_read(run)}; give such a run as encoder.pretraining_dir, or use "
             "data.task=classification with your own files"
         )
     if data.task == "stdlib":
