@@ -140,3 +140,32 @@ def test_embedded_digits_evaluate_as_many_examples_as_their_held_out_files_hold(
     resolved = data_lib.resolve_data(data, str(tmp_path), "eval")
     in_files = sum(1 for _ in tf.data.TFRecordDataset(resolved.eval_files))
     assert resolved.eval_examples == in_files == 20
+
+
+@pytest.mark.parametrize("override, message", [
+    ("data.num_classes=5", "data.num_classes=5, but {info} (written by recipes.resnet.convert) "
+                           "names 10 classes; give data.num_classes=10"),
+    ("data.label_offset=0", "data.label_offset=0, but {info} (written by "
+                            "recipes.resnet.convert) gives the records' labels from 1; give "
+                            "data.label_offset=1"),
+    ("data.num_classes=12", None),  # more classes than the data's: unused outputs, trains
+])
+def test_a_class_count_or_offset_against_the_converters_info_is_refused_before_any_work(
+        held_out_digits, override, message):
+    """Was found only once the model was built, by the first record's label (or not at
+    all, when the first record's label fitted), with neither value named."""
+    from recipes.common import config as config_lib
+    from recipes.common.errors import UserError
+    from recipes.resnet import data as data_lib
+    from recipes.resnet.config import ResNetConfig
+
+    config = config_lib.load_config(ResNetConfig, [TINY_CONFIG], ",".join([
+        "data.embedded_digits=false", f"data.train_file_pattern={held_out_digits}/train-*",
+        f"data.eval_file_pattern={held_out_digits}/validation-*", override]))
+    if message is None:
+        assert data_lib.list_data_files(config.data, "train_and_eval")["eval"]
+        return
+    with pytest.raises(UserError) as error:
+        data_lib.list_data_files(config.data, "train")
+    info = os.path.join(held_out_digits, "dataset_info.json")
+    assert str(error.value) == message.format(info=info)

@@ -94,7 +94,32 @@ def list_data_files(data, mode):
     digits (converted, then listed, in `resolve_data`)."""
     if data.embedded_digits:
         return None
-    return _list_files(data.train_file_pattern, data.eval_file_pattern, mode)
+    listed = _list_files(data.train_file_pattern, data.eval_file_pattern, mode)
+    for files in listed.values():
+        for directory in sorted({os.path.dirname(path) for path in files}):
+            _check_against_conversion(data, directory)
+    return listed
+
+
+def _check_against_conversion(data, directory):
+    """A UserError, before any work, for data.num_classes below the classes, or a
+    data.label_offset other than the offset, that the converter's dataset_info.json in
+    `directory` gives (files without one, such as Google's, are not checked here: their
+    first record is, before the model is built)."""
+    path = os.path.join(directory, convert.INFO_FILE)
+    if not tf.io.gfile.exists(path):
+        return
+    info = convert.read_info(directory)
+    classes, offset = len(info.get("class_names", [])), info.get("label_offset")
+    if classes > data.num_classes:
+        raise UserError(
+            f"data.num_classes={data.num_classes}, but {path} (written by "
+            f"recipes.resnet.convert) names {classes} classes; give data.num_classes={classes}")
+    if offset is not None and offset != data.label_offset:
+        raise UserError(
+            f"data.label_offset={data.label_offset}, but {path} (written by "
+            f"recipes.resnet.convert) gives the records' labels from {offset}; give "
+            f"data.label_offset={offset}")
 
 
 def resolve_data(data, work_dir, mode, listed=None):
