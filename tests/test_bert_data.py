@@ -995,3 +995,40 @@ def test_configured_files_name_their_key_and_the_files_to_give(tmp_path):
     assert str(error.value) == (
         f"data.vocab_file: vocabulary file {tmp_path}/none.txt does not exist: give the "
         "vocab.txt the training files were made with")
+
+
+def test_the_first_records_ids_are_checked_against_the_vocabulary_and_segments_at_the_bound(
+        tmp_path):
+    """A piece id equal to the vocabulary's size, or a segment id equal to
+    model.type_vocab_size, has no embedding: refused; one below it fits."""
+    from recipes.bert import data as data_lib
+    from recipes.bert import tfrecords
+    from recipes.bert.config import DataConfig
+
+    path = str(tmp_path / "train-00000-of-00001.tfrecord")
+    with tf.io.TFRecordWriter(path) as writer:  # largest piece id 9, largest segment id 1
+        writer.write(tfrecords.serialize_example(
+            input_ids=np.array([2, 9, 3, 5, 3]), segment_ids=np.array([0, 0, 0, 1, 1]),
+            masked_lm_positions=np.array([1]), masked_lm_ids=np.array([7]),
+            next_sentence_label=0, seq_length=8, max_predictions_per_seq=2, pad_id=0))
+    config = DataConfig(train_files=path, eval_files=path, vocab_file="v.txt", seq_length=8,
+                        max_predictions_per_seq=2)
+    files = data_lib.DataFiles(path, path, [path], [path], "v.txt", None)
+    data_lib.check_first_records(config, files, vocab_size=10, type_vocab_size=2)
+    with pytest.raises(UserError, match=f"^data.train_files: the first record of {path} holds "
+                                        "piece id 9, outside the 9 pieces of data.vocab_file"):
+        data_lib.check_first_records(config, files, vocab_size=9, type_vocab_size=2)
+    with pytest.raises(UserError, match=f"^data.train_files: the first record of {path} holds "
+                                        "segment id 1, which model.type_vocab_size=1 has no"):
+        data_lib.check_first_records(config, files, vocab_size=10, type_vocab_size=1)
+
+
+def test_configured_training_files_without_a_vocabulary_name_the_empty_key():
+    from recipes.bert import data as data_lib
+    from recipes.bert.config import DataConfig
+
+    with pytest.raises(UserError) as error:
+        data_lib.check_data_config(DataConfig(train_files="t-*", eval_files="h-*"))
+    assert str(error.value) == (
+        "data.train_files is set but data.vocab_file is empty; give the held-out files and the "
+        "vocabulary the training files were made with")

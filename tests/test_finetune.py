@@ -251,6 +251,17 @@ def test_stdlib_task_needs_a_run_on_the_embedded_corpus(pretraining_dir, tmp_pat
         finetune.BertFinetuneTask(config).check_config()  # before any work
 
 
+@pytest.mark.parametrize("sentences, expected", [
+    ("abcd", ["a b", "c d"]),  # a document's last passage is kept
+    ("abcde", ["a b", "c d"]),  # a last sentence that makes no whole passage is left out
+    ("a", []),
+])
+def test_the_stdlib_tasks_passages_are_runs_of_whole_sentences(sentences, expected):
+    from recipes.bert import stdlib_classification
+
+    assert stdlib_classification.passages(list(sentences), 2) == expected
+
+
 @pytest.mark.parametrize("corpus, read", [
     ("", "its own data.train_files"), ("/data/books", "data.corpus=/data/books")])
 def test_stdlib_task_from_a_run_on_other_data_says_what_that_run_read(corpus, read):
