@@ -198,6 +198,26 @@ def test_longer_sequences_than_pretraining_are_one_line_and_exit_2(pretraining_d
     assert not (tmp_path / "x" / "checkpoints").exists()
 
 
+@pytest.mark.slow  # command-line run
+def test_an_evaluation_question_without_answers_is_refused_before_any_work(pretraining_dir,
+                                                                          tmp_path):
+    """It used to pass the reader and break the official metric after training."""
+    with open(TINY_SQUAD) as f:
+        content = json.load(f)
+    content["data"][0]["paragraphs"][0]["qas"][0]["answers"] = []
+    eval_file = tmp_path / "dev.json"
+    eval_file.write_text(json.dumps(content))
+    done = run_finetune(tmp_path / "x", ",".join([
+        f"encoder.pretraining_dir={pretraining_dir}", "data.task=squad",
+        f"data.train_file={TINY_SQUAD}", f"data.eval_file={eval_file}"]))
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    qid = content["data"][0]["paragraphs"][0]["qas"][0]["id"]
+    assert [line for line in done.stderr.splitlines() if line.startswith("error:")] == [
+        f"error: data.eval_file={eval_file}: data[0].paragraphs[0].qas[0] (id \"{qid}\") has "
+        "no answer: the metric needs at least one"]
+    assert done.stdout == "" and not (tmp_path / "x").exists()
+
+
 @pytest.mark.slow  # exports a pretraining run's encoder (SavedModels)
 @pytest.mark.parametrize("override, message", [
     ("data.task=ner", "data.task='ner' is not one of stdlib, classification, squad"),

@@ -150,9 +150,66 @@ def test_bad_squad_files_are_one_line_errors(tmp_path):
     with pytest.raises(UserError, match="does not exist"):
         squad.read_examples(str(tmp_path / "missing.json"), is_training=True)
     (tmp_path / "bad.json").write_text("{not json")
-    with pytest.raises(UserError, match="not SQuAD v1.1 JSON"):
+    with pytest.raises(UserError, match="bad.json is not JSON"):
         squad.read_examples(str(tmp_path / "bad.json"), is_training=True)
-    (tmp_path / "no_answer.json").write_text(json.dumps({"data": [{"paragraphs": [
-        {"context": "a b", "qas": [{"id": "x", "question": "q"}]}]}]}))
-    with pytest.raises(UserError, match="answers"):
-        squad.read_examples(str(tmp_path / "no_answer.json"), is_training=True)
+    (tmp_path / "list.json").write_text("[1]")
+    with pytest.raises(UserError, match='list.json has no "data" at its top'):
+        squad.read_examples(str(tmp_path / "list.json"), is_training=True)
+    (tmp_path / "empty.json").write_text('{"data": [{"paragraphs": []}]}')
+    with pytest.raises(UserError, match="empty.json holds no question"):
+        squad.read_examples(str(tmp_path / "empty.json"), is_training=False)
+
+
+CONTEXT = "Paris is the capital of France."
+
+
+def one_question(**changes):
+    """A SQuAD v1.1 file of two questions on one context; `changes` apply to the second."""
+    first = {"id": "q0", "question": "What is Paris?", "answers": [
+        {"text": "the capital of France", "answer_start": 9}]}
+    second = dict({"id": "q1", "question": "Which city?", "answers": [
+        {"text": "Paris", "answer_start": 0}]}, **changes)
+    return {"data": [{"title": "t", "paragraphs": [{"context": CONTEXT,
+                                                    "qas": [first, second]}]}]}
+
+
+SECOND = 'data[0].paragraphs[0].qas[1]'
+
+
+@pytest.mark.parametrize("changes, is_training, message", [
+    # Each of these used to fail inside Model Garden's reader with no position given.
+    ({"id": None}, True, f"{SECOND}.id is null, not a string"),
+    ({"question": ["Which city?"]}, False, f"{SECOND}.question is a list, not a string"),
+    ({"answers": "Paris"}, True, f'{SECOND} (id "q1").answers is a string, not a list'),
+    ({"answers": [{"text": "Paris", "answer_start": "0"}]}, True,
+     f'{SECOND} (id "q1").answers[0].answer_start is a string, not a whole number'),
+    ({"answers": [{"text": "Paris", "answer_start": 40}]}, True,
+     f'{SECOND} (id "q1").answers[0]: answer_start=40 with a 5-character text does not '
+     f"fit in its 31-character context"),
+    ({"answers": [{"text": "Paris", "answer_start": 0}] * 2}, True,
+     f'{SECOND} (id "q1") has 2 answers: a training question needs exactly one'),
+    ({"id": "q0"}, False, f'{SECOND} repeats the id "q0" of data[0].paragraphs[0].qas[0]'),
+    ({"is_impossible": True, "answers": []}, False,
+     f'{SECOND} (id "q1") is an unanswerable SQuAD v2.0 question: give SQuAD v1.1'),
+    # These passed the reader of an evaluation file and broke the official metric (a
+    # ValueError from max() over no answers, a TypeError indexing a string) after training.
+    ({"answers": []}, False, f'{SECOND} (id "q1") has no answer: the metric needs at least'),
+    ({"answers": "Paris"}, False, f'{SECOND} (id "q1").answers is a string, not a list'),
+    ({"answers": [{"answer_start": 0}]}, False, f'{SECOND} (id "q1").answers[0] has no "text"'),
+])
+def test_a_malformed_question_is_named_by_its_place(tmp_path, changes, is_training, message):
+    path = tmp_path / "squad.json"
+    path.write_text(json.dumps(one_question(**changes)))
+    with pytest.raises(UserError) as error:
+        squad.read_examples(str(path), is_training=is_training, key="data.eval_file")
+    assert str(error.value).startswith(f"data.eval_file={path}: {message}")
+
+
+def test_the_well_formed_two_question_file_reads_in_both_roles(tmp_path):
+    """The file the malformed cases change is itself accepted (so each case fails on its
+    change), and an evaluation answer needs no answer_start (the metric reads only text)."""
+    path = tmp_path / "squad.json"
+    path.write_text(json.dumps(one_question()))
+    assert [e.qas_id for e in squad.read_examples(str(path), is_training=True)] == ["q0", "q1"]
+    path.write_text(json.dumps(one_question(answers=[{"text": "Paris"}])))
+    assert len(squad.read_examples(str(path), is_training=False)) == 2

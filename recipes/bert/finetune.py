@@ -51,12 +51,13 @@ class BertFinetuneTask(task_lib.Task):
     fixed_on_resume = ("encoder.pretraining_dir", "encoder.init", "data.")
 
     def check_config(self):
-        """Keys, task files (classification: read whole; SQuAD: parsed in `prepare`) and
-        the pretraining run, before anything is printed or written."""
+        """Keys, task files (read and checked whole) and the pretraining run, before
+        anything is printed or written."""
         data = self.config.data
         finetune_config.check(self.config)
         self.examples = (finetune_data.read_classification(data)
                          if data.task == "classification" else None)
+        self.questions = finetune_data.read_squad(data) if data.task == "squad" else None
         self.run = finetune_data.PretrainingRun(self.config.encoder.pretraining_dir)
         self.seq_length = finetune_data.check_task_run(data, self.run)
 
@@ -66,7 +67,8 @@ class BertFinetuneTask(task_lib.Task):
         data = self.config.data
         self.model_dir = model_dir
         if data.task == "squad":
-            self.data = finetune_data.prepare_squad(data, self.run, self.seq_length)
+            self.data = finetune_data.prepare_squad(data, self.run, self.seq_length,
+                                                     self.questions)
         else:
             self.data = finetune_data.prepare_classification(
                 data, self.run, self.seq_length, model_dir, self.config.train.seed,

@@ -175,23 +175,34 @@ class SquadData:
     eval_features: list
 
 
-def prepare_squad(data, run, seq_length):
-    """SQuAD v1.1 files converted to doc-stride windows by Model Garden's squad_lib."""
+SquadQuestions = collections.namedtuple("SquadQuestions", ["train", "evaluation", "dataset"])
+
+
+def read_squad(data):
+    """`SquadQuestions`: the training and held-out `squad_lib.SquadExample`s and the held-out
+    file's `data` list (what the official metric reads), each file checked whole."""
+    return SquadQuestions(
+        squad.read_examples(data.train_file, is_training=True, key="data.train_file"),
+        squad.read_examples(data.eval_file, is_training=False, key="data.eval_file"),
+        squad.read_dataset(data.eval_file, key="data.eval_file"))
+
+
+def prepare_squad(data, run, seq_length, questions):
+    """`questions` (`read_squad`) converted to doc-stride windows by Model Garden's
+    squad_lib."""
     tokenizer = squad.make_tokenizer(run.vocab_file)
     convert = lambda examples, is_training: squad.convert_examples(
         examples, tokenizer, seq_length, is_training, data.doc_stride, data.max_query_length)
-    train = squad.read_examples(data.train_file, is_training=True)
-    arrays = squad.feature_arrays(convert(train, True), is_training=True)
+    arrays = squad.feature_arrays(convert(questions.train, True), is_training=True)
     targets = {"start_logits": arrays.pop("start_positions"),
                "end_logits": arrays.pop("end_positions")}
-    eval_examples = squad.read_examples(data.eval_file, is_training=False)
-    eval_features = convert(eval_examples, False)
-    print(f"data: squad, {len(train)} training questions ({len(targets['start_logits'])} "
-          f"windows) and {len(eval_examples)} held-out questions "
-          f"({len(eval_features)} windows)", flush=True)
+    eval_features = convert(questions.evaluation, False)
+    print(f"data: squad, {len(questions.train)} training questions "
+          f"({len(targets['start_logits'])} windows) and {len(questions.evaluation)} held-out "
+          f"questions ({len(eval_features)} windows)", flush=True)
     return SquadData((arrays, targets),
                      (squad.feature_arrays(eval_features, is_training=False), None),
-                     squad.read_dataset(data.eval_file), eval_examples, eval_features)
+                     questions.dataset, questions.evaluation, eval_features)
 
 
 def train_examples(data):

@@ -28,6 +28,7 @@ from official.nlp.modeling import models
 from official.nlp.tools import squad_evaluate_v1_1
 from official.nlp.tools import tokenization
 
+from recipes.bert import squad_format
 from recipes.common.errors import UserError
 
 # Model Garden's squad experiment / Google BERT's run_squad.py defaults.
@@ -47,36 +48,34 @@ def make_tokenizer(vocab_file):
     return tokenization.FullTokenizer(vocab_file, do_lower_case=True)
 
 
-def read_dataset(path):
-    """The `data` list of a SQuAD-format JSON file (what the official metric reads)."""
+def read_dataset(path, key=None):
+    """The `data` list of a SQuAD-format JSON file (what the official metric reads);
+    errors name the config `key` that gave the file, if any."""
+    name = squad_format.name(path, key)
     try:
         with tf.io.gfile.GFile(path, "r") as f:
-            data = json.load(f)["data"]
+            content = json.load(f)
     except tf.errors.NotFoundError:
-        raise UserError(f"SQuAD file {path} does not exist: give a SQuAD v1.1 JSON file") from None
-    except (ValueError, KeyError, TypeError) as error:
-        raise UserError(
-            f"SQuAD file {path} is not SQuAD v1.1 JSON ({error.__class__.__name__}: "
-            f"{str(error)[:100]}): it needs {{\"data\": [{{\"paragraphs\": [...]}}]}}"
-        ) from None
-    return data
+        raise UserError(f"{name} does not exist: give a SQuAD v1.1 JSON file") from None
+    except ValueError as error:  # json.JSONDecodeError, UnicodeDecodeError
+        raise UserError(f"{name} is not JSON ({str(error)[:100]}): give a SQuAD v1.1 "
+                        "JSON file") from None
+    if not isinstance(content, dict) or "data" not in content:
+        raise UserError(f'{name} has no "data" at its top: SQuAD v1.1 is '
+                        f"{squad_format.SHAPE}")
+    return content["data"]
 
 
-def read_examples(path, is_training):
-    """`squad_lib.SquadExample`s of a SQuAD v1.1 file; a malformed file is one line."""
-    read_dataset(path)  # The one-line errors for a missing or non-JSON file.
-    try:
-        examples = squad_lib.read_squad_examples(
-            path, is_training=is_training, version_2_with_negative=False
-        )
-    except (KeyError, IndexError, TypeError, ValueError) as error:
+def read_examples(path, is_training, key=None):
+    """`squad_lib.SquadExample`s of a SQuAD v1.1 file, checked first by
+    `squad_format.check_dataset` (a malformed file is one line naming the place)."""
+    squad_format.check_dataset(path, read_dataset(path, key), is_training, key)
+    examples = squad_lib.read_squad_examples(
+        path, is_training=is_training, version_2_with_negative=False
+    )
+    if not examples:  # squad_lib skips a training answer whose text is not at its start
         raise UserError(
-            f"SQuAD file {path} is not SQuAD v1.1 ({error.__class__.__name__}: "
-            f"{str(error)[:100]}): every question needs id, question and answers "
-            "[{text, answer_start}] (exactly one answer in training files)"
-        ) from None
-    if not examples:
-        raise UserError(f"SQuAD file {path} holds no usable question")
+            f"{squad_format.name(path, key)}: no answer's text is found at its answer_start")
     return examples
 
 
