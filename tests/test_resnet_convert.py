@@ -316,16 +316,28 @@ def test_shards_being_written_match_no_glob_and_an_interrupted_split_leaves_noth
 @pytest.mark.parametrize("written, flags, message", [
     (b"not an archive", [], "error: --npz='{npz}' is not a NumPy .npz archive; save it "
                             "with np.savez(path, images=..., labels=...)"),
+    # the archive's own mistakes name it (they did not), and an object array is one line
+    # (it was np.load's traceback)
+    ({"images": np.zeros((2, 4, 4), np.float32), "labels": [0, 1]}, [],
+     "error: --npz='{npz}': images must be uint8 (0..255), got dtype float32"),
+    ({"images": np.zeros((2, 4, 4), np.uint8), "labels": [0, 1],
+      "class_names": np.array(["cat", 1], dtype=object)}, [],
+     "error: --npz='{npz}': class_names is an array of Python objects"),
+    ({"images": np.zeros((2, 4, 4), np.uint8), "labels": [0, 2], "class_names": ["a", "b"]},
+     [], "error: --npz='{npz}': class_names must be a list of at least 3 names (labels go up "
+         "to 2), got shape [2]"),
     (None, ["--validation_fraction=0.01"],
      "error: validation_fraction=0.01 holds out no image (each class holds out its share, "
      "rounded; the smallest class has 10); give a larger fraction, or 0 for no validation "
      "split"),
 ])
-def test_cli_an_npz_it_cannot_read_or_an_empty_validation_split_is_one_line(
+def test_cli_an_npz_it_cannot_read_or_an_empty_validation_split_is_one_line_naming_it(
         tmp_path, written, flags, message):
     npz = tmp_path / "input.npz"
     if written is None:  # 2 classes of 10 images: 1% of 10 rounds to none
         np.savez(npz, images=np.zeros((20, 4, 4), np.uint8), labels=np.repeat([0, 1], 10))
+    elif isinstance(written, dict):
+        np.savez(npz, **written)
     else:
         npz.write_bytes(written)
     completed = subprocess.run(

@@ -142,8 +142,9 @@ def read_image_file(path, label):
     return Source(label=label, filename=os.path.basename(path), pixels=pixels)
 
 
-def sources_from_arrays(images, labels):
-    """`Source`s from uint8 images [N, H, W] or [N, H, W, 1|3] and integer labels [N]."""
+def check_arrays(images, labels):
+    """UserError unless `images` is uint8 [N, H, W] or [N, H, W, 1|3] and `labels` holds N
+    integer class indices."""
     images = np.asarray(images)
     labels = np.asarray(labels)
     if images.dtype != np.uint8:
@@ -164,6 +165,14 @@ def sources_from_arrays(images, labels):
             "labels must be integers >= 0 (class indices), got "
             f"dtype {labels.dtype}" + (f", min {labels.min()}" if len(labels) else "")
         )
+
+
+def sources_from_arrays(images, labels):
+    """`Source`s from uint8 images [N, H, W] or [N, H, W, 1|3] and integer labels [N]."""
+    check_arrays(images, labels)
+    images = np.asarray(images)
+    if images.ndim == 3:
+        images = images[..., np.newaxis]
     if images.shape[-1] == 1:
         images = np.repeat(images, 3, axis=-1)  # stored as RGB, like grayscale ImageNet JPEGs
     return [
@@ -507,13 +516,8 @@ def main(argv):
     if FLAGS.image_dir:
         info = convert_image_folder(FLAGS.image_dir, FLAGS.output_dir, **options)
     elif FLAGS.npz:
-        with _open_npz(FLAGS.npz) as arrays:
-            names = (
-                [str(n) for n in arrays["class_names"]] if "class_names" in arrays.files else None
-            )
-            info = convert_arrays(
-                arrays["images"], arrays["labels"], FLAGS.output_dir, class_names=names, **options
-            )
+        images, labels, names = _read_npz(FLAGS.npz)
+        info = convert_arrays(images, labels, FLAGS.output_dir, class_names=names, **options)
     else:
         images, labels, names = digits.load_digits()
         info = convert_arrays(images, labels, FLAGS.output_dir, class_names=names, **options)
@@ -547,6 +551,34 @@ def _open_npz(path):
             f"--npz={path!r} lacks array(s) {sorted(missing)}; save it with "
             "np.savez(path, images=..., labels=..., class_names=... optional)")
     return arrays
+
+
+def _read_npz(path):
+    """`images`, `labels` and `class_names` (None when absent) of the `--npz` archive, checked
+    before anything is written; errors name the file."""
+    with _open_npz(path) as archive:
+        arrays = {}
+        for key in ("images", "labels", "class_names"):
+            try:
+                arrays[key] = archive[key] if key in archive.files else None
+            except ValueError:  # allow_pickle=False: np.load refuses object arrays
+                raise UserError(
+                    f"--npz={path!r}: {key} is an array of Python objects, which NumPy "
+                    "loads only by unpickling; save it as numbers or strings (np.array(..., "
+                    "dtype=str))") from None
+    images, labels, names = arrays["images"], arrays["labels"], arrays["class_names"]
+    try:
+        check_arrays(images, labels)
+    except UserError as error:
+        raise UserError(f"--npz={path!r}: {error}") from None
+    if names is None:
+        return images, labels, None
+    needed = int(labels.max()) + 1 if len(labels) else 0
+    if names.ndim != 1 or len(names) < needed:
+        raise UserError(
+            f"--npz={path!r}: class_names must be a list of at least {needed} names (labels go "
+            f"up to {needed - 1}), got shape {list(names.shape)}")
+    return images, labels, [str(name) for name in names]
 
 
 def _check_conversion_flags(FLAGS):  # pylint: disable=invalid-name
