@@ -62,7 +62,7 @@ def test_bad_files_are_one_line_errors_naming_the_line(tmp_path):
     (tmp_path / "b.jsonl").write_text('{"sentence": "a", "label": "x"}\n[1, 2]\n')
     with pytest.raises(UserError, match="line 2 is not a JSON object"):
         classification.read_examples(str(tmp_path / "b.jsonl"))
-    (tmp_path / "c.tsv").write_text("text\tlabel\nhello\tx\n")
+    (tmp_path / "c.tsv").write_text("sentence\tlabel\nhello\n")
     with pytest.raises(UserError, match="line 2 lacks 'sentence'"):
         classification.read_examples(str(tmp_path / "c.tsv"))
     examples = [classification.Example("a", None, "maybe")]
@@ -87,3 +87,20 @@ def test_packing_single_sentences_and_trimmed_pairs(vocab_file):
     packed = classification.pack_examples(packer, examples, batch_size=1)
     assert packed["input_word_ids"].numpy().tolist() == [[2, 5, 6, 3, 0, 0, 0, 0],
                                                          [2, 8, 3, 0, 0, 0, 0, 0]]
+
+
+@pytest.mark.parametrize("content, message", [
+    # every row used to be blamed: "line 2 lacks 'sentence' (or 'sentence1') or 'label'"
+    ("sentence,label\nhello,x\n", "header row (line 1) is 'sentence,label'; its columns look "
+     "comma-separated: a .tsv separates them with tabs; it must name the columns sentence "
+     "(or sentence1 and sentence2) and label"),
+    ("text\tlabel\nhello\tx\n", "header row (line 1) is ['text', 'label']; it must name the "
+     "columns sentence (or sentence1 and sentence2) and label"),
+    ("", "is empty; give a header row naming the columns sentence (or sentence1 and "
+     "sentence2) and label, then one example per row"),
+])
+def test_a_tsv_header_without_the_columns_is_named_as_the_header(tmp_path, content, message):
+    (tmp_path / "train.tsv").write_text(content)
+    with pytest.raises(UserError) as raised:
+        classification.read_examples(str(tmp_path / "train.tsv"), "data.train_file")
+    assert str(raised.value) == f"data.train_file={tmp_path / 'train.tsv'} {message}"

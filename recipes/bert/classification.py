@@ -51,7 +51,9 @@ def read_examples(path, key=None) -> List[Example]:
         raise UserError(f"{name} is not UTF-8 text ({error.reason} at byte {error.start}); "
                         "save it as UTF-8") from None
     if extension == ".tsv":
-        rows = list(csv.DictReader(text.splitlines(), delimiter="\t", quoting=csv.QUOTE_NONE))
+        reader = csv.DictReader(text.splitlines(), delimiter="\t", quoting=csv.QUOTE_NONE)
+        _check_header(name, reader.fieldnames or [])
+        rows = list(reader)
         first_line = 2  # after the header
     else:
         rows = []
@@ -85,6 +87,21 @@ def read_examples(path, key=None) -> List[Example]:
     if len(pairs) > 1:
         raise UserError(f"{name} mixes single sentences and pairs; use one kind per file")
     return examples
+
+
+def _check_header(name, fields):
+    """A .tsv's header row (line 1) names the columns that every row is read by."""
+    if ({"sentence", "sentence1"} & set(fields)) and "label" in fields:
+        return
+    if not fields:
+        raise UserError(f"{name} is empty; give a header row naming the columns sentence (or "
+                        "sentence1 and sentence2) and label, then one example per row")
+    shown = fields[0][:80] if len(fields) == 1 else fields[:6]
+    hint = ("; its columns look comma-separated: a .tsv separates them with tabs"
+            if len(fields) == 1 and "," in fields[0] else "")
+    raise UserError(
+        f"{name} header row (line 1) is {shown!r}{hint}; it must name the columns sentence "
+        "(or sentence1 and sentence2) and label")
 
 
 def file_problem(path):
