@@ -108,6 +108,15 @@ CASES = {
     "empty-corpus": (BERT, FRESH, ["--params_override=data.corpus={d}/empty_corpus,"
                                    "data.train_files=''"],
                      ["empty_corpus", "are empty", "one sentence per line"]),
+    # what a preparation would read, checked before the strategy line (they were after it)
+    "misspelled-corpus": (BERT, FRESH, ["--params_override=data.corpus=stdlibb,data.train_files=''"],
+                          ["data.corpus: stdlibb matches no files; give 'stdlib' (the embedded "
+                           "corpus), a directory of .txt files or a glob"]),
+    "missing-vocabulary-to-prepare-with": (
+        BERT, FRESH, ["--params_override=data.vocab_file=/nonexistent/vocab.txt,"
+                      "data.corpus=stdlib,data.train_files=''"],
+        ["data.vocab_file: vocabulary file /nonexistent/vocab.txt does not exist: pass a "
+         "vocab.txt with one WordPiece token per line, or omit it to learn one"]),
     "corpus-without-sentence-pairs": (BERT, FRESH,
                                       ["--params_override=data.corpus={d}/one_sentence_documents,"
                                        "data.train_files=''"],
@@ -325,12 +334,14 @@ EVALUATION_WRITES = ("exclusions.txt", "eval")
 # the work done until then (TensorBoard's, the unfinished preparation's vocab.txt,
 # tensorflow.log); every other row leaves no --model_dir behind.
 FOUND_IN_THE_DATA = {"corpus-without-sentence-pairs", "resnet-later-record-not-a-jpeg"}
-# Missing data files and a micro-batch that does not divide the global batch: found before
+# Missing data files (configured, or a corpus to prepare) and a micro-batch that does not
+# divide the global batch: found before
 # the strategy is made (a TPU connected), so the console shows the error line alone, without
 # the `strategy:` line. (A configured glob's first record is read after it: reading a record
 # starts TensorFlow's runtime, after which no multi-worker strategy can be made.)
 FOUND_BEFORE_THE_STRATEGY = {"missing-data-files", "resnet-empty-glob", "batch-does-not-divide",
-                             "resnet-batch-does-not-divide"}
+                             "resnet-batch-does-not-divide", "empty-corpus",
+                             "misspelled-corpus", "missing-vocabulary-to-prepare-with"}
 # TF_CPP_MIN_LOG_LEVEL as a user has it: unset, so the recipes' start-up default applies.
 USER_ENV = {name: value for name, value in cli.ENV.items() if name != "TF_CPP_MIN_LOG_LEVEL"}
 TPU_SECONDS = 60  # the `--tpu` row must fail within this wall time on a machine without TPU

@@ -929,6 +929,39 @@ def test_a_finished_preparation_is_reused_from_another_directory_and_after_a_cop
             str(first / prepared.vocab_file))
 
 
+def test_the_corpus_and_vocabulary_to_prepare_are_checked_unless_a_preparation_finished(
+        tmp_path):
+    """What a new preparation would read is checked before any work (nothing is written);
+    a finished preparation in the data directory is reused, so its corpus may be gone."""
+    from recipes.bert import data as data_lib
+    from recipes.bert.config import DataConfig
+
+    (tmp_path / "texts").mkdir()
+    corpus_missing = DataConfig(corpus=str(tmp_path / "txts"), data_dir="", vocab_file="")
+    vocab_missing = DataConfig(corpus="stdlib", data_dir="",
+                               vocab_file=str(tmp_path / "vocab.txt"))
+    run = tmp_path / "run"
+    with pytest.raises(UserError) as raised:
+        data_lib.check_corpus(corpus_missing, str(run))
+    assert str(raised.value) == (
+        f"data.corpus: {tmp_path / 'txts'} matches no files; give 'stdlib' (the embedded "
+        "corpus), a directory of .txt files or a glob such as 'corpus/*.txt'")
+    with pytest.raises(UserError, match=r"^data.corpus: directory .*/texts has no .txt files"):
+        data_lib.check_corpus(DataConfig(corpus=str(tmp_path / "texts"), data_dir=""), str(run))
+    with pytest.raises(UserError) as raised:
+        data_lib.check_corpus(vocab_missing, str(run))
+    assert str(raised.value).startswith(
+        f"data.vocab_file: vocabulary file {tmp_path / 'vocab.txt'} does not exist")
+    assert not run.exists()
+    (run / "data").mkdir(parents=True)
+    (run / "data" / "metadata.json").write_text("{}")  # the mark of a finished preparation
+    data_lib.check_corpus(corpus_missing, str(run))
+    data_lib.check_corpus(vocab_missing, str(run))
+    with pytest.raises(UserError, match="^data.corpus: "):  # data.data_dir is where it looks
+        data_lib.check_corpus(DataConfig(**{**vars(corpus_missing),
+                                            "data_dir": str(tmp_path / "elsewhere")}), str(run))
+
+
 def test_a_directory_given_for_the_tfrecords_is_a_user_error(tmp_path):
     with pytest.raises(UserError, match=f"names the directory {tmp_path}: give a glob of its "
                                         f"files, such as {tmp_path}/train-\\*.tfrecord"):

@@ -8,7 +8,7 @@ import os
 import tensorflow as tf
 
 from recipes.bert import input as input_lib
-from recipes.bert import prepare_data, vocabulary
+from recipes.bert import prepare_data, text_files, vocabulary
 from recipes.common import corrupt_data
 from recipes.common.errors import UserError
 
@@ -117,6 +117,31 @@ def describe_unparsable_record(setting, files, data_config, error):
     )
 
 
+def data_directory(data_config, model_dir):
+    """Where the run's corpus is prepared: data.data_dir, or `<model_dir>/data`."""
+    return data_config.data_dir or os.path.join(model_dir, "data")
+
+
+def check_corpus(data_config, model_dir):
+    """Without writing: the corpus and vocabulary a new preparation would read are usable
+    (data.corpus names text files, data.vocab_file reads), unless a finished preparation in
+    the data directory makes reading them unnecessary; a one-line UserError naming the key."""
+    if finished_preparation(data_directory(data_config, model_dir)):
+        return
+    if data_config.corpus != "stdlib":
+        try:
+            text_files.resolve_text_files(data_config.corpus)
+        except UserError as error:  # "text corpus: <what>: give <advice>"
+            what = str(error).removeprefix("text corpus: ").replace(
+                ": give a directory", "; give 'stdlib' (the embedded corpus), a directory")
+            raise UserError(f"data.corpus: {what}") from None
+    if data_config.vocab_file:
+        try:
+            vocabulary.read_vocabulary(data_config.vocab_file)
+        except UserError as error:
+            raise UserError(f"data.vocab_file: {error}") from None
+
+
 def finished_preparation(data_dir):
     """The metadata.json of a finished preparation in `data_dir` (a preparation writes it
     last), or None."""
@@ -174,7 +199,7 @@ def locate_or_prepare_data(data_config, model_dir, listed=None):
 def _locate_or_prepare(data_config, model_dir):
     """(train glob, held-out glob, vocabulary, held-out sequences) of a finished
     preparation in the data directory, or of a new preparation of the corpus there."""
-    data_dir = data_config.data_dir or os.path.join(model_dir, "data")
+    data_dir = data_directory(data_config, model_dir)
     metadata_path = finished_preparation(data_dir)
     if metadata_path:
         with open(metadata_path, encoding="utf-8") as f:

@@ -54,8 +54,10 @@ class BertPretraining(task.Task):
                 data.data_dir):  # the preparation will write there
             storage.check_writable(f"data.data_dir={data.data_dir}", data.data_dir)
 
-    def check_data(self, mode):
+    def check_data(self, mode, model_dir):
         self.listed_files = data_lib.list_data_files(self.config.data)
+        if self.listed_files is None:  # a corpus to prepare, unless prepared already
+            data_lib.check_corpus(self.config.data, model_dir)
 
     def prepare(self, model_dir, mode):
         self.model_dir = model_dir

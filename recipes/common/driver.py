@@ -289,7 +289,7 @@ def run(task_class, options):
         check_steps_left(task.config, options.model_dir)
     check_init_checkpoint(task.config, options.model_dir, options.mode)
     compare_with_saved_config(task, options.model_dir, options.mode)
-    task.check_data(options.mode)  # before a TPU is connected: a missing file fails fast
+    task.check_data(options.mode, options.model_dir)  # before a TPU is connected: fails fast
     strategy = strategy_lib.make_strategy(options.strategy, options.tpu, options.communication)
     plan = plan_batch(task.config, strategy.num_replicas_in_sync)
     if options.verbose:

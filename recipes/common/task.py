@@ -11,7 +11,7 @@ The driver calls, in order (a method the task does not need keeps the default):
 
     task = TaskClass(config)            # config: a validated `config_class` instance
     task.check_config()                 # before anything is printed or written
-    task.check_data(mode)               # the data mode reads is there (nothing written
+    task.check_data(mode, model_dir)    # the data mode reads is there (nothing written
                                         # yet; a study checks every run's first)
     task.prepare(model_dir, mode)       # find / prepare data (no model yet)
     with strategy.scope():
@@ -60,9 +60,10 @@ class Task:
         """Recipe-level checks across keys that the schema's types cannot express; raise
         `UserError` (one line). Runs before the config is printed or anything is written."""
 
-    def check_data(self, mode):
+    def check_data(self, mode, model_dir):
         """Checks, writing nothing, that the data `mode` reads is there (the files a
-        configured glob names, say); raise `UserError` (one line). The driver calls it
+        configured glob names, say, or the corpus a preparation into `model_dir` would read,
+        unless one finished there); raise `UserError` (one line). The driver calls it
         after the config checks, before the strategy is made (no TPU is connected, no
         line printed), and a study for each of its runs before the first starts, so a
         missing file is found before any directory is made. Data that `prepare` makes is

@@ -49,7 +49,7 @@ class ResNetClassification(task.Task):
         schema.check_rates("train", config.train, ("label_smoothing",))
         data_lib.check_digits_config(config.data)
 
-    def check_data(self, mode):
+    def check_data(self, mode, model_dir):
         self.listed_files = data_lib.list_data_files(self.config.data, mode)
 
     def prepare(self, model_dir, mode):

@@ -87,10 +87,10 @@ def command(recipe, config_files, run, model_dir, extra_overrides=""):
     )
 
 
-def check_settings(recipe, config_files, runs, extra_overrides=""):
-    """Loads and validates the recipe config of every run, and checks the data it reads, in
-    this process (nothing runs or is written); raises the recipe's `UserError` for the
-    first bad one."""
+def check_settings(recipe, config_files, runs, model_dir_of, extra_overrides=""):
+    """Loads and validates the recipe config of every run, and checks the data it reads
+    into `model_dir_of(run)`, in this process (nothing runs or is written); raises the
+    recipe's `UserError` for the first bad one."""
     os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")  # as the recipes' CLIs
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # TensorFlow's start-up chatter
     driver = importlib.import_module("recipes.common.driver")
@@ -100,7 +100,7 @@ def check_settings(recipe, config_files, runs, extra_overrides=""):
             config_files=tuple(config_files),
             params_override=override_string(run, extra_overrides),
         )
-        driver.load_task(task_class, options).check_data(MODE)
+        driver.load_task(task_class, options).check_data(MODE, model_dir_of(run))
 
 
 def task_class_of(recipe):

@@ -272,7 +272,7 @@ def _checked_plan(args):
     sweep_phase = [run for runs in sweeps.values() for run in runs]
     untuned_phase = [run for runs in untuned.values() for run in runs]
     adapter.check_settings(args.recipe, args.config_file, sweep_phase + untuned_phase,
-                           args.params_override)
+                           lambda run: runner.run_dir(args.study_dir, run), args.params_override)
     storage.check_writable(f"--study_dir={args.study_dir}", args.study_dir)
     planned = sweep_phase + untuned_phase + [
         seed_run for run in sweep_phase for seed_run in plan_lib.seed_runs(run, settings.seeds)]
