@@ -103,13 +103,11 @@ def describe_ratios(ratios, target=1.0, confidence=0.9):
 
 def argument_parser(doc):
     """The argparse parser of a benchmark script, `--help` showing the first line of `doc`
-    (its docstring): flags named in full, as absl's are, and `--helpfull`, which absl's
-    programs (the recipes) take, as `--help` (the usage, exit status 0)."""
-    import argparse
+    (its docstring): the recipes' conventions (`recipes.common.argparse_parser`: a mistake
+    is one line and exit status 2, flags named in full, `--helpfull` as `--help`)."""
+    from recipes.common import argparse_parser
 
-    parser = argparse.ArgumentParser(description=doc.splitlines()[0], allow_abbrev=False)
-    parser.add_argument("--helpfull", action="help", help=argparse.SUPPRESS)
-    return parser
+    return argparse_parser.OneLineParser(description=doc.splitlines()[0])
 
 
 if __name__ == "__main__":  # run alone it would do nothing: say what to run instead

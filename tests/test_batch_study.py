@@ -344,7 +344,8 @@ def test_edge_values_the_recipes_take_are_accepted(change):
     [
         ("--batch_sizes=8,x", "--batch_sizes: '8,x' is not a comma-separated list"),
         # a flag named in full, as absl's (argparse would take --repeat for --repeats)
-        ("--epoch=2", "unrecognized arguments: --epoch=2"),
+        # named before the missing flags argparse would report first, with its nearest
+        ("--epoch=2", "unknown flag --epoch (did you mean --epochs?); see --help"),
         ("--base_lr=lamb:0.1", "expected OPTIMIZER=LR items"),
         ("--config_file=/nowhere.yaml", "--config_file /nowhere.yaml does not exist; check "
          "the path (relative to the current directory)"),

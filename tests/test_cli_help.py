@@ -125,6 +125,43 @@ def test_argparse_programs_take_helpfull_as_help(program):
     assert result.stdout.startswith("usage: ") and "-h, --help" in result.stdout, result.stdout
 
 
+def benchmark_parser():
+    sys.path.insert(0, os.path.join(REPO_ROOT, "benchmarks"))
+    try:
+        import alternation
+    finally:
+        sys.path.pop(0)
+    parser = alternation.argument_parser("A benchmark.\n\nMore text.")
+    parser.add_argument("--steps", type=int, required=True, help="timed steps")
+    parser.add_argument("--size", choices=("base", "large"), default="base", help="shapes")
+    return parser
+
+
+@pytest.mark.parametrize("argv, line", [
+    # argparse printed its usage block, then "unrecognized arguments", and only after the
+    # required flags were all given; absl names the unknown flag first, with its nearest
+    (["--step=3"], "error: unknown flag --step (did you mean --steps?); see --help"),
+    (["--steps=3", "--no_such_flag"], "error: unknown flag --no_such_flag; see --help"),
+    (["--size=bse", "--steps=3"], "error: argument --size: invalid choice: 'bse' (choose "
+     "from 'base', 'large'); see --help"),
+    ([], "error: the following arguments are required: --steps; see --help"),
+])
+def test_argparse_programs_mistakes_are_one_line_exit_2_naming_an_unknown_flag_first(
+        argv, line, capsys):
+    with pytest.raises(SystemExit) as exited:
+        benchmark_parser().parse_args(argv)
+    assert exited.value.code == 2
+    captured = capsys.readouterr()
+    assert captured.err.splitlines() == [line] and captured.out == ""
+
+
+def test_argparse_programs_take_flags_in_full_and_after_a_double_dash_nothing_is_a_flag():
+    parser = benchmark_parser()
+    assert parser.parse_args(["--steps", "4", "--size=large"]).steps == 4
+    args, rest = parser.parse_known_args(["--steps=4", "--", "--anything"])
+    assert (args.steps, rest) == (4, ["--", "--anything"])
+
+
 def flags_without_help(source, filename="<source>"):
     """[(line, flag)] of the `add_argument` calls in `source` that give no `help=`."""
     missing = []

@@ -19,18 +19,12 @@ import os
 import sys
 import time
 
-from recipes.common import storage
+from recipes.common import argparse_parser, storage
 from recipes.common.errors import UserError
 from recipes.study import adapter
 from recipes.study import plan as plan_lib
 from recipes.study import report
 from recipes.study import runner
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message):  # one line, status 2 (argparse prints the usage too)
-        print(f"error: {message}", file=sys.stderr)
-        sys.exit(2)
 
 
 def _list(kind):
@@ -97,10 +91,8 @@ def _recipe(text):
 
 
 def parse_args(argv):
-    parser = _Parser(prog="python -m recipes.study", description=__doc__.splitlines()[0],
-                     allow_abbrev=False)  # as absl: a flag is named in full
-    # absl's programs (the recipes) take --helpfull: here it is --help (usage, exit status 0)
-    parser.add_argument("--helpfull", action="help", help=argparse.SUPPRESS)
+    parser = argparse_parser.OneLineParser(prog="python -m recipes.study",
+                                           description=__doc__.splitlines()[0])
     parser.add_argument("--recipe", required=True, type=_recipe,
                         help="the recipe each run trains: "
                              + ", ".join(f"{name} ({program})" for name, program
