@@ -331,7 +331,7 @@ EVALUATION_STARTS = {"eval-batch-above-the-held-out-files"}
 EVALUATION_WRITES = ("exclusions.txt", "eval")
 # Rows on a new model_dir found only by reading the data (the records, while training; the
 # sentence pairs, once the preparation has made them): the directory keeps the files of
-# the work done until then (TensorBoard's, the unfinished preparation's vocab.txt,
+# the work done until then (TensorBoard's, the unfinished preparation's directory,
 # tensorflow.log); every other row leaves no --model_dir behind.
 FOUND_IN_THE_DATA = {"corpus-without-sentence-pairs", "resnet-later-record-not-a-jpeg"}
 # Missing data files (configured, or a corpus to prepare) and a micro-batch that does not

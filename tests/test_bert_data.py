@@ -764,6 +764,31 @@ def test_heldout_split_without_pairs_is_a_user_error(tmp_path):
     corpus_path = write_corpus(str(tmp_path / "corpus"), synthetic_documents(3))
     with pytest.raises(UserError, match="no held-out sentence pairs"):
         prepare_small(corpus_path, str(tmp_path / "out"), heldout_fraction=0.01)
+    # found once the pairs are made: the learned vocabulary (written last) is not left
+    assert os.listdir(tmp_path / "out") == []
+
+
+def test_a_vocab_txt_of_the_users_in_the_output_dir_is_not_replaced(tmp_path):
+    """It used to be overwritten by the learned vocabulary without a word."""
+    corpus_path = write_corpus(str(tmp_path / "corpus"), synthetic_documents(8))
+    out = tmp_path / "out"
+    out.mkdir()
+    own = "".join(t + "\n" for t in RESERVED + sorted(
+        set(" ".join(" ".join(d) for d in synthetic_documents(8)).lower().replace(".", " ")
+            .split()))) + ".\n"
+    (out / "vocab.txt").write_text(own)
+    with pytest.raises(UserError) as raised:
+        prepare_small(corpus_path, str(out))
+    assert str(raised.value) == (
+        f"--output_dir={out} holds a vocab.txt that no preparation wrote there, and the "
+        f"preparation would replace it; pass it as --vocab_file={out / 'vocab.txt'} to prepare "
+        "with it, or give another --output_dir")
+    assert os.listdir(out) == ["vocab.txt"] and (out / "vocab.txt").read_text() == own
+    prepared = prepare_small(corpus_path, str(out), vocab_file=str(out / "vocab.txt"))
+    assert (out / "vocab.txt").read_text() == own and prepared.vocab_size == len(
+        own.splitlines())
+    prepare_small(corpus_path, str(out))  # a preparation's directory now: prepared again
+    assert (out / "vocab.txt").read_text() != own
 
 
 @pytest.mark.parametrize(

@@ -153,6 +153,7 @@ def prepare_pretraining_data(
     tokens = vocabulary.read_vocabulary(vocab_file) if vocab_file is not None else None
     started = time.time()
     with _removed_if_refused(output_dir):  # a corpus refused: no empty --output_dir left
+        _check_no_vocabulary_of_the_users(output_dir, vocab_file)
         files, source = _corpus_files(input_path, output_dir)  # a bad path: before any file
         _check_no_earlier_shards(output_dir, num_shards)
         metadata_path = _remove_finished_mark(output_dir)
@@ -166,8 +167,7 @@ def prepare_pretraining_data(
                 files, seed, heldout_fraction, lower_case, tokens is None, progress
             )
     corpus_counts = _CorpusCounts(source, summaries)
-    vocab_path = os.path.join(output_dir, "vocab.txt")
-    tokens = _write_vocabulary(tokens, vocab_file, vocab_path, counts, vocab_size, corpus_counts)
+    tokens = tokens or _learn_vocabulary(counts, vocab_size, corpus_counts)
     # Pass 2: chunks -> pairs, masks -> shards.
     settings = chunk_records.RecordSettings(
         vocab_tokens=tuple(tokens), lower_case=lower_case, seq_length=seq_length,
@@ -178,6 +178,7 @@ def prepare_pretraining_data(
     num_sequences = _write_shards(
         beam, files, plan, settings, output_dir, heldout_fraction, progress, corpus_counts
     )
+    vocab_path = _write_vocabulary(tokens, vocab_file, output_dir)  # with the shards in place
     prepared = _prepared_data(output_dir, settings, vocab_path, num_sequences, corpus_counts)
     _write_metadata(prepared, metadata_path)
     _log_finished(prepared, output_dir, time.time() - started, beam)
@@ -185,6 +186,23 @@ def prepare_pretraining_data(
 
 
 # --- The steps of prepare_pretraining_data, in order --------------------------------------
+
+
+def _check_no_vocabulary_of_the_users(output_dir, vocab_file):
+    """A vocab.txt in `output_dir` beside no preparation's files (no metadata.json, no shard;
+    a preparation writes its vocab.txt after its shards) is someone's own: the preparation
+    would replace it, unless it is the `vocab_file` to prepare with."""
+    vocab_path = os.path.join(output_dir, "vocab.txt")
+    if not os.path.exists(vocab_path) or (
+            vocab_file is not None and os.path.abspath(vocab_file) == os.path.abspath(vocab_path)):
+        return
+    prepared = [name for name in os.listdir(output_dir) if name == "metadata.json"
+                or name.endswith(".tfrecord") and name.startswith(tuple(_SPLIT_PREFIX.values()))]
+    if not prepared:
+        raise errors.UserError(
+            f"--output_dir={output_dir} holds a vocab.txt that no preparation wrote there, "
+            "and the preparation would replace it; pass it as --vocab_file="
+            f"{vocab_path} to prepare with it, or give another --output_dir")
 
 
 def _check_no_earlier_shards(output_dir, num_shards):
@@ -197,7 +215,7 @@ def _remove_finished_mark(output_dir):
     """Creates `output_dir`; returns the path of its metadata.json, removed if present.
 
     metadata.json marks a finished preparation: it goes first, so that a run that fails
-    half-way (after replacing vocab.txt) never looks finished."""
+    half-way (after replacing shards and vocab.txt) never looks finished."""
     os.makedirs(output_dir, exist_ok=True)
     metadata_path = os.path.join(output_dir, "metadata.json")
     if os.path.exists(metadata_path):
@@ -258,23 +276,27 @@ class _CorpusCounts:
         self.num_words = sum(s.words for s in summaries)
 
 
-def _write_vocabulary(tokens, vocab_file, vocab_path, counts, vocab_size, corpus_counts):
-    """Copies a given vocabulary (`tokens` read from `vocab_file`) to `vocab_path`, or learns
-    one from the word `counts` and writes it there; returns its tokens."""
-    if tokens is not None:
-        if os.path.abspath(vocab_file) != os.path.abspath(vocab_path):
-            shutil.copyfile(vocab_file, vocab_path)
-    else:
-        if not counts:
-            raise errors.UserError(
-                f"text corpus {corpus_counts.source} has no training words to learn a "
-                f"vocabulary from ({corpus_counts.num_documents[0]} training document(s)): "
-                "give more text, or a vocab_file"
-            )
-        tokens = vocabulary.learn_from_counts(counts, vocab_size)
+def _learn_vocabulary(counts, vocab_size, corpus_counts):
+    """The WordPiece tokens learned from the training documents' word `counts`."""
+    if not counts:
+        raise errors.UserError(
+            f"text corpus {corpus_counts.source} has no training words to learn a "
+            f"vocabulary from ({corpus_counts.num_documents[0]} training document(s)): "
+            "give more text, or a vocab_file"
+        )
+    return vocabulary.learn_from_counts(counts, vocab_size)
+
+
+def _write_vocabulary(tokens, vocab_file, output_dir):
+    """`output_dir`/vocab.txt: a copy of the given `vocab_file`, or the learned `tokens`; its
+    path. Written after the shards, so that a preparation that fails leaves none."""
+    vocab_path = os.path.join(output_dir, "vocab.txt")
+    if vocab_file is None:
         vocabulary.write_vocabulary(tokens, vocab_path)
+    elif os.path.abspath(vocab_file) != os.path.abspath(vocab_path):
+        shutil.copyfile(vocab_file, vocab_path)
     logging.info("Vocabulary: %d pieces in %s.", len(tokens), vocab_path)
-    return tokens
+    return vocab_path
 
 
 def _write_shards(beam, files, plan, settings, output_dir, heldout_fraction, progress,
