@@ -65,6 +65,65 @@ def test_help_lists_the_recipe_flags_only(module):
     assert "--test_tmpdir" not in result.stdout  # absl/TensorFlow's own flags stay in --helpfull
 
 
+PROGRAMS = ("recipes.bert.pretrain", "recipes.resnet.train", "recipes.bert.finetune")
+
+
+@pytest.fixture(scope="module")
+def without_tensorflow(tmp_path_factory):
+    """An environment whose `import tensorflow` fails: what a program answers there, it
+    answers before TensorFlow loads (about 5 s here; its own checks took that much)."""
+    fake = tmp_path_factory.mktemp("no_tensorflow") / "tensorflow"
+    fake.mkdir()
+    (fake / "__init__.py").write_text("raise ImportError('tensorflow was imported')\n")
+    env = {key: value for key, value in os.environ.items() if key != "TF_CPP_MIN_LOG_LEVEL"}
+    return {**env, "PYTHONPATH": os.pathsep.join([str(fake.parent), REPO_ROOT])}
+
+
+@pytest.mark.parametrize("module", PROGRAMS)
+@pytest.mark.parametrize("args, status, output", [
+    (["--help"], 0, "--params_override"),
+    (["-h"], 0, "--params_override"),
+    (["--model_dri=/tmp/x"], 2, "error: Unknown command line flag 'model_dri'. Did you mean: "
+                                "model_dir ?; see --help"),
+    (["--model_dir=/tmp/x", "--mode=trian"], 2, "error: flag --mode=trian: value should be "
+                                                "one of <train|eval|train_and_eval|export>"),
+    ([], 2, "error: --model_dir is required: the directory for this run's checkpoints"),
+    (["--model_dir=~/run"], 2, "error: --model_dir=~/run: '~' is not expanded here"),
+    (["--model_dir=/tmp/x", "extra"], 2, "error: unexpected arguments ['extra']; all options "
+                                         "are --flags"),
+    (["--model_dir=/tmp/x", "--params_override=a.b=1", "--params_override=c.d=2"], 2,
+     "error: --params_override is given 2 times and only the last would count"),
+])
+def test_help_and_flag_mistakes_are_answered_before_tensorflow_loads(
+        module, args, status, output, without_tensorflow):
+    result = subprocess.run([sys.executable, "-m", module, *args], cwd=REPO_ROOT,
+                            env=without_tensorflow, capture_output=True, text=True, timeout=60)
+    assert result.returncode == status, result.stderr[-2000:]
+    if status:
+        assert result.stderr.splitlines() == [result.stderr.strip()]  # one line
+        assert result.stderr.startswith(output) and result.stdout == "", result.stderr
+    else:
+        assert output in result.stdout and result.stderr == "", result.stderr[-2000:]
+
+
+@pytest.mark.parametrize("module", ["recipes.bert.pretrain", "recipes.resnet.train"])
+def test_help_config_is_answered_before_tensorflow_loads(module, without_tensorflow):
+    result = subprocess.run([sys.executable, "-m", module, "--help_config"], cwd=REPO_ROOT,
+                            env=without_tensorflow, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0 and result.stderr == "", result.stderr[-2000:]
+    assert any(line.startswith("train.global_batch_size ") for line in result.stdout.splitlines())
+
+
+def test_a_flag_the_program_does_not_know_and_does_not_resemble_is_left_to_tensorflow(
+        without_tensorflow):
+    """TensorFlow defines flags of its own when it loads (its TPU client's --runtime_oom_exit,
+    say): such a flag is not refused before it loads. Here TensorFlow cannot load."""
+    result = subprocess.run([sys.executable, "-m", "recipes.bert.pretrain",
+                             "--runtime_oom_exit=false", "--model_dir=/tmp/x"], cwd=REPO_ROOT,
+                            env=without_tensorflow, capture_output=True, text=True, timeout=60)
+    assert result.returncode != 0 and "tensorflow was imported" in result.stderr
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("module, first_line, flag", [
     ("recipes.bert.prepare_data", "Raw text -> BERT pretraining TFRecords", "--help"),

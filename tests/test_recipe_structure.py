@@ -128,17 +128,19 @@ MAX_PROGRAM_LINES = 150
 
 
 def _hands_a_task_to_the_driver(tree):
-    """Whether the module's top level has `if __name__ == "__main__":` calling
-    `driver.main(...)` (read from the tree, so a docstring showing that block is not one)."""
+    """Whether the module's top level has an `if __name__ == "__main__":` block calling
+    `driver.main(...)` (read from the tree, so a docstring showing that block is not one;
+    a program may have another such block at its top: `startup.check_command_line`)."""
     for node in tree.body:
         if (isinstance(node, ast.If) and isinstance(node.test, ast.Compare)
                 and isinstance(node.test.left, ast.Name) and node.test.left.id == "__name__"
                 and any(isinstance(c, ast.Constant) and c.value == "__main__"
-                        for c in node.test.comparators)):
-            return any(isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute)
-                       and call.func.attr == "main" and isinstance(call.func.value, ast.Name)
-                       and call.func.value.id == "driver"
-                       for statement in node.body for call in ast.walk(statement))
+                        for c in node.test.comparators)
+                and any(isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute)
+                        and call.func.attr == "main" and isinstance(call.func.value, ast.Name)
+                        and call.func.value.id == "driver"
+                        for statement in node.body for call in ast.walk(statement))):
+            return True
     return False
 
 

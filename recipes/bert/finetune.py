@@ -17,28 +17,24 @@ results.json and the export, a SavedModel that answers raw strings
 (recipes/bert/finetune_export.py).
 """
 
-from recipes.common import startup  # noqa: F401  (before TensorFlow: legacy Keras, quiet C++)
+from recipes.common import startup  # before TensorFlow: legacy Keras, quiet C++
+from recipes.bert import finetune_flags
+
+if __name__ == "__main__":  # --help and flag mistakes answered before TensorFlow loads
+    startup.check_command_line(extra_flags=(finetune_flags.COMPARE_FLAG,))
 
 import json  # noqa: E402
 import os  # noqa: E402
-
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 import tf_keras  # noqa: E402
 
 from lamb_tf import exclusions  # noqa: E402
-from recipes.bert import classification  # noqa: E402
-from recipes.bert import finetune_compare  # noqa: E402
-from recipes.bert import finetune_data  # noqa: E402
-from recipes.bert import finetune_export  # noqa: E402
-from recipes.bert import squad  # noqa: E402
-from recipes.bert import finetune_config  # noqa: E402
+from recipes.bert import classification, finetune_compare, finetune_config  # noqa: E402
+from recipes.bert import finetune_data, finetune_export, squad  # noqa: E402
 from recipes.bert.finetune_config import BertFinetuneConfig  # noqa: E402
-from recipes.common import task as task_lib  # noqa: E402
-from recipes.common import driver  # noqa: E402
-from recipes.common import export as export_lib  # noqa: E402
+from recipes.common import driver, export as export_lib, task as task_lib  # noqa: E402
 from recipes.common.errors import UserError  # noqa: E402,F401  (raised by the checks)
-
 
 PREDICTIONS_FILE = "predictions.json"  # squad: {question id: answer} of the last evaluation
 
@@ -146,5 +142,5 @@ class BertFinetuneTask(task_lib.Task):
 
 
 if __name__ == "__main__":
-    driver.main(BertFinetuneTask, extra_flags=(finetune_compare.COMPARE_FLAG,),
+    driver.main(BertFinetuneTask, extra_flags=(finetune_flags.COMPARE_FLAG,),
                 run_options=finetune_compare.run)

@@ -8,7 +8,7 @@ import tensorflow as tf
 
 from recipes.common import config as config_lib
 from recipes.common import driver
-from recipes.common import flags as flags_lib
+from recipes.bert import finetune_flags
 from recipes.common.errors import UserError
 
 COMPARED_INITS = (("pretrained", "pretrained"), ("random_init", "none"))
@@ -47,15 +47,8 @@ def compare_inits(task_class, options):
     return results
 
 
-COMPARE_FLAG = flags_lib.ExtraFlag(
-    "compare_with_random_init",
-    "Also fine-tune an encoder of the same shape from random weights, with the same "
-    "config, and print both held-out results (runs in <model_dir>/pretrained and "
-    "<model_dir>/random_init).")
-
-
 def run(task_class, options):
     """The driver's `run`, or both inits with --compare_with_random_init."""
-    if options.extra[COMPARE_FLAG.name]:
+    if options.extra[finetune_flags.COMPARE_FLAG.name]:
         return compare_inits(task_class, options)
     return driver.run(task_class, options)

@@ -17,7 +17,11 @@ Modes and flags are the driver's: train (then export), eval, train_and_eval, exp
 re-running the same command resumes from the newest checkpoint in --model_dir.
 """
 
-from recipes.common import startup  # noqa: F401  (before TensorFlow: legacy Keras, quiet C++)
+from recipes.common import startup  # before TensorFlow: legacy Keras, quiet C++
+from recipes.bert.config import BertPretrainingConfig
+
+if __name__ == "__main__":  # --help and flag mistakes answered before TensorFlow loads
+    startup.check_command_line(BertPretrainingConfig)
 
 import tensorflow as tf  # noqa: E402
 
@@ -28,7 +32,6 @@ from recipes.bert import export as export_lib  # noqa: E402
 from recipes.bert import input as input_lib  # noqa: E402
 from recipes.bert import model as model_lib  # noqa: E402
 from recipes.bert import vocabulary  # noqa: E402
-from recipes.bert.config import BertPretrainingConfig  # noqa: E402
 from recipes.common import corrupt_data, driver, storage, task  # noqa: E402
 from recipes.common.errors import UserError  # noqa: E402
 

@@ -66,21 +66,12 @@ def main(task_class, extra_flags=(), run_options=None):
 def run_from_flags(task_class, argv, extra_flags=(), run_options=None):
     """`run_options` (default: `run`) with the parsed flags; returns the held-out results
     (empty if not evaluated)."""
-    if len(argv) > 1:
-        raise UserError(f"unexpected arguments {argv[1:]}; all options are --flags")
-    options = flags_lib.read_options(extra_flags)
+    options = flags_lib.read_options(argv, extra_flags)
     if options.help_config:
-        print(config_help.format_config_help(task_class.config_class, program_name(argv[0])))
+        print(config_help.format_config_help(task_class.config_class,
+                                             flags_lib.program_name(argv[0])))
         return {}
     return (run_options or run)(task_class, options)
-
-
-def program_name(path):
-    """`python -m recipes.bert.pretrain` for .../recipes/bert/pretrain.py (how it was run)."""
-    if path.endswith(".py") and "recipes" + os.sep in path:
-        module = path[path.rindex("recipes" + os.sep):-3].replace(os.sep, ".")
-        return f"python -m {module}"
-    return path
 
 
 def load_task(task_class, options):

@@ -32,6 +32,23 @@ EXIT_PREEMPTED = 143  # 128 + SIGTERM, what a shell reports for a process stoppe
 EXIT_INTERRUPTED = 130  # 128 + SIGINT (Ctrl-C)
 
 
+def parse_command_line(known_only=False):
+    """Parses `sys.argv` into absl's FLAGS (the flags defined so far) as `run` does first:
+    `--help`, `--helpfull` and `-h` print the help and exit with status 0; a bad flag is one
+    line and exit status 2, as any mistake. Returns the arguments left (argv[0] first;
+    with `known_only`, the flags not defined yet too)."""
+    app.define_help_flags()
+    # `-h`, which argparse programs (and most others) take for help, is not an absl flag
+    sys.argv = [("--help" if arg == "-h" else arg) for arg in sys.argv]
+    try:
+        return flags.FLAGS(sys.argv, known_only=known_only)
+    except SystemExit as help_exit:  # absl prints --help/--helpfull, then exits with status 1
+        sys.exit(0 if set(sys.argv[1:]) & _HELP_FLAGS else help_exit.code)
+    except flags.Error as error:
+        print(f"error: {error}; see --help", file=sys.stderr, flush=True)
+        sys.exit(EXIT_USER_ERROR)
+
+
 def run(main):
     """Runs `main` like `absl.app.run`, reporting `UserError` as one line and exit status 2."""
 
@@ -50,16 +67,7 @@ def run(main):
                   "in progress first)", file=sys.stderr, flush=True)
             sys.exit(EXIT_INTERRUPTED)
 
-    app.define_help_flags()
-    # `-h`, which argparse programs (and most others) take for help, is not an absl flag
-    sys.argv = [("--help" if arg == "-h" else arg) for arg in sys.argv]
-    try:  # parsed here first so that a bad flag is one line and exit status 2, as any mistake
-        flags.FLAGS(sys.argv)
-    except SystemExit as help_exit:  # absl prints --help/--helpfull, then exits with status 1
-        sys.exit(0 if set(sys.argv[1:]) & _HELP_FLAGS else help_exit.code)
-    except flags.Error as error:
-        print(f"error: {error}; see --help", file=sys.stderr, flush=True)
-        sys.exit(EXIT_USER_ERROR)
+    parse_command_line()
     try:
         app.run(guarded_main)
     except app.UsageError as error:  # absl raises this for bad flags in some paths.

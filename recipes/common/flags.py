@@ -6,6 +6,7 @@
 """
 
 import dataclasses
+import os
 import sys
 
 from absl import flags
@@ -33,7 +34,21 @@ _KEY_FLAGS = ("config_file", "params_override", "model_dir", "mode", "tpu", "str
 
 
 def define_flags(extra_flags=()):
-    """Defines the shared flags and the program's `extra_flags` (call once, in `__main__`)."""
+    """Defines the shared flags and the program's `extra_flags`, each once: a second call
+    (the program's early `startup.check_command_line`, then `driver.main`) adds nothing."""
+    if "config_file" not in FLAGS:
+        _define_shared_flags()
+    for extra in extra_flags:
+        if extra.name not in FLAGS:
+            flags.DEFINE_bool(extra.name, extra.default, extra.help)
+    # `--help` lists the key flags of the program (absl names it by sys.argv[0]): these.
+    registered = {flag.name for flag in FLAGS.get_key_flags_for_module(sys.argv[0])}
+    for name in (*_KEY_FLAGS, *(extra.name for extra in extra_flags)):
+        if name not in registered:
+            FLAGS.register_key_flag_for_module(sys.argv[0], FLAGS[name])
+
+
+def _define_shared_flags():
     flags.DEFINE_multi_string(
         "config_file", [], "YAML config file; repeat to layer files (later ones win)."
     )
@@ -87,11 +102,14 @@ def define_flags(extra_flags=()):
         False,
         "List every config key of this recipe (type, default, meaning) and exit.",
     )
-    for extra in extra_flags:
-        flags.DEFINE_bool(extra.name, extra.default, extra.help)
-    # `--help` lists the key flags of the program (absl names it by sys.argv[0]): these.
-    for name in (*_KEY_FLAGS, *(extra.name for extra in extra_flags)):
-        FLAGS.register_key_flag_for_module(sys.argv[0], FLAGS[name])
+
+
+def program_name(path):
+    """`python -m recipes.bert.pretrain` for .../recipes/bert/pretrain.py (how it was run)."""
+    if path.endswith(".py") and "recipes" + os.sep in path:
+        module = path[path.rindex("recipes" + os.sep):-3].replace(os.sep, ".")
+        return f"python -m {module}"
+    return path
 
 
 @dataclasses.dataclass(frozen=True)
@@ -124,9 +142,11 @@ def _times_given(name, argv):
     return times
 
 
-def read_options(extra_flags=()):
+def read_options(argv, extra_flags=()):
     """The parsed flags (the shared ones and `extra_flags`) as a `RunOptions`: the only
-    place the training programs read FLAGS."""
+    place the training programs read FLAGS. `argv`: what absl left of the command line."""
+    if len(argv) > 1:
+        raise UserError(f"unexpected arguments {argv[1:]}; all options are --flags")
     # absl keeps the last value of a repeated flag: right for --mode or --model_dir (a
     # script's defaults, then the caller's), not for the items of --params_override, which
     # layer as --config_file's files do.

@@ -4,6 +4,8 @@
 - TensorFlow's C++ start-up lines (CUDA probing on a machine without a GPU, CPU feature
   notes, end-of-dataset notices) stay off the console unless `--verbose` is given; a value
   of `TF_CPP_MIN_LOG_LEVEL` set by the user wins.
+
+`check_command_line` answers `--help` and flag mistakes before TensorFlow loads.
 """
 
 import os
@@ -11,3 +13,44 @@ import sys
 
 os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "0" if "--verbose" in sys.argv[1:] else "3")
+
+
+def check_command_line(config_class=None, extra_flags=()):
+    """Answers what the command line alone decides before TensorFlow is imported (about 5 s
+    on a CPU machine): `--help`, a mistake in the program's own flags (one line, exit status
+    2, as `driver.main` reports it; a flag it does not know is answered here only when it is
+    close to one of them, as a misspelling: TensorFlow defines a few flags of its own when it
+    loads), and `--help_config` when the program's `config_class` is given. `--helpfull`,
+    which lists TensorFlow's flags too, is left to `driver.main`. A recipe program calls it
+    at its top, under `if __name__ == "__main__":`; `driver.main` defines and parses the
+    same flags again and does the rest."""
+    import difflib  # pylint: disable=import-outside-toplevel
+
+    from recipes.common import config_help, errors  # pylint: disable=import-outside-toplevel
+    from recipes.common import flags as flags_lib  # pylint: disable=import-outside-toplevel
+
+    if {"--helpfull", "-helpfull", "--helpxml", "-helpxml"} & set(sys.argv[1:]):
+        return
+    flags_lib.define_flags(extra_flags)
+    argv = errors.parse_command_line(known_only=True)
+    ours = list(flags_lib.FLAGS)
+    for arg in argv[1:]:
+        name = arg.lstrip("-").split("=", 1)[0]
+        nearest = difflib.get_close_matches(name, ours, n=1, cutoff=0.8)
+        if arg.startswith("-") and nearest:  # absl's own words for it
+            _refuse(f"Unknown command line flag '{name}'. Did you mean: {nearest[0]} ?; see "
+                    "--help")
+    if any(arg.startswith("-") for arg in argv[1:]):  # flags TensorFlow may define
+        return
+    try:
+        options = flags_lib.read_options(argv, extra_flags)
+    except errors.UserError as error:
+        _refuse(str(error))
+    if options.help_config and config_class is not None:
+        print(config_help.format_config_help(config_class, flags_lib.program_name(argv[0])))
+        sys.exit(0)
+
+
+def _refuse(message):
+    print(f"error: {message}", file=sys.stderr, flush=True)
+    sys.exit(2)  # recipes.common.errors.EXIT_USER_ERROR

@@ -12,7 +12,11 @@ prints held-out top-1/top-5 and exports <model_dir>/export (JPEG bytes in,
 class probabilities out).
 """
 
-from recipes.common import startup  # noqa: F401  (before TensorFlow: legacy Keras, quiet C++)
+from recipes.common import startup  # before TensorFlow: legacy Keras, quiet C++
+from recipes.resnet.config import ResNetConfig
+
+if __name__ == "__main__":  # --help and flag mistakes answered before TensorFlow loads
+    startup.check_command_line(ResNetConfig)
 
 from lamb_tf import exclusions  # noqa: E402
 from recipes.common import driver, schema, task  # noqa: E402
@@ -21,7 +25,6 @@ from recipes.resnet import data as data_lib  # noqa: E402
 from recipes.resnet import export as export_lib  # noqa: E402
 from recipes.resnet import input as input_lib  # noqa: E402
 from recipes.resnet import model as model_lib  # noqa: E402
-from recipes.resnet.config import ResNetConfig  # noqa: E402
 
 
 class ResNetClassification(task.Task):
