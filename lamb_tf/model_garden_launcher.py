@@ -17,7 +17,7 @@ few fields whose absence makes Model Garden crash deep in its trainer
 data's `input_path`), an optimizer argument that Model Garden's factory cannot build (ours
 refuse `beta_1=1.5`, say), an `input_path` glob that matches no file, and a `--model_dir`
 that is a file, cannot be created or written (`_check_model_dir`) or holds a lamb_tf
-recipe's run (its `config.yaml`). TensorFlow's C++
+recipe's run (its `config.yaml`, `tensorflow.log` or `exclusions.txt`). TensorFlow's C++
 start-up lines (CUDA probing, oneDNN, CPU features) would come before this module runs
 (`python -m` imports the `lamb_tf` package, and TensorFlow, first): so `lamb_tf/__init__.py`
 sets `TF_CPP_MIN_LOG_LEVEL=3` when `python -m lamb_tf.model_garden` imports it, unless the
@@ -266,21 +266,28 @@ def _check_model_dir(model_dir):
                           "write (it is created if missing)")
 
 
+# What a lamb_tf recipe's run (recipes/common/driver.py) writes in its --model_dir and Model
+# Garden's runs do not: the C++ log file from its start, the exclusion report before its
+# first step, config.yaml with its first checkpoint.
+RECIPE_RUN_FILES = ("config.yaml", "tensorflow.log", "exclusions.txt")
+
+
 def _check_not_a_recipe_run(model_dir):
-    """A --model_dir holding a lamb_tf recipe's run (its `config.yaml`, which
-    recipes/common writes there; Model Garden's runs hold `params.yaml`): the trainer would
-    write its checkpoints, params.yaml and summaries among the recipe's."""
+    """A --model_dir holding a lamb_tf recipe's run (Model Garden's runs hold
+    `params.yaml`): the trainer would write its checkpoints, params.yaml and summaries among
+    the recipe's."""
     import os
 
     import tensorflow as tf
 
     try:
-        recipe_run = tf.io.gfile.exists(os.path.join(model_dir, "config.yaml"))
+        found = [name for name in RECIPE_RUN_FILES
+                 if tf.io.gfile.exists(os.path.join(model_dir, name))]
     except tf.errors.OpError:  # e.g. no access to a bucket: Model Garden's own error follows
         return
-    if recipe_run:
+    if found:
         raise _UsageError(f"--model_dir={model_dir} holds a lamb_tf recipe's run (its "
-                          "config.yaml): give another --model_dir, or resume that run with its "
+                          f"{found[0]}): give another --model_dir, or resume that run with its "
                           "recipe")
 
 

@@ -565,6 +565,19 @@ def test_a_recipe_refuses_a_model_garden_runs_model_dir_before_any_work(tmp_path
     assert sorted(os.listdir(tmp_path)) == ["config.yaml", "params.yaml"]
 
 
+@pytest.mark.parametrize("written", ["tensorflow.log", "exclusions.txt"])
+def test_launcher_knows_a_recipe_run_stopped_before_its_first_checkpoint(tmp_path, written):
+    """A recipe writes config.yaml with its first checkpoint; a run stopped before it holds
+    what the recipe wrote first (it was taken for an empty directory and trained into)."""
+    (tmp_path / written).write_text("")
+    with pytest.raises(model_garden_launcher._UsageError) as error:
+        model_garden_launcher._check_not_a_recipe_run(str(tmp_path))
+    assert str(error.value) == (
+        f"--model_dir={tmp_path} holds a lamb_tf recipe's run (its {written}): give another "
+        "--model_dir, or resume that run with its recipe")
+    model_garden_launcher._check_not_a_recipe_run(str(tmp_path / "new"))  # nothing there
+
+
 def test_launcher_model_dir_check_leaves_nothing_behind(tmp_path):
     """The check that --model_dir can be made makes one directory in its nearest existing
     parent and removes it at once."""
