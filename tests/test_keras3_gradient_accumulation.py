@@ -102,6 +102,33 @@ def test_tf_keras_model_is_refused_with_the_other_wrapper_named():
         keras3_accumulation.GradientAccumulationModel(tf_keras.Sequential(), 2)
 
 
+def test_config_round_trip_keeps_the_accumulation_steps():
+    """What a `.keras` file stores (the slow test below saves and loads one), without a fit."""
+    model = keras3_accumulation.GradientAccumulationModel(_model(), 4)
+    rebuilt = keras3_accumulation.GradientAccumulationModel.from_config(model.get_config())
+    assert rebuilt.accumulation_steps == 4
+    assert [layer.units for layer in rebuilt.inner_model.layers] == [4, OUTPUTS]
+
+
+def test_the_logged_loss_on_two_replicas_is_the_global_batch_mean(two_cpu_strategy):
+    """Each replica's loss is divided by the replicas (so that the all-reduced gradients sum
+    to the global mean); the logged loss is not. One step of a linear model, 2 replicas x 2
+    micro-batches x 4 examples, against the float64 mean squared error of the 16 examples
+    (the loss of a step is taken before its update)."""
+    kernel = np.random.default_rng(5).normal(size=(FEATURES, OUTPUTS))
+    bias = np.array([0.5, -0.25])
+    with two_cpu_strategy.scope():
+        model = keras.Sequential([keras.Input((FEATURES,)), keras.layers.Dense(OUTPUTS)])
+        model.set_weights([kernel.astype(np.float32), bias.astype(np.float32)])
+        wrapped = keras3_accumulation.GradientAccumulationModel(model, 2)
+        wrapped.compile(optimizer=keras3_optimizers.LAMB(0.01), loss="mse")
+    history = wrapped.fit(X[:BATCH], Y[:BATCH], batch_size=BATCH, epochs=1, shuffle=False,
+                          verbose=0)
+    x, y = X[:BATCH].astype(np.float64), Y[:BATCH].astype(np.float64)
+    expected = np.mean((x @ kernel + bias - y) ** 2)
+    assert history.history["loss"][0] == pytest.approx(expected, rel=1e-5)
+
+
 @pytest.mark.slow  # several fit runs
 def test_saved_wrapper_loads_without_custom_objects(tmp_path):
     model = keras3_accumulation.GradientAccumulationModel(_model(), 4)

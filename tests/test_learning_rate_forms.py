@@ -216,3 +216,20 @@ def test_a_schedule_set_after_a_variable_rate_replaces_it(flavour_name, optimize
     result = _run(flavour, optimizer, before_step_2=set_schedule)  # step 2: iterations 1
     assert ref.relative_error(result, _expected(optimizer_name)) < 1e-5
     assert float(rate.numpy()) == RATES[0]  # the user's variable is left as it was
+
+
+@pytest.mark.parametrize("flavour_name,optimizer_name",
+                         [case for case in CASES if case[0] == "keras3"])
+def test_a_callable_set_after_a_variable_rate_replaces_it(flavour_name, optimizer_name):
+    """Keras 3's base takes a zero-argument callable as it takes a schedule: it replaces
+    the user's variable (which is left as it was), and is called at every step."""
+    flavour = FLAVOURS[flavour_name]()
+    rate = tf.Variable(RATES[0])
+    optimizer = getattr(flavour.module, optimizer_name)(rate)
+
+    def set_callable():
+        optimizer.learning_rate = lambda: RATES[1]
+
+    result = _run(flavour, optimizer, before_step_2=set_callable)
+    assert ref.relative_error(result, _expected(optimizer_name)) < 1e-5
+    assert float(rate.numpy()) == RATES[0]

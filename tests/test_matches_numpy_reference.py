@@ -117,6 +117,28 @@ def test_lamb_with_schedule_matches_reference(flavour_name):
         ref.assert_update_close(got[p], want[p], _initial_values()[p], STEPS)
 
 
+def test_keras3_lamb_with_gradient_accumulation_steps_counts_t_in_applied_updates():
+    """Keras 3's own `gradient_accumulation_steps=2`: the 8 gradients make 4 updates, each
+    with the mean of two, and LAMB's bias correction uses t = 1, 2, 3, 4 (the updates
+    applied), not the micro-batch count Keras keeps in `_iterations` (2, 4, 6, 8)."""
+    flavour = FLAVOURS["keras3"]()
+    optimizer = flavour.module.LAMB(learning_rate=0.05, weight_decay_rate=0.01,
+                                    gradient_accumulation_steps=2)
+    got = _run(flavour, optimizer)
+    x = _initial_values()
+    m = {p: np.zeros(s) for p, s in VARIABLES.items()}
+    v = {p: np.zeros(s) for p, s in VARIABLES.items()}
+    gradients = _gradients()
+    for update in range(STEPS // 2):
+        for p in VARIABLES:
+            mean = (gradients[2 * update][p] + gradients[2 * update + 1][p]) / 2
+            x[p], m[p], v[p] = ref.lamb_step(x[p], mean, m[p], v[p], update + 1, 0.05, 0.9,
+                                             0.999, 1e-6, 0.01)
+    assert int(optimizer.iterations.numpy()) == STEPS // 2
+    for p in VARIABLES:
+        ref.assert_update_close(got[p], x[p], _initial_values()[p], STEPS // 2)
+
+
 LARS_CASES = {
     "classic": dict(weight_decay_rate=1e-4),
     "classic_nesterov_exclusions": dict(weight_decay_rate=1e-2, nesterov=True,
