@@ -33,6 +33,20 @@ def test_var_names_and_var_list_are_excluded_from_decay(flavour_name):
 
 
 @pytest.mark.parametrize("flavour_name", FLAVOURS)
+def test_a_var_list_variable_is_matched_by_its_literal_path(flavour_name):
+    """A '.' is allowed in a TensorFlow name but is a regex wildcard: excluding the variable
+    `block.1/kernel` must leave `block_1/kernel` decayed."""
+    flavour = FLAVOURS[flavour_name]()
+    optimizer = flavour.module.LAMB(0.5, weight_decay_rate=0.1)
+    dotted, underscored = (flavour.variable(path, X0)
+                           for path in ("block.1/kernel", "block_1/kernel"))
+    optimizer.exclude_from_weight_decay(var_list=[dotted])
+    optimizer.build([dotted, underscored])
+    assert [(row.path, row.decayed) for row in optimizer.exclusion_table()] == [
+        ("block.1/kernel", False), ("block_1/kernel", True)]
+
+
+@pytest.mark.parametrize("flavour_name", FLAVOURS)
 def test_after_build_it_raises_naming_the_constructor_argument(flavour_name):
     flavour = FLAVOURS[flavour_name]()
     optimizer = flavour.module.LAMB(0.5, weight_decay_rate=0.1)

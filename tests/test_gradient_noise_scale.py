@@ -215,6 +215,25 @@ def test_non_finite_step_leaves_the_averages_unchanged():
     assert float(averages.update(float("nan"), float("nan"), 8, 64)) == first
 
 
+def test_a_step_whose_trace_estimate_alone_overflows_leaves_the_averages_unchanged():
+    """|G_small|^2 = 3e38 (finite in float32), |G_big|^2 = 0, batches 1 and 2:
+    |G|^2 ~ (2·0 − 1·3e38)/(2 − 1) = −3e38 is finite, but tr(Sigma) ~ 3e38/(1 − 1/2) = 6e38
+    overflows float32 (largest 3.4e38). The step is skipped as a whole, not half folded in."""
+    averages = noise_scale.GradientNoiseScale(decay=0.5)
+    first = float(averages.update(4.0, 1.0, 8, 64))
+    assert float(averages.update(3e38, 0.0, 1, 2)) == first
+    assert np.isfinite(float(averages.trace)) and np.isfinite(float(averages.gradient_squared))
+
+
+def test_a_decay_of_0_is_accepted_and_keeps_only_the_last_steps_estimates():
+    """decay=0 is in [0, 1): no smoothing. Batches 8 and 64 (1/8 − 1/64 = 7/64):
+    step 1, |G_8|^2 = 4, |G_64|^2 = 1: |G|^2 ~ (64 − 32)/56 = 4/7, tr ~ 3/(7/64) = 192/7,
+    B_simple = 48; step 2, |G_8|^2 = 2: |G|^2 ~ (64 − 16)/56 = 6/7, tr ~ 64/7, B = 32/3."""
+    averages = noise_scale.GradientNoiseScale(decay=0.0)
+    assert float(averages.update(4.0, 1.0, 8, 64)) == pytest.approx(48.0, rel=1e-6)
+    assert float(averages.update(2.0, 1.0, 8, 64)) == pytest.approx(32 / 3, rel=1e-6)
+
+
 @pytest.mark.parametrize("decay", [1.0, -0.1, 1.5])
 def test_a_decay_outside_0_to_1_is_refused(decay):
     """1 would keep both averages at 0 (a noise scale of NaN at every step)."""

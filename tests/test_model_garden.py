@@ -284,6 +284,31 @@ def test_a_mode_that_evaluates_needs_the_validation_data(mode, field):
     assert model_garden.missing_field(params, mode) == field
 
 
+@pytest.mark.parametrize("mode, field", [
+    ("train", "task.train_data.input_path"),
+    ("eval", None),
+    ("train_and_eval", "task.train_data.input_path"),
+    ("continuous_train_and_eval", "task.train_data.input_path"),
+    ("train_and_post_eval", "task.train_data.input_path"),
+    ("train_and_validate", "task.train_data.input_path"),
+])
+def test_a_mode_that_trains_needs_the_training_data(mode, field):
+    params = exp_factory.get_exp_config("bert/pretraining")
+    params.override(_STEPS_SET, is_strict=True)
+    params.task.train_data.input_path = ""
+    params.task.validation_data.input_path = "dummy"
+    assert model_garden.missing_field(params, mode) == field
+
+
+def test_a_tfds_name_is_data_without_an_input_path():
+    """Model Garden reads a TFDS dataset when `tfds_name` is set: no input_path needed."""
+    params = exp_factory.get_exp_config("bert/pretraining")
+    params.override(_STEPS_SET, is_strict=True)
+    params.task.train_data.input_path = ""
+    params.task.train_data.tfds_name = "wikipedia"
+    assert model_garden.missing_field(params, "train") is None
+
+
 @pytest.mark.parametrize("input_path, refused", [
     ("dummy", None),  # Model Garden's synthetic data
     ("{d}/a-*,{d}/b-*", None),  # comma-separated globs, as Model Garden's reader takes them

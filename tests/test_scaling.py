@@ -97,3 +97,9 @@ def test_bad_scaling_inputs_name_the_argument(args, error, fragment):
 def test_unknown_rule_lists_the_rules():
     with pytest.raises(ValueError, match=r"rule must be one of \('sqrt', 'linear'\), got 'cubic'"):
         scaled_learning_rate(0.1, 256, 1024, rule="cubic")
+
+
+def test_a_base_rate_of_0_is_accepted_and_scales_to_0():
+    """base_lr must be >= 0 (as every learning rate here), not > 0: 0 is at the bound."""
+    assert scaled_learning_rate(0.0, 256, 1024, rule="sqrt") == 0.0
+    assert scaled_learning_rate(0.0, 256, 1024, rule="linear") == 0.0

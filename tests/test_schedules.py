@@ -167,6 +167,21 @@ def test_config_round_trip_rebuilds_nested_schedules(flavour):
 
 
 @pytest.mark.parametrize("flavour", FLAVOURS)
+def test_config_round_trip_keeps_a_phase_1_steps_that_is_not_phase_1s_length(flavour):
+    """phase_1_steps=80 with a phase 1 of 100 steps (phase 1 cut short): the rebuilt
+    schedule switches to phase 2 at step 80, not at phase 1's own total_steps."""
+    warmup_class, mixed_class, _, _ = FLAVOURS[flavour]
+    schedule = mixed_class(*_phases(warmup_class), phase_1_steps=80)
+    rebuilt = mixed_class.from_config(json.loads(json.dumps(schedule.get_config())))
+    assert rebuilt.phase_1_steps == 80
+    # step 79: phase 1's decay, (PEAK - END) * (1 - 79/100) + END; step 80: phase 2 warms
+    # up again from 0; step 84: phase 2's step 4 of its 8 warmup steps, P2_PEAK * 4/8
+    expected = [0.009 * 0.21 + END, 0.0, P2_PEAK * 4 / 8]
+    np.testing.assert_allclose(lr_values(rebuilt, [79, 80, 84]), expected, rtol=1e-5,
+                               atol=1e-9)
+
+
+@pytest.mark.parametrize("flavour", FLAVOURS)
 def test_config_round_trip_keeps_every_argument(flavour):
     """Every argument away from its default: the config holds each one as given, and the
     rebuilt schedule gives the rates written out by hand (not the original's rates: a key
