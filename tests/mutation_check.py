@@ -589,6 +589,87 @@ MUTATIONS = [
         "    if found < 1:",
         ["tests/test_bert_data.py"],
         [r"test_fewer_records_than_pipelines_shared_out_one_by_one_are_refused"]),
+    # ---- a search of the library's less-covered modules (2026-12-06) --------------------------
+    Mutation(
+        "keras3_t_counts_micro_batches", "Keras 3 LAMB with the optimizer's own "
+        "gradient_accumulation_steps: t counts micro-batches, not applied updates",
+        "lamb_tf/keras3_optimizers.py",
+        "        return self.iterations",
+        "        return self._iterations",
+        ["tests/test_matches_numpy_reference.py::"
+         "test_keras3_lamb_with_gradient_accumulation_steps_counts_t_in_applied_updates"],
+        [r"test_keras3_lamb_with_gradient_accumulation_steps_counts_t_in_applied_updates"]),
+    Mutation(
+        "keras3_callable_rate_assigned_to_variable", "Keras 3: a callable set as the rate of "
+        "an optimizer with a variable rate is assigned to the variable (an error)",
+        "lamb_tf/keras3_optimizers.py",
+        "            if callable(value):",
+        "            if isinstance(value, self._SCHEDULE_CLASS):",
+        ["tests/test_learning_rate_forms.py::"
+         "test_a_callable_set_after_a_variable_rate_replaces_it"],
+        [r"test_a_callable_set_after_a_variable_rate_replaces_it\[keras3-LAMB",
+         r"test_a_callable_set_after_a_variable_rate_replaces_it\[keras3-LARS"]),
+    Mutation(
+        "keras3_accumulation_loss_logged_per_replica", "Keras 3 GradientAccumulationModel "
+        "logs each replica's share of the loss (half the loss on 2 replicas)",
+        "lamb_tf/keras3_accumulation.py",
+        "                    metric.update_state(loss * replicas, sample_weight=examples)",
+        "                    metric.update_state(loss, sample_weight=examples)",
+        ["tests/test_keras3_gradient_accumulation.py::"
+         "test_the_logged_loss_on_two_replicas_is_the_global_batch_mean"],
+        [r"test_the_logged_loss_on_two_replicas_is_the_global_batch_mean"]),
+    Mutation(
+        "keras3_accumulation_config_loses_steps", "Keras 3 GradientAccumulationModel."
+        "from_config ignores accumulation_steps (a loaded model accumulates 1)",
+        "lamb_tf/keras3_accumulation.py",
+        "        return cls(model, config[\"accumulation_steps\"])",
+        "        return cls(model, config.get(\"steps\", 1))",
+        ["tests/test_keras3_gradient_accumulation.py::"
+         "test_config_round_trip_keeps_the_accumulation_steps"],
+        [r"test_config_round_trip_keeps_the_accumulation_steps"]),
+    Mutation(
+        "method_exclusion_path_unescaped", "exclude_from_weight_decay(var_list=...) puts the "
+        "path into its pattern unescaped (a '.' matches any character)",
+        "lamb_tf/layerwise.py",
+        "        patterns += [f\"^{re.escape(self._variable_path(v))}$\" for v in var_list or ()]",
+        "        patterns += [f\"^{self._variable_path(v)}$\" for v in var_list or ()]",
+        ["tests/test_exclude_from_weight_decay_method.py"],
+        [r"test_a_var_list_variable_is_matched_by_its_literal_path\[tf_keras",
+         r"test_a_var_list_variable_is_matched_by_its_literal_path\[keras3"]),
+    Mutation(
+        "mixed_batch_config_without_phase_1_steps", "MixedBatchSchedule's config loses "
+        "phase_1_steps (rebuilt, phase 2 starts at phase 1's total_steps)",
+        "lamb_tf/schedules.py",
+        "            \"phase_1_steps\": self.phase_1_steps,",
+        "",
+        ["tests/test_schedules.py"],
+        [r"test_config_round_trip_keeps_a_phase_1_steps_that_is_not_phase_1s_length\[tf_keras",
+         r"test_config_round_trip_keeps_a_phase_1_steps_that_is_not_phase_1s_length\[keras3"]),
+    Mutation(
+        "noise_scale_trace_overflow_folded_in", "a step whose tr(Sigma) estimate alone is "
+        "non-finite is folded into the averages (the noise scale is inf from then on)",
+        "lamb_tf/noise_scale.py",
+        "        finite = tf.math.is_finite(gradient_squared) & tf.math.is_finite(trace)",
+        "        finite = tf.math.is_finite(gradient_squared)",
+        ["tests/test_gradient_noise_scale.py::"
+         "test_a_step_whose_trace_estimate_alone_overflows_leaves_the_averages_unchanged"],
+        [r"test_a_step_whose_trace_estimate_alone_overflows_leaves_the_averages_unchanged"]),
+    Mutation(
+        "model_garden_train_data_only_for_train", "the launcher checks the training data "
+        "only for --mode=train (train_and_eval without it passes the check)",
+        "lamb_tf/model_garden.py",
+        "    reads = ((\"train_data\", \"train\" in mode),",
+        "    reads = ((\"train_data\", mode == \"train\"),",
+        ["tests/test_model_garden.py::test_a_mode_that_trains_needs_the_training_data"],
+        [r"test_a_mode_that_trains_needs_the_training_data\[train_and_eval"]),
+    Mutation(
+        "model_garden_tfds_name_ignored", "the launcher asks for an input_path when the data "
+        "is a TFDS dataset (tfds_name)",
+        "lamb_tf/model_garden.py",
+        "        if data is None or not (data.input_path or data.tfds_name):",
+        "        if data is None or not data.input_path:",
+        ["tests/test_model_garden.py::test_a_tfds_name_is_data_without_an_input_path"],
+        [r"test_a_tfds_name_is_data_without_an_input_path"]),
 ]
 
 
