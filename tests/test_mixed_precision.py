@@ -87,6 +87,7 @@ def test_loss_scale_optimizer_skips_nonfinite_step_without_advancing_t(flavour_n
         wrapper = flavour.keras.mixed_precision.LossScaleOptimizer(lamb)
     else:
         wrapper = flavour.keras.optimizers.LossScaleOptimizer(lamb)
+    assert int(lamb.applied_updates.numpy()) == 0  # before build too: nothing applied yet
     wrapper.build([variable])
     _apply_through_loss_scale(flavour, wrapper, grads[0], variable)
     after_first = value(variable)

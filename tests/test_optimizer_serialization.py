@@ -53,6 +53,23 @@ def test_config_round_trip_keeps_every_argument(flavour_name, optimizer_name, ar
 
 
 @pytest.mark.parametrize("flavour_name", FLAVOURS)
+def test_config_keeps_an_empty_adaptation_list_apart_from_none(flavour_name):
+    """`exclude_from_layer_adaptation=[]` adapts every variable, while None falls back to
+    the weight-decay list: the rebuilt optimizer must adapt `dense/bias` in the first case
+    and not in the second."""
+    flavour = FLAVOURS[flavour_name]()
+    for adaptation, bias_adapted in (([], True), (None, False)):
+        config = flavour.module.LAMB(
+            0.1, weight_decay_rate=0.01, exclude_from_weight_decay=["bias"],
+            exclude_from_layer_adaptation=adaptation).get_config()
+        assert config["exclude_from_layer_adaptation"] == adaptation
+        rebuilt = flavour.module.LAMB.from_config(copy.deepcopy(config))
+        rebuilt.build([flavour.variable("dense/kernel", np.ones(3)),
+                       flavour.variable("dense/bias", np.ones(3))])
+        assert [row.adapted for row in rebuilt.exclusion_table()] == [True, bias_adapted]
+
+
+@pytest.mark.parametrize("flavour_name", FLAVOURS)
 def test_config_round_trip_with_schedule(flavour_name):
     flavour = FLAVOURS[flavour_name]()
     schedule = flavour.polynomial_decay(0.1, 100, 0.001)
