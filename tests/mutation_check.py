@@ -637,6 +637,17 @@ MUTATIONS = [
         [r"test_a_var_list_variable_is_matched_by_its_literal_path\[tf_keras",
          r"test_a_var_list_variable_is_matched_by_its_literal_path\[keras3"]),
     Mutation(
+        "empty_adaptation_list_saved_as_none", "the config turns exclude_from_layer_adaptation=[] "
+        "into None (a rebuilt optimizer falls back to the weight-decay list: no trust ratio there)",
+        "lamb_tf/exclusions.py",
+        "        as_list = lambda patterns: None if patterns is None else list(patterns)  "
+        "# noqa: E731",
+        "        as_list = lambda patterns: list(patterns) if patterns else None  # noqa: E731",
+        ["tests/test_optimizer_serialization.py::"
+         "test_config_keeps_an_empty_adaptation_list_apart_from_none"],
+        [r"test_config_keeps_an_empty_adaptation_list_apart_from_none\[tf_keras",
+         r"test_config_keeps_an_empty_adaptation_list_apart_from_none\[keras3"]),
+    Mutation(
         "mixed_batch_config_without_phase_1_steps", "MixedBatchSchedule's config loses "
         "phase_1_steps (rebuilt, phase 2 starts at phase 1's total_steps)",
         "lamb_tf/schedules.py",
