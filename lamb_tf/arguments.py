@@ -167,10 +167,12 @@ def refuse_keywords(optimizer_name, keras_kwargs):
     """
     value = keras_kwargs.pop("weight_decay", None)
     if not _asks_for_nothing(value):
+        number = isinstance(value, numbers.Real) and not isinstance(value, bool)
         raise ValueError(
             f"{optimizer_name} got weight_decay={value!r}: Keras' `weight_decay` decays the weights "
-            "outside the trust ratio, which is a different algorithm. "
-            f"Use weight_decay_rate={value!r} instead."
+            "outside the trust ratio, which is a different algorithm. Use "
+            + (f"weight_decay_rate={value!r}" if number else "weight_decay_rate (a number; 0.0 "
+               "for none)") + " instead."
         )
     if not _asks_for_nothing(keras_kwargs.pop("mesh", None)):
         raise ValueError(

@@ -28,6 +28,9 @@ SHARED_BAD = [
      "exclude_from_weight_decay holds an invalid regular expression 'layer_norm('"),
     (dict(exclude_from_layer_adaptation=[3]), TypeError, "exclude_from_layer_adaptation must hold strings, got 3"),
     (dict(weight_decay=0.01), ValueError, "Use weight_decay_rate=0.01 instead"),
+    # the advice must be one that works: weight_decay_rate=False is refused (a bool)
+    (dict(weight_decay=False), ValueError,
+     "Use weight_decay_rate (a number; 0.0 for none) instead."),
     # the legacy optimizers' keywords, each with its replacement
     (dict(decay=0.5), ValueError, "decay is only supported by legacy Keras optimizers"),
     (dict(decay=0.5), ValueError, "put the decay in a learning-rate schedule (e.g. InverseTimeDecay)"),
