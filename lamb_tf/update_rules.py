@@ -82,7 +82,8 @@ def l2_norm(x):
     768×3072 kernel.
     """
     columns = x.shape[-1] if x.shape.rank and x.shape[-1] else 1  # scalar, empty: one column
-    # a 16-bit layer's squares summed in float32: Σx² overflows float16 (65,504) at ‖x‖ = 256
+    # a 16-bit layer's squares summed in float32: Σx² overflows float16 (65,504) at ‖x‖ = 256,
+    # and a bfloat16 sum (float32's range, 8 bits of mantissa) stops growing: 256 + 1 = 256
     wide = tf.float32 if x.dtype in (tf.float16, tf.bfloat16) else x.dtype
     # Σ_j x_ij² for every row i, then Σ_i
     squares = tf.reshape(tf.square(tf.cast(x, wide)), [-1, columns])
