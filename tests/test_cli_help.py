@@ -114,6 +114,25 @@ def test_help_config_is_answered_before_tensorflow_loads(module, without_tensorf
     assert any(line.startswith("train.global_batch_size ") for line in result.stdout.splitlines())
 
 
+@pytest.mark.parametrize("module", ["recipes.bert.pretrain", "recipes.resnet.train"])
+@pytest.mark.parametrize("args, line", [
+    (["--params_override=train.stepz=3"], "error: --params_override: unknown config key "
+                                          "'train.stepz'; did you mean train.steps?"),
+    (["--config_file=/nonexistent/run.yaml"], "error: config file '/nonexistent/run.yaml' does "
+                                              "not exist; check --config_file"),
+    (["--params_override=train.steps=two"], "error: --params_override: config key "
+                                            "'train.steps' must be int"),
+])
+def test_config_mistakes_the_schema_finds_are_answered_before_tensorflow_loads(
+        module, args, line, without_tensorflow):
+    result = subprocess.run([sys.executable, "-m", module, "--model_dir=/tmp/unused", *args],
+                            cwd=REPO_ROOT, env=without_tensorflow, capture_output=True,
+                            text=True, timeout=60)
+    assert result.returncode == 2, result.stderr[-2000:]
+    assert len(result.stderr.splitlines()) == 1 and result.stderr.startswith(line), (
+        result.stderr)
+
+
 def test_a_flag_the_program_does_not_know_and_does_not_resemble_is_left_to_tensorflow(
         without_tensorflow):
     """TensorFlow defines flags of its own when it loads (its TPU client's --runtime_oom_exit,

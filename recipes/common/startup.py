@@ -20,14 +20,18 @@ def check_command_line(config_class=None, extra_flags=()):
     on a CPU machine): `--help`, a mistake in the program's own flags (one line, exit status
     2, as `driver.main` reports it; a flag it does not know is answered here only when it is
     close to one of them, as a misspelling: TensorFlow defines a few flags of its own when it
-    loads), and `--help_config` when the program's `config_class` is given. `--helpfull`,
-    which lists TensorFlow's flags too, is left to `driver.main`. A recipe program calls it
+    loads); given the program's `config_class`, `--help_config` and the config files' and
+    `--params_override`'s mistakes that the schema alone finds (a YAML error, an unknown
+    key, a wrong type). `--helpfull`, which lists TensorFlow's flags too, is left to
+    `driver.main`. A recipe program calls it
     at its top, under `if __name__ == "__main__":`; `driver.main` defines and parses the
     same flags again and does the rest."""
     import difflib  # pylint: disable=import-outside-toplevel
 
+    from recipes.common import config as config_lib  # pylint: disable=import-outside-toplevel
     from recipes.common import config_help, errors  # pylint: disable=import-outside-toplevel
     from recipes.common import flags as flags_lib  # pylint: disable=import-outside-toplevel
+    from recipes.common import schema  # pylint: disable=import-outside-toplevel
 
     if {"--helpfull", "-helpfull", "--helpxml", "-helpxml"} & set(sys.argv[1:]):
         return
@@ -46,9 +50,16 @@ def check_command_line(config_class=None, extra_flags=()):
         options = flags_lib.read_options(argv, extra_flags)
     except errors.UserError as error:
         _refuse(str(error))
-    if options.help_config and config_class is not None:
+    if config_class is None:
+        return
+    if options.help_config:
         print(config_help.format_config_help(config_class, flags_lib.program_name(argv[0])))
         sys.exit(0)
+    try:  # as the driver loads it first (its further checks import TensorFlow)
+        config_lib.load_config(config_class, options.config_files, options.params_override,
+                               renamed_keys=schema.RENAMED_KEYS)
+    except errors.UserError as error:
+        _refuse(str(error))
 
 
 def _refuse(message):
