@@ -106,7 +106,7 @@ def test_help_and_flag_mistakes_are_answered_before_tensorflow_loads(
         assert output in result.stdout and result.stderr == "", result.stderr[-2000:]
 
 
-@pytest.mark.parametrize("module", ["recipes.bert.pretrain", "recipes.resnet.train"])
+@pytest.mark.parametrize("module", PROGRAMS)
 def test_help_config_is_answered_before_tensorflow_loads(module, without_tensorflow):
     result = subprocess.run([sys.executable, "-m", module, "--help_config"], cwd=REPO_ROOT,
                             env=without_tensorflow, capture_output=True, text=True, timeout=60)
@@ -114,7 +114,7 @@ def test_help_config_is_answered_before_tensorflow_loads(module, without_tensorf
     assert any(line.startswith("train.global_batch_size ") for line in result.stdout.splitlines())
 
 
-@pytest.mark.parametrize("module", ["recipes.bert.pretrain", "recipes.resnet.train"])
+@pytest.mark.parametrize("module", PROGRAMS)
 @pytest.mark.parametrize("args, line", [
     (["--params_override=train.stepz=3"], "error: --params_override: unknown config key "
                                           "'train.stepz'; did you mean train.steps?"),

@@ -19,9 +19,10 @@ results.json and the export, a SavedModel that answers raw strings
 
 from recipes.common import startup  # before TensorFlow: legacy Keras, quiet C++
 from recipes.bert import finetune_flags
+from recipes.bert.finetune_config import BertFinetuneConfig
 
 if __name__ == "__main__":  # --help and flag mistakes answered before TensorFlow loads
-    startup.check_command_line(extra_flags=(finetune_flags.COMPARE_FLAG,))
+    startup.check_command_line(BertFinetuneConfig, (finetune_flags.COMPARE_FLAG,))
 
 import json  # noqa: E402
 import os  # noqa: E402
@@ -32,7 +33,6 @@ import tf_keras  # noqa: E402
 from lamb_tf import exclusions  # noqa: E402
 from recipes.bert import classification, finetune_compare, finetune_config  # noqa: E402
 from recipes.bert import finetune_data, finetune_export, squad  # noqa: E402
-from recipes.bert.finetune_config import BertFinetuneConfig  # noqa: E402
 from recipes.common import driver, export as export_lib, task as task_lib  # noqa: E402
 from recipes.common.errors import UserError  # noqa: E402,F401  (raised by the checks)
 

@@ -7,9 +7,6 @@ key with its reason; configs/bert/finetune_squad_v1.yaml carries BERT's SQuAD re
 import dataclasses
 from typing import Optional
 
-import tensorflow as tf
-
-from recipes.bert import classification
 from recipes.common import schema
 from recipes.common.errors import UserError
 
@@ -125,6 +122,11 @@ def check_task_keys(data):
 
 def check_task_files(data):
     """A UserError naming the key of a task file that does not exist or cannot be one."""
+    # Imported here: the schema loads without TensorFlow (startup.check_command_line).
+    import tensorflow as tf  # pylint: disable=import-outside-toplevel
+
+    from recipes.bert import classification  # pylint: disable=import-outside-toplevel
+
     for key in ("train_file", "eval_file") if data.task != "stdlib" else ():
         path = getattr(data, key)
         if data.task == "classification":
