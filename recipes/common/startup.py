@@ -17,15 +17,14 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "0" if "--verbose" in sys.argv[1:]
 
 def check_command_line(config_class=None, extra_flags=()):
     """Answers what the command line alone decides before TensorFlow is imported (about 5 s
-    on a CPU machine): `--help`, a mistake in the program's own flags (one line, exit status
+    on a CPU machine): `--help`; a mistake in the program's own flags (one line, exit status
     2, as `driver.main` reports it; a flag it does not know is answered here only when it is
-    close to one of them, as a misspelling: TensorFlow defines a few flags of its own when it
-    loads); given the program's `config_class`, `--help_config` and the config files' and
-    `--params_override`'s mistakes that the schema alone finds (a YAML error, an unknown
-    key, a wrong type). `--helpfull`, which lists TensorFlow's flags too, is left to
-    `driver.main`. A recipe program calls it
-    at its top, under `if __name__ == "__main__":`; `driver.main` defines and parses the
-    same flags again and does the rest."""
+    close to one of its own, as a misspelling: TensorFlow defines a few flags when it loads);
+    and, given the program's `config_class`, `--help_config` and the mistakes the schema
+    alone finds in the config files and `--params_override` (a YAML error, an unknown key, a
+    wrong type). `--helpfull`, which lists TensorFlow's flags too, is left to `driver.main`.
+    A recipe program calls it at its top, under `if __name__ == "__main__":`; `driver.main`
+    defines and parses the same flags again and does the rest."""
     import difflib  # pylint: disable=import-outside-toplevel
 
     from recipes.common import config as config_lib  # pylint: disable=import-outside-toplevel
