@@ -110,7 +110,7 @@ CASES = {
                      ["empty_corpus", "are empty", "one sentence per line"]),
     # what a preparation would read, checked before the strategy line (they were after it)
     "misspelled-corpus": (BERT, FRESH, ["--params_override=data.corpus=stdlibb,data.train_files=''"],
-                          ["data.corpus: stdlibb matches no files; give 'stdlib' (the embedded "
+                          ["data.corpus: stdlibb matches no files: give 'stdlib' (the embedded "
                            "corpus), a directory of .txt files or a glob"]),
     "missing-vocabulary-to-prepare-with": (
         BERT, FRESH, ["--params_override=data.vocab_file=/nonexistent/vocab.txt,"

@@ -969,7 +969,7 @@ def test_the_corpus_and_vocabulary_to_prepare_are_checked_unless_a_preparation_f
     with pytest.raises(UserError) as raised:
         data_lib.check_corpus(corpus_missing, str(run))
     assert str(raised.value) == (
-        f"data.corpus: {tmp_path / 'txts'} matches no files; give 'stdlib' (the embedded "
+        f"data.corpus: {tmp_path / 'txts'} matches no files: give 'stdlib' (the embedded "
         "corpus), a directory of .txt files or a glob such as 'corpus/*.txt'")
     with pytest.raises(UserError, match=r"^data.corpus: directory .*/texts has no .txt files"):
         data_lib.check_corpus(DataConfig(corpus=str(tmp_path / "texts"), data_dir=""), str(run))

@@ -49,11 +49,11 @@ def list_data_files(data_config):
         return None
     files = {key: input_lib.list_files(getattr(data_config, key), f"data.{key}")
              for key in ("train_files", "eval_files")}
-    try:
-        pieces = len(vocabulary.read_vocabulary(data_config.vocab_file))
-    except UserError as error:  # its advice to learn one is for a corpus to prepare
-        raise UserError(f"data.vocab_file: {str(error).split(': pass a vocab.txt')[0]}: give "
-                        "the vocab.txt the training files were made with") from None
+    try:  # (the advice to learn one is for a corpus to prepare)
+        pieces = len(vocabulary.read_vocabulary(
+            data_config.vocab_file, fix="give the vocab.txt the training files were made with"))
+    except UserError as error:
+        raise UserError(f"data.vocab_file: {error}") from None
     check_against_preparation(data_config, files, pieces)
     return files
 
@@ -129,12 +129,10 @@ def check_corpus(data_config, model_dir):
     if finished_preparation(data_directory(data_config, model_dir)):
         return
     if data_config.corpus != "stdlib":
-        try:
-            text_files.resolve_text_files(data_config.corpus)
-        except UserError as error:  # "text corpus: <what>: give <advice>"
-            what = str(error).removeprefix("text corpus: ").replace(
-                ": give a directory", "; give 'stdlib' (the embedded corpus), a directory")
-            raise UserError(f"data.corpus: {what}") from None
+        text_files.resolve_text_files(
+            data_config.corpus, setting="data.corpus",
+            advice="give 'stdlib' (the embedded corpus), a directory of .txt files or a glob "
+                   "such as 'corpus/*.txt'")
     if data_config.vocab_file:
         try:
             vocabulary.read_vocabulary(data_config.vocab_file)

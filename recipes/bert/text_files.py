@@ -12,15 +12,20 @@ from typing import Iterator, List, Sequence
 from recipes.common.errors import UserError
 
 
-def resolve_text_files(input_path: str) -> List[str]:
+LOCAL_ADVICE = "give a directory of .txt files or a glob such as 'corpus/*.txt'"
+
+
+def resolve_text_files(input_path: str, setting: str = "text corpus",
+                       advice: str = LOCAL_ADVICE) -> List[str]:
     """The sorted `.txt` files named by a directory, a glob pattern or a single file.
 
-    Raises `UserError` when nothing matches or every matched file is empty. A path with a
-    scheme (`gs://...`) is a glob matched by Beam's `FileSystems` (install
-    `apache-beam[gcp]` for gs://).
+    Raises `UserError` when nothing matches or every matched file is empty, its message
+    starting with `setting` (what gave the path) and, when nothing matches, ending with
+    `advice`. A path with a scheme (`gs://...`) is a glob matched by Beam's `FileSystems`
+    (install `apache-beam[gcp]` for gs://).
     """
     if "://" in input_path:
-        return _resolve_remote(input_path)
+        return _resolve_remote(input_path, setting)
     if os.path.isdir(input_path):
         files = sorted(glob.glob(os.path.join(input_path, "**", "*.txt"), recursive=True))
         where = f"directory {input_path} has no .txt files"
@@ -28,34 +33,31 @@ def resolve_text_files(input_path: str) -> List[str]:
         files = sorted(path for path in glob.glob(input_path) if os.path.isfile(path))
         where = f"{input_path} matches no files"
     if not files:
-        raise UserError(
-            f"text corpus: {where}: give a directory of .txt files or a glob "
-            "such as 'corpus/*.txt'"
-        )
+        raise UserError(f"{setting}: {where}: {advice}")
     if all(os.path.getsize(path) == 0 for path in files):
         raise UserError(
-            f"text corpus: all {len(files)} file(s) matched by {input_path} are "
+            f"{setting}: all {len(files)} file(s) matched by {input_path} are "
             "empty: give files with one sentence per line"
         )
     return files
 
 
-def _resolve_remote(pattern: str) -> List[str]:
+def _resolve_remote(pattern: str, setting: str) -> List[str]:
     from apache_beam.io.filesystems import FileSystems  # pylint: disable=g-import-not-at-top
 
     try:
         metadata = FileSystems.match([pattern])[0].metadata_list
     except Exception as error:  # Beam raises BeamIOError / ValueError for unknown schemes.
         raise UserError(
-            f"text corpus: cannot list {pattern} ({error.__class__.__name__}: {error}): "
+            f"{setting}: cannot list {pattern} ({error.__class__.__name__}: {error}): "
             "check the path, and install apache-beam[gcp] for gs://"
         ) from None
     files = sorted(m.path for m in metadata)
     if not files:
-        raise UserError(f"text corpus: {pattern} matches no files: give a glob such as "
+        raise UserError(f"{setting}: {pattern} matches no files: give a glob such as "
                         "'gs://bucket/corpus/*.txt'")
     if all(m.size_in_bytes == 0 for m in metadata):
-        raise UserError(f"text corpus: all {len(files)} file(s) matched by {pattern} are "
+        raise UserError(f"{setting}: all {len(files)} file(s) matched by {pattern} are "
                         "empty: give files with one sentence per line")
     return files
 

@@ -93,9 +93,12 @@ def write_vocabulary(tokens: Sequence[str], path: str) -> None:
         out.write("".join(token + "\n" for token in tokens))
 
 
-def read_vocabulary(path: str) -> List[str]:
-    """Reads and checks a `vocab.txt`; raises `UserError` (one line) if it cannot be used."""
-    fix = "pass a vocab.txt with one WordPiece token per line, or omit it to learn one"
+LEARN_ONE = "pass a vocab.txt with one WordPiece token per line, or omit it to learn one"
+
+
+def read_vocabulary(path: str, fix: str = LEARN_ONE) -> List[str]:
+    """Reads and checks a `vocab.txt`; raises `UserError` (one line, ending with `fix`) if it
+    cannot be used."""
     if not tf.io.gfile.exists(path):  # local or gs://
         raise UserError(f"vocabulary file {path} does not exist: {fix}")
     try:
