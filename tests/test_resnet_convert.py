@@ -15,7 +15,7 @@ import tensorflow as tf
 
 from conftest import REPO_ROOT
 from recipes.common.errors import UserError
-from recipes.resnet import convert
+from recipes.resnet import convert, convert_flags
 from recipes.resnet import digits
 
 FEATURES = {
@@ -268,13 +268,14 @@ def test_png_record_is_flagged_only_when_the_pipeline_reads_jpeg_only(tmp_path):
     ("num_shards", 0, "--num_shards=0 must be at least 1; give the number of files per split"),
     ("jpeg_quality", 101, "--jpeg_quality=101 must be from 1 to 100; give e.g. 95"),
 ])
-def test_cli_values_the_converter_refuses_are_named_as_flags(flag, value, message):
-    good = dict(output_dir="records", validation_fraction=0.1, num_shards=4, jpeg_quality=95)
-    convert._check_conversion_flags(types.SimpleNamespace(**good))  # pylint: disable=protected-access
+def test_cli_values_the_converter_refuses_are_named_as_flags(flag, value, message, tmp_path):
+    good = dict(check="", image_dir="", npz="", digits=True, output_dir=str(tmp_path / "out"),
+                validation_fraction=0.1, num_shards=4, jpeg_quality=95)
+    convert_flags.check_flags(types.SimpleNamespace(**good), [])
     with pytest.raises(UserError) as caught:
-        convert._check_conversion_flags(  # pylint: disable=protected-access
-            types.SimpleNamespace(**{**good, flag: value}))
+        convert_flags.check_flags(types.SimpleNamespace(**{**good, flag: value}), [])
     assert str(caught.value).startswith(message)
+    assert not (tmp_path / "out").exists()
 
 
 @pytest.mark.slow  # a fresh process

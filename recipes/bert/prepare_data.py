@@ -26,13 +26,16 @@ Everything random comes from `seed` and stable document ids: the same inputs and
 give byte-identical files, whatever the runner and the number of workers.
 """
 
-if __name__ == "__main__":  # run as a program: TensorFlow's start-up lines off the console
-    from recipes.common import startup  # noqa: F401  (before TensorFlow is imported)
+if __name__ == "__main__":  # --help and flag mistakes answered before TensorFlow loads
+    from recipes.common import startup  # (before TensorFlow: its start-up lines off the console)
+    from recipes.bert import prepare_data_flags
+
+    startup.check_program_flags(prepare_data_flags.define_flags,
+                                prepare_data_flags.check_command_line)
 
 import collections
 import contextlib
 import dataclasses
-import difflib
 import fnmatch
 import json
 import logging as python_logging
@@ -40,7 +43,7 @@ import os
 import shutil
 import sys
 import time
-from typing import List, Optional, Sequence, Tuple
+from typing import List, Optional, Sequence
 
 from absl import app
 from absl import flags
@@ -50,24 +53,15 @@ import tqdm
 from recipes.bert import chunk_records
 from recipes.bert import chunks
 from recipes.bert import corpus
+from recipes.bert import prepare_data_flags
 from recipes.bert import text_files
 from recipes.bert import tfrecords
 from recipes.bert import vocabulary
+from recipes.bert.prepare_data_flags import (  # the defaults, shared with the flags
+    CHUNK_SENTENCES, DUPE_FACTOR, HELDOUT_FRACTION, MASKED_LM_PROB, NUM_SHARDS, SEED,
+    SHORT_SEQ_PROB, VOCAB_SIZE)
 from recipes.common import errors, storage
 
-# Defaults from Google BERT's create_pretraining_data.py flags: masked_lm_prob 0.15,
-# short_seq_prob 0.1, dupe_factor 10. seq_length 128 with 20 predictions is BERT's phase 1
-# (and 512 with 80 phase 2; README of google-research/bert, "Pre-training with BERT").
-MASKED_LM_PROB = 0.15
-SHORT_SEQ_PROB = 0.1
-DUPE_FACTOR = 10
-# Project choices (not from a reference): an 8k-piece vocabulary is the largest the
-# embedded corpus (~10k distinct words) supports without becoming a word list.
-VOCAB_SIZE = 8192
-NUM_SHARDS = 8
-HELDOUT_FRACTION = 0.05
-SEED = 12345
-CHUNK_SENTENCES = 10_000  # Sentences per chunk: bounds memory, and the random-B pool.
 _SPLIT_PREFIX = {chunks.TRAIN: tfrecords.TRAIN_PREFIX, chunks.HELDOUT: tfrecords.HELDOUT_PREFIX}
 
 
@@ -558,74 +552,6 @@ class _Beam:
 # --- Command line ----------------------------------------------------------------------
 
 
-def _define_flags():
-    flags.DEFINE_string(
-        "input_path",
-        None,
-        "Directory of .txt files, a glob, or one file "
-        "(a sentence per line, blank line between documents). Unset: the "
-        "embedded corpus.",
-    )
-    flags.DEFINE_string("output_dir", None, "Where the shards, vocab.txt and metadata.json go.")
-    flags.DEFINE_string("vocab_file", None, "An existing vocab.txt. Unset: learn one.")
-    flags.DEFINE_integer("vocab_size", VOCAB_SIZE, "Size of a learned vocabulary.")
-    flags.DEFINE_bool("lower_case", True, "Lower-case the text (uncased BERT).")
-    flags.DEFINE_integer("seq_length", 128, "Tokens per sequence (128 or 512 in BERT).")
-    flags.DEFINE_integer(
-        "max_predictions_per_seq",
-        20,
-        "Maximum masked positions per sequence (20 for 128, 80 for 512).",
-    )
-    flags.DEFINE_float("masked_lm_prob", MASKED_LM_PROB, "Fraction of tokens masked.")
-    flags.DEFINE_float(
-        "short_seq_prob", SHORT_SEQ_PROB, "Probability of a shorter-than-maximum target length."
-    )
-    flags.DEFINE_integer(
-        "dupe_factor",
-        DUPE_FACTOR,
-        "Passes over the training documents, each with new pairs and masks.",
-    )
-    flags.DEFINE_integer("num_shards", NUM_SHARDS, "TFRecord files per split.")
-    flags.DEFINE_float(
-        "heldout_fraction",
-        HELDOUT_FRACTION,
-        "Fraction of documents written to the held-out shards.",
-    )
-    flags.DEFINE_integer("seed", SEED, "Seed of all randomness (same seed, same bytes).")
-    flags.DEFINE_integer(
-        "chunk_sentences", CHUNK_SENTENCES, "Sentences processed per chunk (bounds memory)."
-    )
-    flags.DEFINE_string(
-        "runner",
-        None,
-        "Run as an Apache Beam pipeline on this runner (FnApiRunner for local processes, "
-        "DataflowRunner, FlinkRunner, SparkRunner, ...); every flag not defined here is "
-        "passed to Beam as a pipeline option. Unset: one local process, no Beam.",
-    )
-
-
-def _split_beam_arguments(argv: Sequence[str]) -> Tuple[List[str], List[str]]:
-    """(arguments for absl, arguments for Beam): a `--name[=value]` that absl does not
-    define goes to Beam, with the next argument if it is its value (`--name value`)."""
-    ours, beam, index = [argv[0]], [], 1
-    while index < len(argv):
-        argument = argv[index]
-        name = argument[2:].split("=", 1)[0] if argument.startswith("--") else None
-        defined = name is not None and (
-            name in flags.FLAGS or (name.startswith("no") and name[2:] in flags.FLAGS)
-        )
-        if name is None or defined or argument == "--":
-            ours.append(argument)
-            index += 1
-            continue
-        beam.append(argument)
-        index += 1
-        if "=" not in argument and index < len(argv) and not argv[index].startswith("-"):
-            beam.append(argv[index])
-            index += 1
-    return ours, beam
-
-
 _BEAM_ARGUMENTS: List[str] = []  # Filled from the command line before absl parses it.
 
 
@@ -640,27 +566,11 @@ class _ConsoleFormatter(python_logging.Formatter):
 
 
 def main(argv):
-    if len(argv) > 1:
-        raise errors.UserError(
-            f"unexpected arguments {' '.join(argv[1:])}: all options are " "--flags (see --help)"
-        )
     values = flags.FLAGS
+    prepare_data_flags.check_flags(values, argv[1:], _BEAM_ARGUMENTS)
     logging.set_verbosity(logging.INFO)
     # the console is for people: the progress lines without absl's `I1205 12:00:00.1 ...]`
     logging.get_absl_handler().python_handler.setFormatter(_ConsoleFormatter())
-    if _BEAM_ARGUMENTS and values.runner is None:
-        given = _BEAM_ARGUMENTS[0].split("=")[0].lstrip("-")
-        close = difflib.get_close_matches(given, list(flags.FLAGS), n=1)
-        hint = (f"did you mean --{close[0]}? (" if close else "") + (
-            "Beam pipeline options need --runner, e.g. --runner=FnApiRunner for local processes"
-        ) + (")" if close else "")
-        raise errors.UserError(f"{_BEAM_ARGUMENTS[0]}: not a prepare_data flag; {hint}")
-    if not values.output_dir:
-        raise errors.UserError("--output_dir is required: where to write the shards, vocab.txt "
-                               "and metadata.json")
-    for name in ("input_path", "output_dir", "vocab_file"):
-        storage.refuse_unexpanded_home(f"--{name}", getattr(values, name) or "")
-    storage.check_writable(f"--output_dir={values.output_dir}", values.output_dir)
     beam_options = None
     if values.runner is not None:
         beam_options = [f"--runner={values.runner}"] + _BEAM_ARGUMENTS
@@ -688,7 +598,8 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    _define_flags()
+    prepare_data_flags.define_flags()
     app.define_help_flags()  # so that --help and --helpfull are ours, not Beam options
-    sys.argv, _BEAM_ARGUMENTS[:] = _split_beam_arguments(sys.argv)
+    _OURS, _BEAM_ARGUMENTS[:] = prepare_data_flags.split_beam_arguments(sys.argv[1:])
+    sys.argv[1:] = _OURS
     errors.run(main)

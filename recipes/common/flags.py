@@ -6,6 +6,7 @@
 """
 
 import dataclasses
+import difflib
 import os
 import sys
 
@@ -41,9 +42,15 @@ def define_flags(extra_flags=()):
     for extra in extra_flags:
         if extra.name not in FLAGS:
             flags.DEFINE_bool(extra.name, extra.default, extra.help)
-    # `--help` lists the key flags of the program (absl names it by sys.argv[0]): these.
+    register_key_flags((*_KEY_FLAGS, *(extra.name for extra in extra_flags)))
+
+
+def register_key_flags(names):
+    """Makes the flags `names` ones that `--help` lists: absl lists the key flags of the
+    program, which it names by `sys.argv[0]` (the flags defined in its own file are; these
+    are defined in a module it imports)."""
     registered = {flag.name for flag in FLAGS.get_key_flags_for_module(sys.argv[0])}
-    for name in (*_KEY_FLAGS, *(extra.name for extra in extra_flags)):
+    for name in names:
         if name not in registered:
             FLAGS.register_key_flag_for_module(sys.argv[0], FLAGS[name])
 
@@ -102,6 +109,20 @@ def _define_shared_flags():
         False,
         "List every config key of this recipe (type, default, meaning) and exit.",
     )
+
+
+def unknown_flags(arguments):
+    """The flags among `arguments` that the program does not define, which the full parse
+    (after TensorFlow has defined its own) accepts or refuses; a `UserError` in absl's own
+    words for one that is close to one of the program's flags, a misspelling."""
+    unknown = [arg for arg in arguments if arg.startswith("-")]
+    for arg in unknown:
+        name = arg.lstrip("-").split("=", 1)[0]
+        nearest = difflib.get_close_matches(name, list(FLAGS), n=1, cutoff=0.8)
+        if nearest:
+            raise UserError(f"Unknown command line flag '{name}'. Did you mean: "
+                            f"{nearest[0]} ?; see --help")
+    return unknown
 
 
 def program_name(path):

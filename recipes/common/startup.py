@@ -11,6 +11,8 @@
 import os
 import sys
 
+_FULL_HELP = {"--helpfull", "-helpfull", "--helpxml", "-helpxml"}  # left to the full parse
+
 os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "0" if "--verbose" in sys.argv[1:] else "3")
 
@@ -25,27 +27,18 @@ def check_command_line(config_class=None, extra_flags=()):
     wrong type). `--helpfull`, which lists TensorFlow's flags too, is left to `driver.main`.
     A recipe program calls it at its top, under `if __name__ == "__main__":`; `driver.main`
     defines and parses the same flags again and does the rest."""
-    import difflib  # pylint: disable=import-outside-toplevel
-
     from recipes.common import config as config_lib  # pylint: disable=import-outside-toplevel
     from recipes.common import config_help, errors  # pylint: disable=import-outside-toplevel
     from recipes.common import flags as flags_lib  # pylint: disable=import-outside-toplevel
     from recipes.common import schema  # pylint: disable=import-outside-toplevel
 
-    if {"--helpfull", "-helpfull", "--helpxml", "-helpxml"} & set(sys.argv[1:]):
+    if _FULL_HELP & set(sys.argv[1:]):
         return
     flags_lib.define_flags(extra_flags)
     argv = errors.parse_command_line(known_only=True)
-    ours = list(flags_lib.FLAGS)
-    for arg in argv[1:]:
-        name = arg.lstrip("-").split("=", 1)[0]
-        nearest = difflib.get_close_matches(name, ours, n=1, cutoff=0.8)
-        if arg.startswith("-") and nearest:  # absl's own words for it
-            _refuse(f"Unknown command line flag '{name}'. Did you mean: {nearest[0]} ?; see "
-                    "--help")
-    if any(arg.startswith("-") for arg in argv[1:]):  # flags TensorFlow may define
-        return
     try:
+        if flags_lib.unknown_flags(argv[1:]):  # flags TensorFlow may define
+            return
         options = flags_lib.read_options(argv, extra_flags)
     except errors.UserError as error:
         _refuse(str(error))
@@ -57,6 +50,26 @@ def check_command_line(config_class=None, extra_flags=()):
     try:  # as the driver loads it first (its further checks import TensorFlow)
         config_lib.load_config(config_class, options.config_files, options.params_override,
                                renamed_keys=schema.RENAMED_KEYS)
+    except errors.UserError as error:
+        _refuse(str(error))
+
+
+def check_program_flags(define_flags, check_flags):
+    """`check_command_line` for a program without config files (`prepare_data`, `convert`):
+    `define_flags()` (a second call must add nothing: the program calls it again after
+    TensorFlow loads), then `--help`, absl's flag mistakes and the `UserError`s of
+    `check_flags(FLAGS, arguments)` (`arguments`: what the parse left, the flags not
+    defined included) answered before TensorFlow is imported, one line and exit status 2."""
+    from absl import flags  # pylint: disable=import-outside-toplevel
+
+    from recipes.common import errors  # pylint: disable=import-outside-toplevel
+
+    if _FULL_HELP & set(sys.argv[1:]):
+        return
+    define_flags()
+    argv = errors.parse_command_line(known_only=True)
+    try:
+        check_flags(flags.FLAGS, argv[1:])
     except errors.UserError as error:
         _refuse(str(error))
 

