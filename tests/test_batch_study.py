@@ -192,6 +192,21 @@ def test_a_study_dir_that_cannot_be_written_is_one_line_before_any_run(
     assert captured.out == ""  # no run started
 
 
+@pytest.mark.parametrize("study_dir, message", [
+    ("", "--study_dir is empty; give a directory you can write (it is created if missing)"),
+    ("~/study", "--study_dir=~/study: '~' is not expanded here"),
+])
+def test_an_empty_or_unexpanded_study_dir_is_one_line_before_any_run(
+        fake_recipe, tmp_path, monkeypatch, capsys, study_dir, message):
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(TINY_GRID + [f"--study_dir={study_dir}"]) == 2
+    captured = capsys.readouterr()
+    assert captured.err.startswith(f"error: {message}")
+    assert captured.err.count("\n") == 1
+    assert captured.out == ""  # no run started
+    assert os.listdir(tmp_path) == []  # nothing written (no ./~ directory)
+
+
 def starts(study_dir):
     """{run name: how many times the recipe was started for it}."""
     runs_dir = os.path.join(study_dir, runner.RUNS_SUBDIR)

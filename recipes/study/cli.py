@@ -256,6 +256,11 @@ def _checked_plan(args):
     """(metric, settings, sweeps, untuned, sweep runs, untuned runs) once every check of
     the flags, the recipe's config and the study directory passes; else a UserError or a
     PlanError, before any run."""
+    if not args.study_dir:
+        raise UserError("--study_dir is empty; give a directory you can write (it is created "
+                        "if missing)")
+    # before any run: a recipe would refuse `~/...` only once the study had made `./~/...`
+    storage.refuse_unexpanded_home("--study_dir", args.study_dir)
     metric = _metric(args)
     adapter.check_metric(args.recipe, metric)
     settings = settings_from(args)
