@@ -1,6 +1,6 @@
 """A stand-in for a recipe CLI, for the study tool's tests: same flags, writes the driver's
 results.json at once. Held-out "accuracy" peaks at learning rate 0.1 and falls with the
-batch; a learning rate above 0.3 diverges (the driver's one-line error, DIVERGED, exit 2;
+batch (top-5 is 0.05 above it, the loss 2 minus it); a learning rate above 0.3 diverges (the driver's one-line error, DIVERGED, exit 2;
 tests/test_batch_study.py checks that it is the line the real driver prints). Each
 start appends a line to <model_dir>/starts; with STUDY_FAKE_HANG_ABOVE_LR set, a run above
 that learning rate hangs (the test interrupts the study there)."""
@@ -41,7 +41,8 @@ def main(argv):
         "global_batch_size": batch,
         "steps": int(overrides["train.steps"]),
         "wall_time_seconds": 1.5,
-        "eval": {"top_1_accuracy": accuracy},
+        "eval": {"top_1_accuracy": accuracy, "top_5_accuracy": min(1.0, accuracy + 0.05),
+                 "loss": 2.0 - accuracy},
         "train": {"loss": 0.5, **({"gradient_noise_scale": 100.0 + batch}
                                   if batch > micro else {})},
     }

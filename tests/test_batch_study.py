@@ -121,7 +121,7 @@ def test_a_negative_noise_scale_estimate_is_not_averaged_into_the_table():
             statuses[seed_run.name] = {"status": "ok", "process_seconds": 1.0, "result": {
                 "metric": 0.5, "steps": run.steps, "wall_time_seconds": 1.0,
                 "noise_scale": noise}}
-    rows = report.summarize(grid, sweeps, {}, statuses)
+    rows = report.summarize(grid, sweeps, {}, statuses, "accuracy")
     assert [row["noise_scale"] for row in rows] == [200.0, None]
     table = report.markdown(rows, "accuracy").splitlines()
     assert table[2].endswith("| 200 (1 not measurable) |")
@@ -139,9 +139,24 @@ def test_the_best_learning_rate_is_the_one_with_the_highest_metric():
     sweep = plan.sweep_runs(settings(batch_sizes=(64,)))[("lamb", 64)]  # 0.005, 0.01, 0.02
     statuses = {sweep[0].name: _ok(0.4), sweep[1].name: _ok(0.7),
                 sweep[2].name: {"status": "diverged"}}
-    assert report.best_run(sweep, statuses) is sweep[1]
+    assert report.best_run(sweep, statuses, "top_1_accuracy") is sweep[1]
     statuses[sweep[2].name] = _ok(0.9)
-    assert report.best_run(sweep, statuses) is sweep[2]
+    assert report.best_run(sweep, statuses, "top_1_accuracy") is sweep[2]
+
+
+@pytest.mark.parametrize("metric", ["loss", "masked_lm_loss", "masked_lm_cross_entropy",
+                                    "next_sentence_loss"])
+def test_the_best_learning_rate_of_a_loss_is_the_one_with_the_lowest(metric):
+    """The study picked the highest value of every metric: with a loss, the worst rate."""
+    from recipes.study import report
+
+    sweep = plan.sweep_runs(settings(batch_sizes=(64,)))[("lamb", 64)]  # 0.005, 0.01, 0.02
+    statuses = {sweep[0].name: _ok(0.93), sweep[1].name: _ok(2.5),
+                sweep[2].name: {"status": "diverged"}}
+    assert report.best_run(sweep, statuses, metric) is sweep[0]
+    table = report.markdown(report.summarize(settings(batch_sizes=(64,)), {("lamb", 64): sweep},
+                                             {}, statuses, metric), metric)
+    assert f"held-out {metric}, lower is better (mean" in table
 
 
 def test_unfinished_runs_of_an_untuned_line_are_counted_once():
@@ -149,7 +164,7 @@ def test_unfinished_runs_of_an_untuned_line_are_counted_once():
     from recipes.study import report
 
     grid = settings(batch_sizes=(64,), untuned=("lamb",))
-    (row,) = [row for row in report.summarize(grid, {}, plan.untuned_runs(grid), {})]
+    (row,) = report.summarize(grid, {}, plan.untuned_runs(grid), {}, "accuracy")
     assert row["unfinished_runs"] == 3
 
 
@@ -590,6 +605,29 @@ def test_report_only_without_finished_runs_is_one_line_and_writes_nothing(
     assert os.listdir(study_dir) == []
 
 
+def test_a_study_reported_on_another_metric_reads_that_metric_of_every_run(
+        fake_recipe, tmp_path, capsys):
+    """A run's study_run.json records the figure of one metric: a study made with the
+    default (top-1) and tabulated with --metric=top_5_accuracy showed the top-1 figures
+    under the top-5 name."""
+    study_dir = tmp_path / "study"
+    grid = [arg for arg in TINY_GRID if not arg.startswith(("--optimizers", "--seeds"))]
+    grid += ["--optimizers=lamb", "--seeds=1", f"--study_dir={study_dir}"]
+    assert cli.main(grid) == 0
+    before = starts(study_dir)
+    for metric in ("top_5_accuracy", "loss", "top_1_accuracy"):
+        assert cli.main(grid + [f"--metric={metric}", "--report_only"]) == 0
+        with open(study_dir / "study.json") as handle:
+            table = json.load(handle)
+        assert table["metric"] == metric
+        for row in table["rows"]:
+            run = f"lamb_b{row['global_batch_size']}_lr{row['learning_rate']:g}_w1_s1"
+            with open(study_dir / "runs" / run / "results.json") as handle:
+                assert row["metric_values"] == [json.load(handle)["eval"][metric]], metric
+    assert starts(study_dir) == before  # nothing ran again
+    capsys.readouterr()
+
+
 def test_a_misspelt_metric_of_a_shipped_recipe_is_one_line_before_any_run(
         fake_recipe, tmp_path, capsys):
     study_dir = tmp_path / "study"
@@ -614,7 +652,8 @@ def test_a_recipe_files_unknown_metric_stops_the_study_after_its_first_run(
     (line,) = capsys.readouterr().err.splitlines()
     results = study_dir / "runs" / "lamb_b8_lr0.1_w1_s1" / "results.json"
     assert line == ("error: --metric=acuracy: run lamb_b8_lr0.1_w1_s1 finished, but its "
-                    "held-out results have no 'acuracy', only top_1_accuracy "
+                    "held-out results have no 'acuracy', only loss, top_1_accuracy, "
+                    "top_5_accuracy "
                     f"({results}); run the same command with --metric set to one of those")
     assert starts(study_dir) == {"lamb_b8_lr0.1_w1_s1": 1}  # no further run started
     assert runner.finished_runs(study_dir) == []  # not recorded: a fixed --metric reruns it

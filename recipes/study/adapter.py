@@ -19,7 +19,7 @@ from recipes.common.errors import UserError
 
 PROGRAMS = {"bert": "recipes.bert.pretrain", "resnet": "recipes.resnet.train"}
 TASK_CLASSES = {"bert": "BertPretraining", "resnet": "ResNetClassification"}
-# The held-out metric a cell's learning rate is picked on (higher is better).
+# The held-out metric a cell's learning rate is picked on (`is_loss`: lower is better).
 DEFAULT_METRICS = {"bert": "masked_lm_accuracy", "resnet": "top_1_accuracy"}
 # Every held-out figure the shipped recipes write under "eval" in results.json (their
 # compiled losses and metrics), so that a misspelt --metric is refused before any run; a
@@ -141,9 +141,16 @@ def check_metric(recipe, metric):
                         f"metric; give one of {', '.join(known)}")
 
 
+def is_loss(metric):
+    """Whether lower is better for `metric`: a loss or a cross-entropy (the recipes' `loss`,
+    `masked_lm_loss`, `masked_lm_cross_entropy`, ...); higher for the others (accuracies)."""
+    return "loss" in metric or "cross_entropy" in metric
+
+
 def read_results(model_dir, metric):
-    """`{metric, steps, wall_time_seconds, noise_scale}` of a finished run, or None if its
-    results.json is absent. A missing metric is a `MetricMissing` naming the ones present."""
+    """`{metric_name, metric, steps, wall_time_seconds, noise_scale}` of a finished run
+    (`metric`: the value of `metric_name`, which is `metric`), or None if its results.json
+    is absent. A missing metric is a `MetricMissing` naming the ones present."""
     path = os.path.join(model_dir, RESULTS_FILE)
     if not os.path.exists(path):
         return None
@@ -153,6 +160,7 @@ def read_results(model_dir, metric):
         raise MetricMissing(metric, sorted(results.get("eval", {})), path)
     noise_scale = results.get("train", {}).get(NOISE_SCALE_LOG)
     return {
+        "metric_name": metric,
         "metric": float(results["eval"][metric]),
         "steps": int(results["steps"]),
         "wall_time_seconds": float(results["wall_time_seconds"]),

@@ -298,7 +298,7 @@ def _main(args):
     execute = runner.execute
     if args.report_only:
         def execute(runs, **_):
-            return {run.name: runner.read_status(args.study_dir, run) for run in runs}
+            return {run.name: runner.read_status(args.study_dir, run, metric) for run in runs}
     try:
         # sweep, then the seeds of each cell's best, then the untuned line (last: the
         # tuned table is complete first when a study has to stop early)
@@ -313,7 +313,7 @@ def _main(args):
         )
         reruns = []
         for sweep in sweeps.values():
-            best = report.best_run(sweep, statuses)
+            best = report.best_run(sweep, statuses, metric)
             if best is not None:
                 reruns += plan_lib.seed_runs(best, settings.seeds)
         for name, runs in (("seeds", reruns), ("untuned", untuned_phase)):
@@ -327,7 +327,7 @@ def _main(args):
     except runner.RunFailed as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
-    rows = report.summarize(settings, sweeps, untuned, statuses)
+    rows = report.summarize(settings, sweeps, untuned, statuses, metric)
     finished = [status for status in statuses.values() if status]
     process_seconds = sum(status["process_seconds"] for status in finished)
     header = (

@@ -4,6 +4,7 @@ import math
 import os
 import statistics
 
+from recipes.study import adapter
 from recipes.study import plan as plan_lib
 
 TABLE_MD, TABLE_JSON, PLOT_PNG = "study.md", "study.json", "study.png"
@@ -20,10 +21,12 @@ def _ok_results(statuses, runs):
     return [_status(statuses, r)["result"] for r in runs if _status(statuses, r)["status"] == "ok"]
 
 
-def best_run(sweep, statuses):
-    """The sweep run with the highest held-out metric, or None if none finished."""
+def best_run(sweep, statuses, metric):
+    """The sweep run with the best held-out `metric` (the highest; the lowest of a loss), or
+    None if none finished."""
     finished = [r for r in sweep if _status(statuses, r)["status"] == "ok"]
-    return max(finished, key=lambda r: statuses[r.name]["result"]["metric"], default=None)
+    best = min if adapter.is_loss(metric) else max
+    return best(finished, key=lambda r: statuses[r.name]["result"]["metric"], default=None)
 
 
 def _row(line, optimizer, batch, chosen, seed_runs, sweep, statuses):
@@ -61,11 +64,11 @@ def _row(line, optimizer, batch, chosen, seed_runs, sweep, statuses):
     }
 
 
-def summarize(settings, sweeps, untuned, statuses):
+def summarize(settings, sweeps, untuned, statuses, metric):
     """One row per (line, batch size); a line is an optimizer, or one's untuned sqrt rule."""
     rows = []
     for (optimizer, batch), sweep in sweeps.items():
-        best = best_run(sweep, statuses)
+        best = best_run(sweep, statuses, metric)
         seeds = [] if best is None else [best] + plan_lib.seed_runs(best, settings.seeds)
         chosen = None if best is None else best.learning_rate
         rows.append(_row(optimizer, optimizer, batch, chosen, seeds, sweep, statuses))
@@ -80,8 +83,9 @@ def _fmt(value, digits=4):
 
 
 def markdown(rows, metric):
+    named = f"{metric}, lower is better" if adapter.is_loss(metric) else metric
     lines = [
-        f"| line | global batch | steps | warmup | chosen peak LR | held-out {metric} "
+        f"| line | global batch | steps | warmup | chosen peak LR | held-out {named} "
         "(mean ± std over seeds) | LR sweep (first seed) | wall time per run (s) "
         "| noise scale |",
         "| --- | ---: | ---: | ---: | ---: | --- | --- | ---: | ---: |",

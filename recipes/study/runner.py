@@ -50,13 +50,41 @@ def run_dir(study_dir, run):
     return os.path.join(study_dir, RUNS_SUBDIR, run.name)
 
 
-def read_status(study_dir, run):
-    """The run's recorded outcome ({"status", ...}) or None if it has not finished."""
+def read_status(study_dir, run, metric=None):
+    """The run's recorded outcome ({"status", ...}) or None if it has not finished. Given
+    `metric`, the result of a finished run holds that held-out metric: a run recorded with
+    another one (the study's --metric changed) has it read again from its results.json."""
     path = os.path.join(run_dir(study_dir, run), STATUS_FILE)
     if not os.path.exists(path):
         return None
     with open(path) as handle:
-        return json.load(handle)
+        status = json.load(handle)
+    recorded = status.get("result", {}).get("metric_name")
+    if metric is None or status["status"] != "ok" or recorded == metric:
+        return status
+    return {**status, "result": _read_results(run_dir(study_dir, run), run, metric,
+                                              recorded or "another metric")}
+
+
+def _read_results(directory, run, metric, recorded=None):
+    """`adapter.read_results` of a run that finished; a `RunFailed` if it holds no `metric`."""
+    try:
+        result = adapter.read_results(directory, metric)
+    except adapter.MetricMissing as missing:
+        raise RunFailed(
+            f"--metric={metric}: run {run.name} finished, but its held-out results "
+            f"have no {metric!r}, only {', '.join(missing.available) or 'none'} "
+            f"({missing.path}); run the same command with --metric set to one of those"
+        ) from None
+    if result is None and recorded is None:
+        raise RunFailed(f"run {run.name} finished without writing its {adapter.RESULTS_FILE} "
+                        f"({directory}); run it again: remove {directory}")
+    if result is None:  # recorded with another metric, and its results.json is gone
+        raise RunFailed(
+            f"--metric={metric}: run {run.name} was recorded with --metric={recorded}, and its "
+            f"{adapter.RESULTS_FILE}, which holds the others, is gone ({directory}); give "
+            f"--metric={recorded}")
+    return result
 
 
 def study_flags(recipe, config_files, extra_overrides):
@@ -163,15 +191,7 @@ def execute_one(run, *, recipe, config_files, study_dir, extra_overrides, metric
               "study_flags": study_flags(recipe, config_files, extra_overrides),
               "process_seconds": round(time.perf_counter() - start, 1)}
     if returncode == 0:
-        try:
-            result = adapter.read_results(directory, metric)
-        except adapter.MetricMissing as missing:
-            raise RunFailed(
-                f"--metric={metric}: run {run.name} finished, but its held-out results "
-                f"have no {metric!r}, only {', '.join(missing.available) or 'none'} "
-                f"({missing.path}); run the same command with --metric set to one of those"
-            ) from None
-        status.update(status="ok", result=result)
+        status.update(status="ok", result=_read_results(directory, run, metric))
     elif stop.is_set:
         return None  # stopped by the study: unfinished, it runs again on resume
     else:
@@ -189,7 +209,7 @@ def execute(runs, *, parallel, progress, **run_arguments):
     {run.name: status} for all of them. `progress(done, total, run, status)` after each.
     An exception (a `RunFailed`, Ctrl-C) starts no further run and stops those under way."""
     study_dir = run_arguments["study_dir"]
-    statuses = {run.name: read_status(study_dir, run) for run in runs}
+    statuses = {run.name: read_status(study_dir, run, run_arguments["metric"]) for run in runs}
     todo = [run for run in runs if statuses[run.name] is None]
     done = len(runs) - len(todo)
     if not todo:
