@@ -15,6 +15,7 @@ Importing this module registers `LAMB` and `LARS` with Keras 3's serialization a
 import keras
 import tensorflow as tf
 
+from lamb_tf import arguments
 from lamb_tf import compiled_updates
 from lamb_tf import exclusions
 from lamb_tf import hyperparameters
@@ -84,6 +85,7 @@ class _LayerwiseOptimizer(layerwise.LayerwiseMixin, keras.optimizers.Optimizer):
     def learning_rate(self, value):
         # with the user's variable: a number is assigned to it (what Keras' learning-rate
         # callbacks do), a schedule or a callable replaces it as in the base class
+        value = arguments.learning_rate(value, self._SCHEDULE_CLASS, self._VARIABLE_CLASSES)
         if self._learning_rate_variable is not None:
             if callable(value):
                 object.__setattr__(self, "_learning_rate_variable", None)

@@ -17,6 +17,7 @@ Importing this module registers `LAMB` and `LARS` with tf_keras' serialization a
 import tensorflow as tf
 import tf_keras
 
+from lamb_tf import arguments
 from lamb_tf import compiled_updates
 from lamb_tf import hyperparameters
 from lamb_tf import layerwise
@@ -64,6 +65,7 @@ class _LayerwiseOptimizer(layerwise.LayerwiseMixin, tf_keras.optimizers.Optimize
                 f"{self.name}'s learning rate is a callable, called at every step, so it cannot "
                 f"be set to {value!r}: change what the callable returns, or build the optimizer "
                 "with a number or a tf.Variable (what Keras' learning-rate callbacks set)")
+        value = arguments.learning_rate(value, self._SCHEDULE_CLASS, self._VARIABLE_CLASSES)
         tf_keras.optimizers.Optimizer.learning_rate.fset(self, value)
 
     def _is_plain_callable(self, rate):

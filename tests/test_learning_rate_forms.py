@@ -81,6 +81,20 @@ def test_constant_tensor_that_is_invalid_is_refused(flavour_name, bad):
 
 
 @pytest.mark.parametrize("flavour_name,optimizer_name", CASES)
+@pytest.mark.parametrize("bad", [-1.0, np.inf, tf.constant(np.nan)], ids=["negative", "inf", "nan"])
+def test_an_invalid_rate_set_after_construction_is_refused_as_at_construction(
+        flavour_name, optimizer_name, bad):
+    """The README: a hyperparameter set later is checked as the constructor checks it. The
+    rate was accepted, and the next update moved against the gradient."""
+    flavour = FLAVOURS[flavour_name]()
+    optimizer = getattr(flavour.module, optimizer_name)(learning_rate=0.5)
+    with pytest.raises(ValueError, match="learning_rate must be"):
+        optimizer.learning_rate = bad
+    optimizer.learning_rate = 0.25  # a valid one still sets the rate
+    assert ref.relative_error(_run(flavour, optimizer), _expected(optimizer_name, [0.25] * 2)) < 1e-5
+
+
+@pytest.mark.parametrize("flavour_name,optimizer_name", CASES)
 def test_config_learning_rate_is_in_the_flavours_own_form(flavour_name, optimizer_name):
     flavour = FLAVOURS[flavour_name]()
     ours = getattr(flavour.module, optimizer_name)(learning_rate=1e-4).get_config()["learning_rate"]
