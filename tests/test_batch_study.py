@@ -62,6 +62,13 @@ def test_linear_rule_keeps_at_least_one_warmup_step():
     assert run.warmup_steps == 1
 
 
+def test_linear_rule_without_warmup_has_none():
+    # max(1, ...) gave every run one warmup update, at rate 0: an update lost
+    for rule in ("linear", "sqrt"):
+        runs = plan.sweep_runs(settings(lr_rule=rule, warmup_steps=0))
+        assert {run.warmup_steps for sweep in runs.values() for run in sweep} == {0}, rule
+
+
 def test_linear_rule_keeps_the_warmup_examples():
     study = settings(lr_rule="linear", warmup_steps=40)
     run = plan.sweep_runs(study)[("lamb", 256)][1]
@@ -383,6 +390,9 @@ def test_edge_values_the_recipes_take_are_accepted(change):
         ("--optimizers=lamb,moment", "--optimizers: 'moment' is not an optimizer of the "
          "recipes (optimizer.name: lamb, lars, adamw, momentum); did you mean momentum?"),
         ("--untuned=adam", "--untuned: 'adam' is not an optimizer of the recipes"),
+        # a rate for an optimizer not run is kept for another study; a misspelt one is not
+        ("--base_lr=lamb=0.1,momentum=0.1,lras=1.0", "--base_lr: 'lras' is not an optimizer "
+         "of the recipes (optimizer.name: lamb, lars, adamw, momentum); did you mean lars?"),
         ("--micro_batch_size=16", "8 is not a multiple of --micro_batch_size=16"),
         ("--params_override={train: {seed: 3}}", "use key=value,... items"),
         # the study sets it for each run: the recipe would refuse the key given twice

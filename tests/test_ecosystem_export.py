@@ -122,7 +122,8 @@ def test_hub_pair_serves_the_encoder_outputs_from_raw_text(exported):
 ], ids=["resnet-run", "no-seq-length", "not-a-mapping"])
 def test_a_model_dir_that_is_no_pretraining_run_is_one_line(tmp_path, config):
     (tmp_path / "config.yaml").write_text(yaml.safe_dump(config))
-    with pytest.raises(UserError, match="is not a BERT pretraining run's config .*: give the "
+    with pytest.raises(UserError, match=r"config.yaml (is not a BERT pretraining run's config "
+                                        r"\(.*\):|holds a list, not a mapping;) give the "
                                         r"--model_dir of a pretraining run"):
         ecosystem_export.read_pretraining_run(str(tmp_path))
 

@@ -2,14 +2,13 @@
 preparation of the corpus (recipes.bert.prepare_data)."""
 
 import collections
-import json
 import os
 
 import tensorflow as tf
 
 from recipes.bert import input as input_lib
 from recipes.bert import prepare_data, text_files, vocabulary
-from recipes.common import corrupt_data
+from recipes.common import corrupt_data, storage
 from recipes.common.errors import UserError
 
 # A run's TFRecords, as globs (for messages) and as the lists of files they matched when
@@ -18,6 +17,8 @@ DataFiles = collections.namedtuple(  # eval_sequences: from a preparation's meta
     "DataFiles", ["train_pattern", "eval_pattern", "train_files", "eval_files", "vocab_file",
                   "eval_sequences"])
 _PREPARED = ("train_files", "eval_files", "vocab_file")  # the keys of a preparation's metadata
+_PREPARE_AGAIN = ("it is the last file a preparation writes (python -m recipes.bert.prepare_data): "
+                  "prepare the data again into an empty directory")
 
 
 def check_data_config(data_config):
@@ -158,9 +159,8 @@ def check_against_preparation(data_config, files, pieces):
         for data_dir in sorted({os.path.dirname(path) for path in paths}):
             metadata_path = os.path.join(data_dir, "metadata.json")
             if tf.io.gfile.exists(metadata_path):
-                with tf.io.gfile.GFile(metadata_path) as f:
-                    _check_preparation(data_config, f"data.{key}", data_dir, json.load(f),
-                                       pieces)
+                metadata = storage.read_mapping(metadata_path, advice=_PREPARE_AGAIN)
+                _check_preparation(data_config, f"data.{key}", data_dir, metadata, pieces)
 
 
 def _check_preparation(data_config, setting, data_dir, metadata, pieces):
@@ -200,8 +200,8 @@ def _locate_or_prepare(data_config, model_dir):
     data_dir = data_directory(data_config, model_dir)
     metadata_path = finished_preparation(data_dir)
     if metadata_path:
-        with open(metadata_path, encoding="utf-8") as f:
-            metadata = json.load(f)
+        metadata = storage.read_mapping(metadata_path, ("seq_length", "max_predictions_per_seq",
+                                                        *_PREPARED), _PREPARE_AGAIN)
         for key in ("seq_length", "max_predictions_per_seq"):
             if metadata[key] != getattr(data_config, key):
                 raise UserError(

@@ -29,7 +29,6 @@ Loading the pair needs the tensorflow-text ops (`import tensorflow_text`). The e
 from recipes.common import startup  # noqa: F401  (before TensorFlow: legacy Keras, quiet C++)
 
 import contextlib  # noqa: E402
-import json  # noqa: E402
 import logging  # noqa: E402
 import os  # noqa: E402
 import types  # noqa: E402
@@ -164,22 +163,22 @@ MODEL_KEYS = ("hidden_size", "num_layers", "num_attention_heads", "intermediate_
               "attention_dropout_rate", "initializer_range")
 
 
+GIVE_A_RUN = "give the --model_dir of a pretraining run (python -m recipes.bert.pretrain)"
+
+
 def pretraining_config(model_dir):
     """The `config.yaml` of a BERT pretraining run in `model_dir` (a dict), or a one-line
     error saying that `model_dir` is not such a run."""
     config_path = os.path.join(model_dir, "config.yaml")
     if not tf.io.gfile.exists(config_path):
-        raise UserError(f"{config_path} does not exist: give the --model_dir of a pretraining "
-                        "run (python -m recipes.bert.pretrain)")
-    with tf.io.gfile.GFile(config_path) as f:
-        config = yaml.safe_load(f)
-    model, data = (config.get(section) if isinstance(config, dict) else None
-                   for section in ("model", "data"))
+        raise UserError(f"{config_path} does not exist: {GIVE_A_RUN}")
+    config = storage.read_mapping(config_path, advice=GIVE_A_RUN)
+    model, data = config.get("model"), config.get("data")
     missing = [key for key in MODEL_KEYS if not isinstance(model, dict) or key not in model]
     if missing or not isinstance(data, dict) or "seq_length" not in data:
         raise UserError(f"{config_path} is not a BERT pretraining run's config (no "
-                        f"model.{(missing or ['hidden_size'])[0]} or data.seq_length): give the "
-                        "--model_dir of a pretraining run (python -m recipes.bert.pretrain)")
+                        f"model.{(missing or ['hidden_size'])[0]} or data.seq_length): "
+                        f"{GIVE_A_RUN}")
     return config
 
 
@@ -197,8 +196,7 @@ def read_pretraining_run(model_dir):
             raise UserError(f"{metadata} does not exist: the data preparation that learned "
                             "the run's vocabulary is not there; give the --model_dir of a "
                             "pretraining run with its data")
-        with tf.io.gfile.GFile(metadata) as f:
-            vocab_file = json.load(f)["vocab_file"]
+        vocab_file = storage.read_mapping(metadata, ("vocab_file",), GIVE_A_RUN)["vocab_file"]
     export = config.get("export", {})
     export_dir = export.get("dir") or export.get("export_dir") or os.path.join(model_dir,
                                                                               "export")

@@ -7,14 +7,13 @@ import os
 
 import numpy as np
 import tensorflow as tf
-import yaml
 from official.nlp.configs import encoders
 
 from recipes.bert import classification
 from recipes.bert import ecosystem_export
 from recipes.bert import squad
 from recipes.bert import stdlib_classification
-from recipes.common import checkpoints
+from recipes.common import checkpoints, storage
 from recipes.common.errors import UserError
 
 
@@ -46,8 +45,10 @@ class PretrainingRun:
         if not tf.io.gfile.exists(config_path):  # a run's model_garden/ copied alone
             raise UserError(f"encoder.pretraining_dir: {config_path} does not exist: give the "
                             "--model_dir of a pretraining run (python -m recipes.bert.pretrain)")
-        with tf.io.gfile.GFile(config_path) as f:
-            data = yaml.safe_load(f)["data"]
+        try:
+            data = storage.read_mapping(config_path, ("data",), ecosystem_export.GIVE_A_RUN)["data"]
+        except UserError as error:
+            raise UserError(f"encoder.pretraining_dir: {error}") from None
         self.encoder_config = encoders.EncoderConfig.from_yaml(
             os.path.join(self.directory, ecosystem_export.ENCODER_CONFIG_FILE))
         self.vocab_file = os.path.join(self.directory, "vocab.txt")

@@ -81,3 +81,37 @@ def refuse_unexpanded_home(setting, paths):
                 f"{setting}={paths}: '~' is not expanded here (a shell expands it only at the "
                 f"start of a word, not after --flag= or in a config); give the full path, "
                 f"such as {os.path.expanduser(path.strip())}")
+
+
+def read_mapping(path, keys=(), advice=""):
+    """The mapping the JSON file, or YAML file (`.yaml`), at `path` holds, with each of
+    `keys` (local or gs://); a one-line `UserError` naming the file when it cannot be read,
+    is not valid, is not a mapping or lacks one of `keys`: what the project writes (a run's
+    config.yaml, a preparation's metadata.json) damaged or replaced by hand. `advice`: what
+    to do, after "; "."""
+    import json  # pylint: disable=import-outside-toplevel
+
+    import tensorflow as tf  # (gs:// too; this module is imported before TensorFlow)
+    import yaml  # pylint: disable=import-outside-toplevel
+
+    parse = yaml.safe_load if path.endswith(".yaml") else json.loads
+    try:
+        with tf.io.gfile.GFile(path) as f:
+            content = parse(f.read())
+    except (OSError, tf.errors.OpError) as error:
+        problem = f"cannot be read ({getattr(error, 'message', None) or error})"
+    except UnicodeDecodeError as error:
+        problem = f"is not UTF-8 text (byte {error.start})"
+    except json.JSONDecodeError as error:
+        problem = f"is not valid JSON (line {error.lineno}: {error.msg})"
+    except yaml.YAMLError as error:
+        mark = getattr(error, "problem_mark", None)
+        where = f"line {mark.line + 1}: " if mark else ""
+        problem = f"is not valid YAML ({where}{getattr(error, 'problem', None) or error})"
+    else:
+        missing = [key for key in keys if not isinstance(content, dict) or key not in content]
+        if isinstance(content, dict) and not missing:
+            return content
+        problem = (f"lacks {missing[0]!r}" if isinstance(content, dict)
+                   else f"holds a {type(content).__name__}, not a mapping")
+    raise UserError(f"{path} {problem}" + (f"; {advice}" if advice else ""))

@@ -356,8 +356,7 @@ def convert_arrays(images, labels, output_dir, class_names=None, **kwargs):
 def _read_info(output_dir, class_names):
     path = os.path.join(output_dir, INFO_FILE)
     if tf.io.gfile.exists(path):
-        with tf.io.gfile.GFile(path) as f:
-            info = json.load(f)
+        info = storage.read_mapping(path, advice=_CONVERT_AGAIN)
         if info.get("class_names") != list(class_names):
             raise UserError(
                 f"{path} lists other class names than this conversion; use another "
@@ -391,8 +390,11 @@ def read_info(data_dir):
             f"{path} does not exist; convert the data first with "
             "`python -m recipes.resnet.convert`"
         )
-    with tf.io.gfile.GFile(path) as f:
-        return json.load(f)
+    return storage.read_mapping(path, advice=_CONVERT_AGAIN)
+
+
+_CONVERT_AGAIN = ("it is what `python -m recipes.resnet.convert` writes there: convert the data "
+                  "again into a new directory")
 
 
 # ----------------------------------------------------------------------------- checking

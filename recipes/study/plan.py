@@ -71,7 +71,9 @@ def rule_learning_rate(settings, optimizer, batch_size, rule):
 
 
 def warmup_for(settings, batch_size, rule):
-    if rule == "sqrt":
+    """The sqrt rule's `--warmup_steps` updates at every batch; the linear rule's warmup
+    over the same examples at every batch, at least one update (none with 0)."""
+    if rule == "sqrt" or settings.warmup_steps == 0:
         return settings.warmup_steps
     return max(1, round(settings.warmup_steps * settings.base_batch_size / batch_size))
 
@@ -119,7 +121,8 @@ def seed_runs(best_run, seeds):
 
 def check(settings):
     """Raises `PlanError` for settings no run could satisfy, before anything runs."""
-    for flag, names in (("--optimizers", settings.optimizers), ("--untuned", settings.untuned)):
+    for flag, names in (("--optimizers", settings.optimizers), ("--untuned", settings.untuned),
+                        ("--base_lr", tuple(settings.base_learning_rates))):
         for name in names:
             if name not in OPTIMIZERS:
                 close = difflib.get_close_matches(name, OPTIMIZERS, n=1)
@@ -146,10 +149,12 @@ def check(settings):
                 "holds; give a budget of epochs a run can finish")
         rules = {settings.lr_rule} | ({"sqrt"} if settings.untuned else set())
         for rule in rules:
-            if warmup_for(settings, batch, rule) >= steps:
+            warmup = warmup_for(settings, batch, rule)
+            if warmup >= steps:
                 raise PlanError(
-                    f"batch {batch} trains only {steps} steps in {settings.epochs:g} epochs, "
-                    f"not more than its {warmup_for(settings, batch, rule)} warmup steps; "
+                    f"batch {batch} trains only {steps} step{'s' * (steps != 1)} in "
+                    f"{settings.epochs:g} epochs, not more than its {warmup} warmup "
+                    f"step{'s' * (warmup != 1)}; "
                     f"lower --warmup_steps, raise --epochs, or leave batch {batch} out of "
                     "--batch_sizes"
                 )
