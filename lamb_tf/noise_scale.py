@@ -22,6 +22,8 @@ cancel in the ratio.)
 """
 import tensorflow as tf
 
+from lamb_tf import arguments
+
 # `fit` logs (progress bar, TensorBoard): the EMA-smoothed simple noise scale, in examples.
 NOISE_SCALE_LOG = "gradient_noise_scale"
 
@@ -68,9 +70,7 @@ class GradientNoiseScale(tf.Module):
 
     def __init__(self, decay=0.95, name="gradient_noise_scale"):
         super().__init__(name=name)
-        if not 0.0 <= decay < 1.0:
-            raise ValueError(f"decay must be in [0, 1), got {decay!r}")
-        self.decay = decay
+        self.decay = arguments.beta("decay", decay)  # a decay rate in [0, 1), as β₁ and β₂
 
         def average(variable_name):
             return tf.Variable(

@@ -3,6 +3,8 @@ Garden's own `bert/sentence_prediction` experiment fine-tunes from the checkpoin
 lamb_tf's LAMB through `lamb_tf.model_garden.register()`), and the TF-Hub-style
 preprocess + encoder pair reproduces the encoder's outputs."""
 import os
+import subprocess
+import sys
 import types
 
 import numpy as np
@@ -16,6 +18,7 @@ from official.core import task_factory
 from official.nlp.configs import encoders
 from official.nlp.configs import finetuning_experiments  # noqa: F401  (bert/sentence_prediction)
 
+from conftest import REPO_ROOT
 from lamb_tf import model_garden
 from lamb_tf import tf_keras_optimizers
 from recipes.bert import ecosystem_export
@@ -139,3 +142,16 @@ def test_fine_tuning_from_a_directory_that_is_no_pretraining_run_is_one_line(tmp
     with pytest.raises(UserError, match="encoder.pretraining_dir: .*config.yaml is not a BERT "
                                         "pretraining run's config"):
         finetune_data.PretrainingRun(str(tmp_path))
+
+
+@pytest.mark.slow  # a fresh process
+@pytest.mark.parametrize("args", [[], ["--model_dir="]], ids=["left-out", "empty"])
+def test_the_command_without_a_model_dir_is_one_line_saying_what_it_is(args):
+    """absl's words were "flag --model_dir=None: Flag --model_dir must have a value other
+    than None."."""
+    env = {key: value for key, value in os.environ.items() if key != "TF_CPP_MIN_LOG_LEVEL"}
+    done = subprocess.run([sys.executable, "-m", "recipes.bert.ecosystem_export", *args],
+                          cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 2
+    assert done.stderr.splitlines() == ["error: --model_dir is required: the --model_dir of the "
+                                        "pretraining run to export (see --help)"]

@@ -241,6 +241,13 @@ def test_a_decay_outside_0_to_1_is_refused(decay):
         noise_scale.GradientNoiseScale(decay=decay)
 
 
+@pytest.mark.parametrize("decay", ["0.9", None, True])
+def test_a_decay_that_is_not_a_number_is_a_type_error_naming_it(decay):
+    """A string once failed inside the range check: "'<=' not supported between ..."."""
+    with pytest.raises(TypeError, match=re.escape(f"decay must be a real number, got {decay!r}")):
+        noise_scale.GradientNoiseScale(decay=decay)
+
+
 def test_one_batch_size_is_a_clear_error():
     with pytest.raises(ValueError, match="two batch sizes"):
         noise_scale.unbiased_estimates(1.0, 1.0, 64, 64)

@@ -226,11 +226,13 @@ def _main(argv):
     # TensorFlow's and Keras' INFO and WARNING lines of loading and writing SavedModels
     absl_logging.set_verbosity(absl_logging.ERROR)
     tf.get_logger().setLevel("ERROR")
-    storage.refuse_unexpanded_home("--model_dir", flags.FLAGS.model_dir or "")
+    if not flags.FLAGS.model_dir:  # None, or empty (an unset $VAR)
+        raise UserError("--model_dir is required: the --model_dir of the pretraining run to "
+                        "export (see --help)")
+    storage.refuse_unexpanded_home("--model_dir", flags.FLAGS.model_dir)
     export_pretraining_run(flags.FLAGS.model_dir)
 
 
 if __name__ == "__main__":
     flags.DEFINE_string("model_dir", None, "A pretraining run's --model_dir.")
-    flags.mark_flag_as_required("model_dir")
     errors.run(_main)
