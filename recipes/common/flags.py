@@ -57,7 +57,7 @@ def register_key_flags(names):
 
 def _define_shared_flags():
     flags.DEFINE_multi_string(
-        "config_file", [], "YAML config file; repeat to layer files (later ones win)."
+        "config_file", [], "YAML config file; repeat to layer files (later ones win)"
     )
     flags.DEFINE_string(
         "params_override",
@@ -74,8 +74,9 @@ def _define_shared_flags():
     flags.DEFINE_string(
         "tpu",
         "",
-        "TPU to use: `local` on a TPU VM or pod slice worker, or a TPU name / grpc:// "
-        "address for a TPU node. Empty: no TPU.",
+        "TPU to use: `local` on a single-host TPU VM; on a pod slice, its TPU name, given "
+        "once, on worker 0 (docs/distributed.md); or a grpc:// address for a TPU node. "
+        "Empty: no TPU.",
     )
     flags.DEFINE_enum(
         "strategy",
