@@ -61,6 +61,12 @@ def run(main):
         except Preempted as stopped:
             print(f"stopped: {stopped}", file=sys.stderr, flush=True)
             sys.exit(EXIT_PREEMPTED)
+        except Exception as error:  # pylint: disable=broad-except
+            storage = _cloud_storage_problem(error)
+            if storage is None:
+                raise
+            print(f"error: {storage}", file=sys.stderr, flush=True)
+            sys.exit(EXIT_USER_ERROR)
         except KeyboardInterrupt:  # Ctrl-C: what was written stays (checkpoints are atomic)
             print("stopped: interrupted (Ctrl-C); run the same command again to go on (a "
                   "training run resumes from its newest checkpoint; SIGTERM also saves the step "
@@ -73,3 +79,16 @@ def run(main):
     except app.UsageError as error:  # absl raises this for bad flags in some paths.
         print(f"error: {error}", file=sys.stderr, flush=True)
         sys.exit(EXIT_USER_ERROR)
+
+
+def _cloud_storage_problem(error):
+    """One line for a TensorFlow file-system error on a remote path (gs://, ...): a host
+    that cannot be reached, or access refused; None for any other error."""
+    if not type(error).__module__.startswith("tensorflow"):
+        return None
+    message = " ".join(str(error).split())
+    refused = type(error).__name__ in ("PermissionDeniedError", "UnauthenticatedError")
+    if "Error executing an HTTP request" not in message and not (refused and "://" in message):
+        return None
+    return (f"cannot reach remote storage: {message}; check the path, the network and the "
+            "credentials (gcloud auth application-default login)")
