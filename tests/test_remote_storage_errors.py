@@ -1,0 +1,56 @@
+"""A remote path (gs://) that cannot be reached or is refused: one line and exit status 2
+through `recipes.common.errors.run`, as every other mistake, not TensorFlow's traceback;
+any other TensorFlow error keeps its traceback."""
+
+import pytest
+import tensorflow as tf
+
+from recipes.common import errors
+
+UNREACHABLE = ("Error executing an HTTP request: libcurl code 6 meaning 'Couldn't resolve host "
+               "name', error details: Could not resolve host: storage.googleapis.com when "
+               "reading metadata of gs://no-such-bucket/runs/x/params.yaml")
+
+
+def _run(error, capsys):
+    def main(argv):
+        del argv
+        raise error
+
+    with pytest.raises(SystemExit) as exit_:
+        errors.run(main)
+    return exit_.value.code, capsys.readouterr().err
+
+
+@pytest.fixture(autouse=True)
+def _no_flags(monkeypatch):
+    monkeypatch.setattr("sys.argv", ["program"])
+
+
+@pytest.mark.parametrize("error", [
+    tf.errors.FailedPreconditionError(None, None, UNREACHABLE),
+    tf.errors.PermissionDeniedError(None, None, "Error reading gs://bucket/data/train-00000: "
+                                    "403 Forbidden"),
+    tf.errors.UnauthenticatedError(None, None, "gs://bucket/run/checkpoint: no credentials"),
+], ids=["unreachable", "forbidden", "unauthenticated"])
+def test_a_remote_path_that_cannot_be_reached_is_one_line(error, capsys):
+    code, err = _run(error, capsys)
+    assert code == errors.EXIT_USER_ERROR
+    assert err.startswith("error: cannot reach remote storage: ") and err.count("\n") == 1, err
+    assert "gs://" in err and err.rstrip().endswith("check the path, the network and the "
+                                                   "credentials (gcloud auth "
+                                                   "application-default login)")
+
+
+@pytest.mark.parametrize("error", [
+    tf.errors.InvalidArgumentError(None, None, "Incompatible shapes: [2] vs. [3]"),
+    tf.errors.PermissionDeniedError(None, None, "/root/run: Permission denied"),  # local
+    ValueError("a bug"),
+], ids=["tensorflow-error", "local-permission", "python-error"])
+def test_other_errors_keep_their_traceback(error, capsys):
+    def main(argv):
+        del argv
+        raise error
+
+    with pytest.raises(type(error)):
+        errors.run(main)
