@@ -206,13 +206,15 @@ CASES = {
         RESNET, FRESH, ["--params_override=export.dir=/proc/lamb_tf_export"],
         ["export.dir=/proc/lamb_tf_export: cannot write in /proc ("]),
     "model-dir-of-another-program": (
-        RESNET, TRAINED, ["--params_override=data.embedded_digits=true"],
+        RESNET, TRAINED,
+        ["--params_override=data.embedded_digits=true,data.train_file_pattern=''"],
         ["holds a run this program cannot resume: its config.yaml does not load as this "
          "program's (unknown config key 'data.corpus'); is it another program's run? Give a "
          "new --model_dir"]),
     # the same, with train.steps below the other run's step: the run is named, not its steps
     "model-dir-of-another-program-past-its-steps": (
-        RESNET, TRAINED, ["--params_override=data.embedded_digits=true,train.steps=1,"
+        RESNET, TRAINED, ["--params_override=data.embedded_digits=true,"
+                          "data.train_file_pattern='',train.steps=1,"
                           "train.checkpoint_every=1,optimizer.warmup_steps=0"],
         ["holds a run this program cannot resume: its config.yaml does not load as this "
          "program's (unknown config key 'data.corpus')"]),
@@ -247,7 +249,8 @@ CASES = {
         BERT, FRESH, ["--mode=eval", "--params_override=data.train_files=''"],
         ["no checkpoint in", "train first"]),
     "resnet-eval-before-any-checkpoint-prepares-nothing": (
-        RESNET, FRESH, ["--mode=eval", "--params_override=data.embedded_digits=true"],
+        RESNET, FRESH, ["--mode=eval", "--params_override=data.embedded_digits=true,"
+                                       "data.train_file_pattern=''"],
         ["no checkpoint in", "train first"]),
     "learning-rate-nan": (BERT, FRESH, ["--params_override=optimizer.learning_rate=.nan"],
                           ["optimizer.learning_rate=nan must be a finite number >= 0"]),
@@ -294,9 +297,16 @@ CASES = {
          "the image is not a JPEG"]),
     # found with the config, before the digits are converted into the model_dir
     "resnet-digits-need-ten-classes": (
-        RESNET, FRESH, ["--params_override=data.embedded_digits=true,data.num_classes=5"],
+        RESNET, FRESH, ["--params_override=data.embedded_digits=true,"
+                        "data.train_file_pattern='',data.num_classes=5"],
         ["data.embedded_digits needs data.num_classes=10 and data.label_offset=1, got 5 "
          "and 1"]),
+    # the user's files with the digits left on: the digits were trained on, without a word
+    "resnet-digits-with-file-patterns": (
+        RESNET, FRESH, ["--params_override=data.embedded_digits=true"],
+        ["data.train_file_pattern={d}/none-* is set, but data.embedded_digits=true trains and "
+         "evaluates on the embedded digits and does not read it; set data.embedded_digits=false "
+         "to use your files"]),
     "resnet-empty-tfrecord-files": (
         RESNET, FRESH, ["--params_override=data.train_file_pattern={d}/empty/train-*"],
         ["data.train_file_pattern='{d}/empty/train-*' holds no records: nothing to train "

