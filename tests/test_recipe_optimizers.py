@@ -66,8 +66,14 @@ def test_every_optimizer_name_trains_and_reports_its_exclusions(name):
     decisions = {row.path.split("/")[-1]: (row.decayed, row.adapted) for row in rows}
     layerwise = name in ("lamb", "lars")
     assert decisions == {"kernel": (True, layerwise), "bias": (False, False)}
-    summary = exclusion_report.summary(rows)
-    assert "1 of 2 variables (2 of 6 parameters) excluded from weight decay" in summary
+    assert exclusion_report.has_trust_ratio(optimizer) == layerwise
+    summary = exclusion_report.summary(rows, layerwise).splitlines()
+    assert summary[0].startswith("optimizer: 1 of 2 variables (2 of 6 parameters) excluded "
+                                 "from weight decay")
+    # adamw and momentum have no trust ratio: not "2 of 2 variables excluded" from it
+    assert summary[1] == ("optimizer: 1 of 2 variables (2 of 6 parameters) excluded from layer "
+                          "adaptation, e.g. dense/bias" if layerwise else
+                          "optimizer: no layer adaptation (no trust ratio in this optimizer)")
 
 
 @dataclasses.dataclass

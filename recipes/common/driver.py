@@ -340,7 +340,7 @@ class _Run:
         self.task, self.config, self.options = task, task.config, options
         self.strategy, self.plan, self.model_dir = strategy, plan, model_dir
         self.start = time.perf_counter()
-        self.model = None
+        self.model, self.layer_adaptation = None, True
 
     def execute(self):
         mode = self.options.mode
@@ -348,7 +348,7 @@ class _Run:
         tf_keras.mixed_precision.set_global_policy(self.config.runtime.precision)
         self.task.prepare(self.model_dir, mode)
         rows = self.build()
-        print(exclusion_report.summary(rows), flush=True)
+        print(exclusion_report.summary(rows, self.layer_adaptation), flush=True)
         resuming = checkpoints.latest_checkpoint(self.options.model_dir) is not None
         if mode in ("eval", "export"):
             checkpoints.restore_latest(self.model, self.options.model_dir)
@@ -359,7 +359,8 @@ class _Run:
             if mode == "train_and_eval" and not resuming:
                 self.evaluate("before training")
             train_logs = self.train()
-        exclusion_report.write(self.model_dir, rows)  # after the restore: the model fits
+        # after the restore: the model fits
+        exclusion_report.write(self.model_dir, rows, self.layer_adaptation)
         if mode in EVAL_MODES:
             results = self.evaluate("after training" if mode in TRAIN_MODES else "latest")
         if exports(self.config, mode):
@@ -378,6 +379,7 @@ class _Run:
     def build(self):
         """Builds and compiles the accumulating model; returns the exclusion table rows."""
         self.model, optimizer = compile_model(self.task, self.strategy, self.plan)
+        self.layer_adaptation = exclusion_report.has_trust_ratio(optimizer)
         config = self.config.optimizer
         decay_patterns = optimizer_lib.weight_decay_exclusions(
             config, self.task.default_exclude_from_weight_decay
