@@ -61,10 +61,24 @@ def registered_experiments():
     return sorted(names(exp_factory._REGISTERED_CONFIGS))
 
 
-def _check_experiment(experiment):
+# The modules each driver imports to register its experiments (importing the driver itself
+# would define Model Garden's flags a second time).
+_REGISTRIES = {"nlp": "official.common.registry_imports",
+               "vision": "official.vision.registry_imports"}
+
+
+def _check_experiment(experiment, driver_name):
     known = registered_experiments()
     if experiment in known:
         return
+    for other, registry_module in _REGISTRIES.items():  # what the other driver registers
+        if other != driver_name:
+            importlib.import_module(registry_module)
+            if experiment in registered_experiments():
+                raise _UsageError(
+                    f"--experiment={experiment} is one of Model Garden's {other} experiments, "
+                    f"which its {driver_name} trainer does not register; run python -m "
+                    f"lamb_tf.model_garden {other} ...")
     close = difflib.get_close_matches(experiment, known, n=3)
     hint = (f"did you mean {_one_of(close)}?" if close
             else f"the registered ones: {', '.join(known)}")
@@ -325,7 +339,7 @@ def check(flags_obj, driver_name):
     _check_mode(flags_obj.mode, driver_name)
     _check_model_dir(flags_obj.model_dir)
     _check_not_a_recipe_run(flags_obj.model_dir)
-    _check_experiment(flags_obj.experiment)
+    _check_experiment(flags_obj.experiment, driver_name)
     params = _parsed_config(flags_obj)
     missing = missing_field(params, flags_obj.mode)
     if missing:
@@ -380,7 +394,7 @@ def _check_then(driver_main, driver_name):
 
 
 def _usage_error(message):
-    print(f"lamb_tf.model_garden: {message}", file=sys.stderr, flush=True)
+    print(f"error: {message}", file=sys.stderr, flush=True)
     sys.exit(2)
 
 
@@ -414,7 +428,9 @@ def main():
               f"python -m lamb_tf.model_garden {next(iter(DRIVERS))} --helpfull")
         sys.exit(0)
     if len(sys.argv) < 2 or sys.argv[1] not in DRIVERS:
-        print(f"{usage}; got {sys.argv[1:2] or 'no driver'}", file=sys.stderr)
+        given = f"got {sys.argv[1]!r}" if sys.argv[1:] else "got no driver"
+        print(f"error: give the driver first, {' or '.join(DRIVERS)} ({given}): {usage}",
+              file=sys.stderr)
         sys.exit(2)
     driver_name = sys.argv.pop(1)
     driver = importlib.import_module(DRIVERS[driver_name])

@@ -29,7 +29,7 @@ import tempfile
 import time
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-COPIED = ("lamb_tf", "tests", "recipes", "configs", "benchmarks", "setup.py")
+COPIED = ("lamb_tf", "tests", "recipes", "configs", "benchmarks", "docs", "README.md", "setup.py")
 
 Mutation = collections.namedtuple("Mutation", ["name", "bug", "path", "old", "new", "tests", "caught_by"])
 
@@ -356,8 +356,9 @@ MUTATIONS = [
     Mutation(
         "noise_scale_decay_1_accepted", "a noise-scale decay of 1 accepted (NaN forever)",
         "lamb_tf/noise_scale.py",
-        "        if not 0.0 <= decay < 1.0:",
-        "        if not 0.0 <= decay <= 1.0:",
+        "        self.decay = arguments.beta(\"decay\", decay)  # a decay rate in [0, 1), as β₁ "
+        "and β₂",
+        "        self.decay = arguments.unit_interval(\"decay\", decay)",
         ["tests/test_gradient_noise_scale.py"],
         [r"test_a_decay_outside_0_to_1_is_refused\[1.0\]"]),
     Mutation(
@@ -414,12 +415,18 @@ MUTATIONS = [
         "study_picks_the_worst_learning_rate", "the study's chosen learning rate is the "
         "sweep's lowest metric",
         "recipes/study/report.py",
-        "    return max(finished, key=lambda r: statuses[r.name][\"result\"][\"metric\"], "
-        "default=None)",
-        "    return min(finished, key=lambda r: statuses[r.name][\"result\"][\"metric\"], "
-        "default=None)",
+        "    best = min if adapter.is_loss(metric) else max",
+        "    best = max if adapter.is_loss(metric) else min",
         ["tests/test_batch_study.py"],
         [r"test_the_best_learning_rate_is_the_one_with_the_highest_metric"]),
+    Mutation(
+        "study_picks_the_highest_loss", "a loss metric's chosen learning rate is the one of "
+        "the highest loss (the study's behaviour before 2026-12-06)",
+        "recipes/study/report.py",
+        "    best = min if adapter.is_loss(metric) else max",
+        "    best = max",
+        ["tests/test_batch_study.py"],
+        [r"test_the_best_learning_rate_of_a_loss_is_the_one_with_the_lowest\[loss\]"]),
     Mutation(
         "study_steps_floored", "the study's steps per run floored instead of rounded",
         "recipes/study/plan.py",

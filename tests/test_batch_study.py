@@ -262,7 +262,7 @@ def test_tiny_grid_picks_the_best_lr_and_reruns_it_with_seeds(fake_recipe, tmp_p
     assert open(os.path.join(study_dir, "study.png"), "rb").read(8) == b"\x89PNG\r\n\x1a\n"
     out = capsys.readouterr().out
     assert "sweep: 8 runs" in out and "seeds: 8 runs" in out and "[8/8]" in out
-    assert "steps per run (1 epochs of 64 examples): 8 at batch 8, 2 at batch 32" in out
+    assert "steps per run (1 epoch of 64 examples): 8 at batch 8, 2 at batch 32" in out
 
 
 @pytest.mark.slow  # runs the fake recipe in processes

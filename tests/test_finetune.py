@@ -328,3 +328,45 @@ def test_comparison_says_what_it_does_with_each_encoder(mode, doing, tmp_path, m
     banners = [line for line in capsys.readouterr().out.splitlines() if line.startswith("====")]
     assert banners == [f"==== {doing} the pretrained encoder ====",
                        f"==== {doing} the random init encoder ===="]
+
+
+def test_a_comparison_into_a_run_of_its_own_is_refused_before_any_work(tmp_path, monkeypatch):
+    """--compare_with_random_init wrote pretrained/, random_init/ and comparison.json into
+    a ResNet run's directory: the check of another program's run looks at the two runs
+    it starts, not at the directory it is given."""
+    from recipes.common import flags as flags_lib
+
+    monkeypatch.setattr(finetune_compare.driver, "load_task", lambda *_: types.SimpleNamespace(
+        config=types.SimpleNamespace(encoder=types.SimpleNamespace(init="pretrained"))))
+    started = []
+    monkeypatch.setattr(finetune_compare.driver, "run", lambda *args: started.append(args))
+    (tmp_path / "config.yaml").write_text("train: {steps: 2}\n")
+    options = flags_lib.RunOptions(
+        config_files=(), params_override="", model_dir=str(tmp_path), mode="train_and_eval",
+        tpu="", strategy="", communication="auto", deterministic=False)
+    with pytest.raises(finetune.UserError) as error:
+        finetune_compare.compare_inits(None, options)
+    assert str(error.value) == (
+        f"--model_dir {tmp_path} holds a run (its config.yaml); --compare_with_random_init "
+        "writes its two runs into pretrained/ and random_init/ of a directory of their own: "
+        "give a new --model_dir")
+    assert started == [] and sorted(os.listdir(tmp_path)) == ["config.yaml"]
+
+
+def test_a_run_into_the_directory_of_a_comparison_is_refused(tmp_path):
+    """A pretraining run given a comparison's directory (no config.yaml of its own) trained
+    into it, beside pretrained/ and random_init/."""
+    from recipes.common import driver
+
+    for name in ("pretrained", "random_init"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "config.yaml").write_text("train: {steps: 2}\n")
+    (tmp_path / "notes").mkdir()  # not a run: not named
+    with pytest.raises(finetune.UserError) as error:
+        driver.check_same_program(None, str(tmp_path))
+    assert str(error.value) == (
+        f"--model_dir {tmp_path} holds other runs in pretrained/, random_init/ (each with its "
+        "config.yaml), which this run's files would sit beside; give a new --model_dir (a "
+        "comparison of fine-tuning's --compare_with_random_init resumes with that flag)")
+    driver.check_same_program(None, str(tmp_path / "pretrained"))  # a run of its own: not here
+    driver.check_same_program(None, str(tmp_path / "new"))  # not there yet

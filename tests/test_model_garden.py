@@ -241,7 +241,7 @@ def test_launcher_names_the_missing_field_in_one_line_before_any_work(tmp_path):
                      "--params_override=trainer.optimizer_config.optimizer.type=lamb")
     assert result.returncode == 2
     assert result.stderr.strip().splitlines()[-1] == (
-        "lamb_tf.model_garden: trainer.optimizer_config.learning_rate.polynomial.decay_steps is "
+        "error: trainer.optimizer_config.learning_rate.polynomial.decay_steps is "
         "not set, and Model Garden's trainer crashes without it: set it in --config_file or "
         "--params_override (e.g. configs/model_garden/bert_tiny_lamb.yaml)")
     assert "Traceback" not in result.stderr
@@ -349,7 +349,10 @@ def test_launcher_without_driver_prints_usage_and_exits_2(monkeypatch, capsys):
     with pytest.raises(SystemExit) as exit_info:
         model_garden_launcher.main()
     assert exit_info.value.code == 2
-    assert "usage: python -m lamb_tf.model_garden {nlp|vision}" in capsys.readouterr().err
+    assert capsys.readouterr().err == (
+        "error: give the driver first, nlp or vision (got '--mode=train'): usage: python -m "
+        "lamb_tf.model_garden {nlp|vision} --experiment=... --mode=train --model_dir=... "
+        "[--config_file=...] [--params_override=...]\n")
 
 
 def test_launcher_help_prints_usage_and_where_the_trainers_flags_are(monkeypatch, capsys):
@@ -560,7 +563,7 @@ def test_launcher_bad_input_gives_one_line_exit_2_before_any_work(bad_launches, 
     code, stderr, model_dir, d = bad_launches[case_id]
     lines = stderr.strip().splitlines()
     assert code == 2, stderr[-3000:]
-    assert len(lines) == 1 and lines[0].startswith("lamb_tf.model_garden: "), stderr[-3000:]
+    assert len(lines) == 1 and lines[0].startswith("error: "), stderr[-3000:]
     for words in BAD_LAUNCHES[case_id][1]:
         assert words.format(d=d) in lines[0]
     assert not model_dir.exists()
@@ -642,3 +645,19 @@ def test_launcher_takes_what_model_garden_s_fields_hold():
                            "trainer.optimizer_config.learning_rate.polynomial."
                            "initial_learning_rate")]:
         assert model_garden_launcher._wrongly_typed(params, override)[0] == key
+
+
+@pytest.mark.slow  # imports Model Garden's vision trainer in a fresh process
+def test_an_experiment_of_the_other_trainer_is_named_as_such(tmp_path):
+    """It was "not a registered Model Garden experiment", the vision ones listed. (A fresh
+    process: the one of the forked launches above has the NLP experiments registered.)"""
+    env = {key: value for key, value in os.environ.items() if key != "TF_CPP_MIN_LOG_LEVEL"}
+    done = subprocess.run(
+        [sys.executable, "-m", "lamb_tf.model_garden", "vision", "--experiment=bert/pretraining",
+         "--mode=train", f"--model_dir={tmp_path / 'run'}"], cwd=REPO_ROOT, env=env,
+        capture_output=True, text=True, timeout=300)
+    assert done.returncode == 2, done.stderr[-3000:]
+    assert done.stderr.splitlines() == [
+        "error: --experiment=bert/pretraining is one of Model Garden's nlp experiments, which "
+        "its vision trainer does not register; run python -m lamb_tf.model_garden nlp ..."]
+    assert not (tmp_path / "run").exists()

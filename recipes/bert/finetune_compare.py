@@ -31,6 +31,12 @@ def compare_inits(task_class, options):
     if task.config.encoder.init != "pretrained":
         raise UserError("--compare_with_random_init runs both inits itself; leave "
                         "encoder.init at pretrained")
+    if tf.io.gfile.exists(os.path.join(options.model_dir, "config.yaml")):
+        raise UserError(
+            f"--model_dir {options.model_dir} holds a run (its config.yaml); "
+            "--compare_with_random_init writes its two runs into "
+            f"{' and '.join(f'{name}/' for name, _ in COMPARED_INITS)} of a directory of their "
+            "own: give a new --model_dir")
     results = {}
     for name, init in COMPARED_INITS:
         doing = {"eval": "evaluating", "export": "exporting"}.get(options.mode, "fine-tuning")

@@ -200,9 +200,11 @@ def _not_this_programs(config_class, saved_path):
 
 def check_same_program(task, model_dir):
     """A UserError, before anything else is checked about --model_dir's run, when it holds
-    a checkpoint and a config.yaml that is not this program's."""
+    a checkpoint and a config.yaml that is not this program's, or holds other runs in its
+    subdirectories (fine-tuning's --compare_with_random_init writes two)."""
     saved_path = os.path.join(model_dir, "config.yaml")
     if checkpoints.latest_checkpoint(model_dir) is None:
+        _check_no_runs_inside(model_dir)
         return
     damaged = tf.io.gfile.exists(saved_path) and config_lib.yaml_problem(saved_path)
     if damaged:
@@ -217,6 +219,22 @@ def check_same_program(task, model_dir):
             f"does not load as this program's ({reason}); is it another program's run? Give a "
             "new --model_dir"
         )
+
+
+def _check_no_runs_inside(model_dir):
+    """A UserError when `model_dir` (no run of its own) holds runs in its subdirectories:
+    this run's files would be mixed with theirs."""
+    if tf.io.gfile.exists(os.path.join(model_dir, "config.yaml")) or not tf.io.gfile.isdir(
+            model_dir):
+        return
+    inside = sorted(name.rstrip("/") for name in tf.io.gfile.listdir(model_dir)
+                    if tf.io.gfile.exists(os.path.join(model_dir, name, "config.yaml")))
+    if inside:
+        raise UserError(
+            f"--model_dir {model_dir} holds other runs in {', '.join(f'{n}/' for n in inside)} "
+            "(each with its config.yaml), which this run's files would sit beside; give a new "
+            "--model_dir (a comparison of fine-tuning's --compare_with_random_init resumes "
+            "with that flag)")
 
 
 def compare_with_saved_config(task, model_dir, mode):

@@ -221,6 +221,11 @@ def _progress(done, total, run, status):
     print(f"[{done}/{total}] {run.name}: {figures}", flush=True)
 
 
+def _count(number, noun):
+    """`1 run`, `3 runs`, `0.25 epochs`."""
+    return f"{number:g} {noun}" + ("" if number == 1 else "s")
+
+
 def _metric(args):
     """The held-out metric learning rates are picked on: --metric, or the shipped recipe's."""
     metric = args.metric or adapter.DEFAULT_METRICS.get(args.recipe, "")
@@ -305,9 +310,9 @@ def _main(args):
         if not args.report_only:
             steps = ", ".join(f"{plan_lib.steps_for(settings, batch):,} at batch {batch:,}"
                               for batch in settings.batch_sizes)
-            print(f"steps per run ({settings.epochs:g} epochs of {settings.train_examples:,} "
-                  f"examples): {steps}", flush=True)
-            print(f"sweep: {len(sweep_phase)} runs", flush=True)
+            print(f"steps per run ({_count(settings.epochs, 'epoch')} of "
+                  f"{settings.train_examples:,} examples): {steps}", flush=True)
+            print(f"sweep: {_count(len(sweep_phase), 'run')}", flush=True)
         statuses = execute(
             sweep_phase, parallel=args.parallel, progress=_progress, **run_arguments
         )
@@ -320,7 +325,7 @@ def _main(args):
             runs = list({run.name: run for run in runs if run.name not in statuses}.values())
             if runs:
                 if not args.report_only:
-                    print(f"{name}: {len(runs)} runs", flush=True)
+                    print(f"{name}: {_count(len(runs), 'run')}", flush=True)
                 statuses.update(
                     execute(runs, parallel=args.parallel, progress=_progress, **run_arguments)
                 )
@@ -331,7 +336,7 @@ def _main(args):
     finished = [status for status in statuses.values() if status]
     process_seconds = sum(status["process_seconds"] for status in finished)
     header = (
-        f"Batch-size study: recipe {args.recipe}, {settings.epochs:g} epochs of "
+        f"Batch-size study: recipe {args.recipe}, {_count(settings.epochs, 'epoch')} of "
         f"{settings.train_examples:,} examples, {settings.lr_rule} learning-rate rule from "
         f"batch {settings.base_batch_size}, seeds {','.join(map(str, settings.seeds))}; "
         f"{len(finished)} of {len(statuses)} runs finished, {process_seconds / 60:.1f} min of "
