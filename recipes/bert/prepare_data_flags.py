@@ -30,9 +30,7 @@ CHUNK_SENTENCES = 10_000  # Sentences per chunk: bounds memory, and the random-B
 def define_flags():
     """Defines the program's flags, once (a second call adds nothing), as ones `--help`
     lists."""
-    if "input_path" not in flags.FLAGS:
-        _define_flags()
-    flags_lib.register_key_flags(flag.name for flag in flags.FLAGS.get_flags_for_module(__name__))
+    flags_lib.define_program_flags(_define_flags, __name__)
 
 
 def _define_flags():

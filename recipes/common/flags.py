@@ -45,6 +45,15 @@ def define_flags(extra_flags=()):
     register_key_flags((*_KEY_FLAGS, *(extra.name for extra in extra_flags)))
 
 
+def define_program_flags(define, module_name):
+    """Calls `define()`, the `DEFINE_*` calls of the module `module_name`, unless they ran
+    (a program defines its flags before TensorFlow loads, then again in its `main` block),
+    and makes its flags ones that `--help` lists."""
+    if not FLAGS.get_flags_for_module(module_name):
+        define()
+    register_key_flags(flag.name for flag in FLAGS.get_flags_for_module(module_name))
+
+
 def register_key_flags(names):
     """Makes the flags `names` ones that `--help` lists: absl lists the key flags of the
     program, which it names by `sys.argv[0]` (the flags defined in its own file are; these
