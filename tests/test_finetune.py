@@ -370,3 +370,20 @@ def test_a_run_into_the_directory_of_a_comparison_is_refused(tmp_path):
         "comparison of fine-tuning's --compare_with_random_init resumes with that flag)")
     driver.check_same_program(None, str(tmp_path / "pretrained"))  # a run of its own: not here
     driver.check_same_program(None, str(tmp_path / "new"))  # not there yet
+
+
+def test_both_runs_of_a_comparison_name_their_variables_alike(tmp_path, monkeypatch):
+    """The random-init run's encoder was bert_encoder_v2_1/... (Keras numbers a second
+    layer of a name in one process): in its console, exclusions.txt and checkpoint."""
+    from recipes.common import flags as flags_lib
+
+    monkeypatch.setattr(finetune_compare.driver, "load_task", lambda *_: types.SimpleNamespace(
+        config=types.SimpleNamespace(encoder=types.SimpleNamespace(init="pretrained"))))
+    names = []
+    monkeypatch.setattr(finetune_compare.driver, "run", lambda *_: names.append(
+        tf_keras.layers.Dense(1).name) or {"accuracy": 0.5})
+    options = flags_lib.RunOptions(
+        config_files=(), params_override="", model_dir=str(tmp_path), mode="train_and_eval",
+        tpu="", strategy="", communication="auto", deterministic=False)
+    finetune_compare.compare_inits(None, options)
+    assert len(names) == 2 and names[0] == names[1], names

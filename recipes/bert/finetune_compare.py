@@ -5,6 +5,7 @@ import json
 import os
 
 import tensorflow as tf
+import tf_keras
 
 from recipes.common import config as config_lib
 from recipes.common import driver
@@ -41,6 +42,9 @@ def compare_inits(task_class, options):
     for name, init in COMPARED_INITS:
         doing = {"eval": "evaluating", "export": "exporting"}.get(options.mode, "fine-tuning")
         print(f"==== {doing} the {name.replace('_', ' ')} encoder ====", flush=True)
+        # a fresh Keras name scope: the second encoder's variables are named as the first's
+        # (bert_encoder_v2/..., not bert_encoder_v2_1/...), in its exclusions and checkpoint
+        tf_keras.backend.clear_session()
         results[name] = driver.run(task_class, dataclasses.replace(
             options, model_dir=os.path.join(options.model_dir, name),
             params_override=with_init(options.params_override, init)))
