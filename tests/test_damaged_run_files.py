@@ -15,7 +15,7 @@ from recipes.resnet import convert
 
 CASES = [  # (file name, content, the problem the line gives)
     ("config.yaml", "model: [unclosed\n",
-     "is not valid YAML (line 2: expected ',' or ']', but got '<stream end>')"),
+     "is not valid YAML (expected ',' or ']', but got '<stream end>' at line 2, column 1)"),
     ("config.yaml", "- a list\n", "holds a list, not a mapping"),
     ("config.yaml", "", "holds a NoneType, not a mapping"),
     ("metadata.json", '{"vocab_file": ', "is not valid JSON (line 1: Expecting value)"),

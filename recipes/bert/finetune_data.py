@@ -24,8 +24,8 @@ class PretrainingRun:
     def __init__(self, model_dir):
         if not tf.io.gfile.isdir(model_dir):
             what = "is a file" if tf.io.gfile.exists(model_dir) else "does not exist"
-            raise UserError(f"encoder.pretraining_dir={model_dir} {what}: give the "
-                            "--model_dir of a pretraining run (python -m recipes.bert.pretrain)")
+            raise UserError(f"encoder.pretraining_dir={model_dir} {what}: "
+                            f"{ecosystem_export.GIVE_A_RUN}")
         self.directory = os.path.join(model_dir, ecosystem_export.CHECKPOINT_SUBDIR)
         try:
             self.checkpoint = checkpoints.newest_checkpoint_in(self.directory)
@@ -43,8 +43,8 @@ class PretrainingRun:
             )
         config_path = os.path.join(model_dir, "config.yaml")
         if not tf.io.gfile.exists(config_path):  # a run's model_garden/ copied alone
-            raise UserError(f"encoder.pretraining_dir: {config_path} does not exist: give the "
-                            "--model_dir of a pretraining run (python -m recipes.bert.pretrain)")
+            raise UserError(f"encoder.pretraining_dir: {config_path} does not exist: "
+                            f"{ecosystem_export.GIVE_A_RUN}")
         try:
             data = storage.read_mapping(config_path, ("data",), ecosystem_export.GIVE_A_RUN)["data"]
         except UserError as error:

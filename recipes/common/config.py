@@ -211,12 +211,8 @@ def _safe_yaml(text, source):
     try:
         return yaml.load(text, Loader=_Loader)  # noqa: S506 (a SafeLoader)
     except yaml.YAMLError as error:
-        where = ""
-        mark = getattr(error, "problem_mark", None)
-        if mark is not None:
-            where = f" at line {mark.line + 1}, column {mark.column + 1}"
-        problem = getattr(error, "problem", None) or "invalid YAML"
-        raise UserError(f"{source}: {problem}{where}; fix the YAML syntax") from None
+        raise UserError(f"{source}: {storage.yaml_error_words(error)}; fix the YAML syntax") \
+            from None
 
 
 def _split_top_level_commas(text):

@@ -62,10 +62,10 @@ def run(main):
             print(f"stopped: {stopped}", file=sys.stderr, flush=True)
             sys.exit(EXIT_PREEMPTED)
         except Exception as error:  # pylint: disable=broad-except
-            storage = _cloud_storage_problem(error)
-            if storage is None:
+            problem = _cloud_storage_problem(error)
+            if problem is None:
                 raise
-            print(f"error: {storage}", file=sys.stderr, flush=True)
+            print(f"error: {problem}", file=sys.stderr, flush=True)
             sys.exit(EXIT_USER_ERROR)
         except KeyboardInterrupt:  # Ctrl-C: what was written stays (checkpoints are atomic)
             print("stopped: interrupted (Ctrl-C); run the same command again to go on (a "

@@ -18,14 +18,17 @@ EXCLUSIONS_FILE = "exclusions.txt"
 def has_trust_ratio(optimizer):
     """Whether `optimizer` (or the one a LossScaleOptimizer wraps) scales each variable's
     update by a trust ratio: lamb_tf's LAMB and LARS, which report their own decisions."""
-    inner = getattr(optimizer, "inner_optimizer", optimizer)
-    return callable(getattr(inner, "exclusion_table", None))
+    return callable(getattr(_unwrapped(optimizer), "exclusion_table", None))
+
+
+def _unwrapped(optimizer):
+    return getattr(optimizer, "inner_optimizer", optimizer)  # a LossScaleOptimizer's
 
 
 def exclusion_rows(optimizer, variables, decay_patterns, weight_decay_rate):
     """One `lamb_tf.exclusions.ExclusionRow` per trainable variable (optimizer built)."""
     if has_trust_ratio(optimizer):
-        return getattr(optimizer, "inner_optimizer", optimizer).exclusion_table()
+        return _unwrapped(optimizer).exclusion_table()
     rule = exclusions.Exclusions(decay_patterns, [".*"])  # ".*": nothing is layer-adapted
     paths_and_shapes = [(v.name.split(":")[0], tuple(v.shape)) for v in variables]
     return rule.table(paths_and_shapes, weight_decay_rate)

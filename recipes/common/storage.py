@@ -83,6 +83,14 @@ def refuse_unexpanded_home(setting, paths):
                 f"such as {os.path.expanduser(path.strip())}")
 
 
+def yaml_error_words(error):
+    """PyYAML's `error` in one line: its problem and where (`expected ',' or ']', but got
+    '<stream end>' at line 2, column 1`)."""
+    mark = getattr(error, "problem_mark", None)
+    where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+    return (getattr(error, "problem", None) or "invalid YAML") + where
+
+
 def read_mapping(path, keys=(), advice=""):
     """The mapping the JSON file, or YAML file (`.yaml`), at `path` holds, with each of
     `keys` (local or gs://); a one-line `UserError` naming the file when it cannot be read,
@@ -105,9 +113,7 @@ def read_mapping(path, keys=(), advice=""):
     except json.JSONDecodeError as error:
         problem = f"is not valid JSON (line {error.lineno}: {error.msg})"
     except yaml.YAMLError as error:
-        mark = getattr(error, "problem_mark", None)
-        where = f"line {mark.line + 1}: " if mark else ""
-        problem = f"is not valid YAML ({where}{getattr(error, 'problem', None) or error})"
+        problem = f"is not valid YAML ({yaml_error_words(error)})"
     else:
         missing = [key for key in keys if not isinstance(content, dict) or key not in content]
         if isinstance(content, dict) and not missing:
