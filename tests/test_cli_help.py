@@ -143,21 +143,25 @@ def test_a_flag_the_program_does_not_know_and_does_not_resemble_is_left_to_tenso
     assert result.returncode != 0 and "tensorflow was imported" in result.stderr
 
 
-@pytest.mark.parametrize("module, first_line, flag", [
-    ("recipes.bert.prepare_data", "Raw text -> BERT pretraining TFRecords", "--help"),
+@pytest.mark.parametrize("module, first_line, flag, listed", [
+    ("recipes.bert.prepare_data", "Raw text -> BERT pretraining TFRecords", "--help",
+     "output_dir"),
     ("recipes.resnet.convert", "Image folder or NumPy arrays -> ImageNet-format TFRecords",
-     "--help"),
-    ("recipes.bert.prepare_data", "Raw text -> BERT pretraining TFRecords", "-h"),  # as argparse
+     "--help", "output_dir"),
+    ("recipes.bert.prepare_data", "Raw text -> BERT pretraining TFRecords", "-h",  # as argparse
+     "output_dir"),
+    ("recipes.bert.ecosystem_export", "The pretrained encoder in the formats the rest of the "
+     "ecosystem reads.", "--help", "model_dir"),
 ])
 def test_data_programs_print_their_help_before_tensorflow_loads(module, first_line, flag,
-                                                                without_tensorflow):
+                                                                listed, without_tensorflow):
     # prepare_data's own flags must be known before it hands the unknown ones to Beam:
     # --help was once taken for a Beam option, and the missing --output_dir refused instead
     result = subprocess.run([sys.executable, "-m", module, flag], cwd=REPO_ROOT,
                             env=without_tensorflow, capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr[-2000:]
     assert result.stdout.startswith(first_line), result.stdout[:500]
-    assert re.search(r"^  --output_dir: ", result.stdout, re.MULTILINE), result.stdout
+    assert re.search(rf"^  --{listed}: ", result.stdout, re.MULTILINE), result.stdout
     assert "--test_tmpdir" not in result.stdout  # absl's own flags stay in --helpfull
     assert result.stderr.strip() == "", result.stderr[-2000:]
 
@@ -198,6 +202,14 @@ def test_missing_model_dir_is_one_line_and_exit_2(given, words):
      "error: --jpeg_quality=0 must be from 1 to 100; give e.g. 95 (the default)"),
     ("recipes.resnet.convert", ["--digits", "--output_dir=OUT", "photos/"],
      "error: unexpected arguments photos/: all options are --flags (see --help)"),
+    ("recipes.bert.ecosystem_export", [],
+     "error: --model_dir is required: the --model_dir of the pretraining run to export"),
+    ("recipes.bert.ecosystem_export", ["--model_dri=OUT"],
+     "error: Unknown command line flag 'model_dri'. Did you mean: model_dir ?; see --help"),
+    ("recipes.bert.ecosystem_export", ["--model_dir=OUT", "run2"],
+     "error: unexpected arguments run2: all options are --flags (see --help)"),
+    ("recipes.bert.ecosystem_export", ["--model_dir=~/runs/bert"],
+     "error: --model_dir=~/runs/bert: '~' is not expanded here"),
 ])
 def test_data_programs_answer_flag_mistakes_before_tensorflow_loads(
         module, args, line, without_tensorflow, tmp_path):

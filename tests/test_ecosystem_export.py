@@ -144,7 +144,6 @@ def test_fine_tuning_from_a_directory_that_is_no_pretraining_run_is_one_line(tmp
         finetune_data.PretrainingRun(str(tmp_path))
 
 
-@pytest.mark.slow  # a fresh process
 @pytest.mark.parametrize("args", [[], ["--model_dir="]], ids=["left-out", "empty"])
 def test_the_command_without_a_model_dir_is_one_line_saying_what_it_is(args):
     """absl's words were "flag --model_dir=None: Flag --model_dir must have a value other

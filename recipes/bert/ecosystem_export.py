@@ -26,7 +26,14 @@ Loading the pair needs the tensorflow-text ops (`import tensorflow_text`). The e
 `pooled_output` is the pooler pretraining trained (recipes/bert/model.py).
 """
 
-from recipes.common import startup  # noqa: F401  (before TensorFlow: legacy Keras, quiet C++)
+if __name__ == "__main__":  # --help and flag mistakes answered before TensorFlow loads
+    from recipes.common import startup  # (before TensorFlow: its start-up lines off the console)
+    from recipes.bert import ecosystem_export_flags
+
+    startup.check_program_flags(ecosystem_export_flags.define_flags,
+                                ecosystem_export_flags.check_flags)
+
+from recipes.common import startup  # noqa: F401,E402  (before TensorFlow: legacy Keras, quiet C++)
 
 import contextlib  # noqa: E402
 import logging  # noqa: E402
@@ -41,6 +48,7 @@ from absl import logging as absl_logging  # noqa: E402
 from official.nlp.configs import encoders  # noqa: E402
 from official.nlp.tools import export_tfhub_lib  # noqa: E402
 
+from recipes.bert import ecosystem_export_flags  # noqa: E402
 from recipes.bert import model as model_lib  # noqa: E402
 from recipes.bert import vocabulary  # noqa: E402
 from recipes.common import errors  # noqa: E402
@@ -221,18 +229,13 @@ def export_pretraining_run(model_dir):
 
 
 def _main(argv):
-    if len(argv) > 1:
-        raise UserError(f"unexpected arguments {argv[1:]}; all options are --flags")
+    ecosystem_export_flags.check_flags(flags.FLAGS, argv[1:])
     # TensorFlow's and Keras' INFO and WARNING lines of loading and writing SavedModels
     absl_logging.set_verbosity(absl_logging.ERROR)
     tf.get_logger().setLevel("ERROR")
-    if not flags.FLAGS.model_dir:  # None, or empty (an unset $VAR)
-        raise UserError("--model_dir is required: the --model_dir of the pretraining run to "
-                        "export (see --help)")
-    storage.refuse_unexpanded_home("--model_dir", flags.FLAGS.model_dir)
     export_pretraining_run(flags.FLAGS.model_dir)
 
 
 if __name__ == "__main__":
-    flags.DEFINE_string("model_dir", None, "A pretraining run's --model_dir.")
+    ecosystem_export_flags.define_flags()
     errors.run(_main)

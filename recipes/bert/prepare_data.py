@@ -245,7 +245,8 @@ def _corpus_files(input_path, output_dir):
                 f"--output_dir={output_dir} is where --input_path={input_path} reads corpus "
                 "text: the vocab.txt written there would be a document of the next "
                 "preparation; give an --output_dir outside the corpus")
-    logging.info("Corpus: %d file(s) from %s.", len(files), source)
+    logging.info("Corpus: %s from %s.", "1 file" if len(files) == 1 else f"{len(files):,} files",
+                 source)
     return files, source
 
 
@@ -289,7 +290,7 @@ def _write_vocabulary(tokens, vocab_file, output_dir):
         vocabulary.write_vocabulary(tokens, vocab_path)
     elif os.path.abspath(vocab_file) != os.path.abspath(vocab_path):
         shutil.copyfile(vocab_file, vocab_path)
-    logging.info("Vocabulary: %d pieces in %s.", len(tokens), vocab_path)
+    logging.info("Vocabulary: %s pieces in %s.", f"{len(tokens):,}", vocab_path)
     return vocab_path
 
 
@@ -368,16 +369,16 @@ def _write_metadata(prepared, metadata_path):
 
 def _log_finished(prepared, output_dir, seconds, beam):
     logging.info(
-        "Wrote %d training sequences (%d documents) and %d held-out sequences (%d "
-        "documents) from %d words to %s in %.1f s (%.0f words/s, %s).",
-        prepared.num_train_sequences,
-        prepared.num_train_documents,
-        prepared.num_eval_sequences,
-        prepared.num_eval_documents,
-        prepared.num_words,
+        "Wrote %s training sequences (%s documents) and %s held-out sequences (%s "
+        "documents) from %s words to %s in %.1f s (%s words/s, %s).",
+        f"{prepared.num_train_sequences:,}",
+        f"{prepared.num_train_documents:,}",
+        f"{prepared.num_eval_sequences:,}",
+        f"{prepared.num_eval_documents:,}",
+        f"{prepared.num_words:,}",
         output_dir,
         seconds,
-        prepared.num_words / max(seconds, 1e-9),
+        f"{prepared.num_words / max(seconds, 1e-9):,.0f}",
         "single process" if beam is None else f"Beam, {beam.runner}",
     )
 
