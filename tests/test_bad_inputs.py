@@ -343,7 +343,7 @@ EVALUATION_WRITES = ("exclusions.txt", "eval")
 # sentence pairs, once the preparation has made them): the directory keeps the files of
 # the work done until then (TensorBoard's, the unfinished preparation's directory,
 # tensorflow.log); every other row leaves no --model_dir behind.
-FOUND_IN_THE_DATA = {"corpus-without-sentence-pairs", "resnet-later-record-not-a-jpeg"}
+FOUND_IN_THE_DATA = {"resnet-later-record-not-a-jpeg"}
 # Missing data files (configured, or a corpus to prepare) and a micro-batch that does not
 # divide the global batch: found before
 # the strategy is made (a TPU connected), so the console shows the error line alone, without

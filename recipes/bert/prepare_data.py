@@ -146,7 +146,7 @@ def prepare_pretraining_data(
     beam = _Beam(beam_options, output_dir) if beam_options is not None else None
     tokens = vocabulary.read_vocabulary(vocab_file) if vocab_file is not None else None
     started = time.time()
-    with _removed_if_refused(output_dir):  # a corpus refused: no empty --output_dir left
+    with _removed_if_refused(output_dir):  # a corpus refused: no --output_dir left behind
         _check_no_vocabulary_of_the_users(output_dir, vocab_file)
         files, source = _corpus_files(input_path, output_dir)  # a bad path: before any file
         _check_no_earlier_shards(output_dir, num_shards)
@@ -160,18 +160,19 @@ def prepare_pretraining_data(
             summaries, counts = _summarize(
                 files, seed, heldout_fraction, lower_case, tokens is None, progress
             )
-    corpus_counts = _CorpusCounts(source, summaries)
-    tokens = tokens or _learn_vocabulary(counts, vocab_size, corpus_counts)
-    # Pass 2: chunks -> pairs, masks -> shards.
-    settings = chunk_records.RecordSettings(
-        vocab_tokens=tuple(tokens), lower_case=lower_case, seq_length=seq_length,
-        max_predictions_per_seq=max_predictions_per_seq, masked_lm_prob=masked_lm_prob,
-        short_seq_prob=short_seq_prob, dupe_factor=dupe_factor, num_shards=num_shards, seed=seed,
-    )
-    plan = chunks.ChunkPlan.from_summaries(summaries, chunk_sentences)
-    num_sequences = _write_shards(
-        beam, files, plan, settings, output_dir, heldout_fraction, progress, corpus_counts
-    )
+        corpus_counts = _CorpusCounts(source, summaries)
+        tokens = tokens or _learn_vocabulary(counts, vocab_size, corpus_counts)
+        # Pass 2: chunks -> pairs, masks -> shards.
+        settings = chunk_records.RecordSettings(
+            vocab_tokens=tuple(tokens), lower_case=lower_case, seq_length=seq_length,
+            max_predictions_per_seq=max_predictions_per_seq, masked_lm_prob=masked_lm_prob,
+            short_seq_prob=short_seq_prob, dupe_factor=dupe_factor, num_shards=num_shards,
+            seed=seed,
+        )
+        plan = chunks.ChunkPlan.from_summaries(summaries, chunk_sentences)
+        num_sequences = _write_shards(
+            beam, files, plan, settings, output_dir, heldout_fraction, progress, corpus_counts
+        )
     vocab_path = _write_vocabulary(tokens, vocab_file, output_dir)  # with the shards in place
     prepared = _prepared_data(output_dir, settings, vocab_path, num_sequences, corpus_counts)
     _write_metadata(prepared, metadata_path)
@@ -219,16 +220,16 @@ def _remove_finished_mark(output_dir):
 
 @contextlib.contextmanager
 def _removed_if_refused(output_dir):
-    """On a UserError, removes `output_dir` if this run made it and wrote no file in it, as
-    the directories below it without a file (a file keeps its directories)."""
+    """On a UserError, removes `output_dir` with what is in it if this run made it (all of
+    it is this run's: the embedded corpus's text, no finished shard), so that a refused
+    preparation leaves no directory behind; an `output_dir` that existed is left as it is
+    (`_write_shards` removes its unfinished shards)."""
     made = not os.path.exists(output_dir)
     try:
         yield
     except errors.UserError:
-        walk = os.walk(output_dir, topdown=False) if made else ()
-        for root, _, _ in walk:
-            if not os.listdir(root):
-                os.rmdir(root)
+        if made and os.path.isdir(output_dir):
+            shutil.rmtree(output_dir)
         raise
 
 
