@@ -161,7 +161,8 @@ def refuse_keywords(optimizer_name, keras_kwargs):
     """Refuse the keywords that mean another algorithm or another Keras API, naming the fix.
 
     Keras' decoupled `weight_decay` decays outside the trust ratio (not LAMB/LARS); the
-    legacy optimizers' keywords (`LEGACY_KEYWORDS`) do not exist in the new base classes.
+    legacy optimizers' keywords (`LEGACY_KEYWORDS`) do not exist in the new base classes, and
+    their `lr` (Model Garden's LAMB reads it as `learning_rate`; tf_keras' base would drop it).
     A value that asks for nothing (None, 0, an empty list) is dropped instead: peers' saved
     configs hold them (Model Garden's LAMB and LARS write `decay=0.0`).
     """
@@ -174,6 +175,14 @@ def refuse_keywords(optimizer_name, keras_kwargs):
             + (f"weight_decay_rate={value!r}" if number else "weight_decay_rate (a number; 0.0 "
                "for none)") + " instead."
         )
+    # the legacy optimizers' (and Model Garden's LAMB's) name for the learning rate: tf_keras'
+    # base class drops it with only a log line, so the run would train at the default rate
+    rate = keras_kwargs.pop("lr", None)
+    if rate is not None:
+        raise ValueError(
+            f"{optimizer_name} got lr={rate!r}: `lr` is the legacy Keras optimizers' name for the "
+            f"learning rate, which {optimizer_name} does not read. Use learning_rate={rate!r} "
+            "instead.")
     if not _asks_for_nothing(keras_kwargs.pop("mesh", None)):
         raise ValueError(
             f"{optimizer_name} got mesh=...: DTensor meshes are not supported (the update runs "

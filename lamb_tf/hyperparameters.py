@@ -58,8 +58,8 @@ class LambArguments(_OwnArguments):
         ResNet-50 code).
       **keras_kwargs: the flavour's base-class keywords (`clipnorm`, `clipvalue`,
         `global_clipnorm`, `use_ema`, ...). Keras' `weight_decay` is refused: use
-        `weight_decay_rate`; so are the legacy optimizers' `decay`, `gradient_transformers`
-        and `gradient_aggregator`.
+        `weight_decay_rate`; so are the legacy optimizers' `lr` (use `learning_rate`),
+        `decay`, `gradient_transformers` and `gradient_aggregator`.
     """
 
     _OWN_ARGUMENTS = {"beta_1": arguments.beta, "beta_2": arguments.beta,

@@ -38,6 +38,9 @@ SHARED_BAD = [
      "gradient_transformers is only supported by legacy"),
     (dict(gradient_aggregator=lambda gv: gv), ValueError,
      "gradient_aggregator is only supported by legacy"),
+    # the legacy `lr` (Model Garden's LAMB reads it; tf_keras' base would silently drop it)
+    (dict(lr=0.1), ValueError, "got lr=0.1: `lr` is the legacy Keras optimizers' name"),
+    (dict(lr=0.1), ValueError, "Use learning_rate=0.1 instead"),
     (dict(learning_rate=[0.1]), TypeError, "learning_rate must be a real number, got [0.1]"),
     # a bool is a Python int, and a flag set in the wrong place: not taken as 1.0 or 0.0
     (dict(learning_rate=True), TypeError, "learning_rate must be a real number, got True (bool)"),
@@ -111,6 +114,21 @@ def test_scalar_tensors_and_arrays_are_taken_as_numbers(flavour_name):
     assert config["weight_decay_rate"] == pytest.approx(0.01)
     with pytest.raises(TypeError, match="beta_1 must be a real number"):
         module.LAMB(beta_1=tf.constant([0.9, 0.9]))
+
+
+@pytest.mark.parametrize("flavour_name", FLAVOURS)
+@pytest.mark.parametrize("optimizer_name", ["LAMB", "LARS"])
+def test_the_legacy_lr_keyword_never_leaves_the_default_rate_in_force(flavour_name, optimizer_name):
+    """Model Garden's LAMB(lr=0.1) trains at 0.1; tf_keras' base class drops `lr` with a log
+    line, so without the check a swapped-in optimizer would train at its default rate.
+    `lr=None` asks for nothing and is accepted, the rate staying learning_rate's."""
+    optimizer_class = getattr(FLAVOURS[flavour_name]().module, optimizer_name)
+    with pytest.raises(ValueError, match=re.escape("Use learning_rate=0.1 instead")):
+        optimizer_class(lr=0.1)
+    with pytest.raises(ValueError, match=re.escape("Use learning_rate=0 instead")):
+        optimizer_class(lr=0)  # a rate of 0 is a rate: not dropped as "nothing"
+    config = optimizer_class(learning_rate=0.25, lr=None).get_config()
+    assert float(config["learning_rate"]) == 0.25
 
 
 def test_a_keras3_variable_rate_in_a_tf_keras_optimizer_is_refused():
