@@ -20,7 +20,6 @@ from lamb_tf import compiled_updates
 from lamb_tf import exclusions
 from lamb_tf import hyperparameters
 from lamb_tf import layerwise
-from lamb_tf import update_rules
 
 
 def variable_path(variable):
@@ -144,8 +143,8 @@ class _LayerwiseOptimizer(layerwise.LayerwiseMixin, keras.optimizers.Optimizer):
 
     def _prepare(self, gradient, variable):
         """(index, dense gradient in the variable's dtype), as the built-in optimizers cast."""
-        gradient = update_rules.dense_gradient(gradient, variable.shape)
-        return self._get_variable_index(variable), tf.cast(gradient, variable.dtype)
+        return (self._get_variable_index(variable),
+                layerwise.dense_gradient_for(gradient, variable, self._variable_path(variable)))
 
     def get_config(self):
         config = super().get_config()

@@ -13,11 +13,25 @@ import tensorflow as tf
 
 from lamb_tf import arguments
 from lamb_tf import exclusions
+from lamb_tf import update_rules
 
 
 def name_without_suffix(variable):
     """A tf.Variable's name without the `:0` suffix (tf_keras' full path)."""
     return re.sub(r":\d+$", "", variable.name)
+
+
+def dense_gradient_for(gradient, variable, path):
+    """`gradient` dense (`update_rules.dense_gradient`) in the variable's dtype, or a
+    ValueError naming the variable and both shapes when they cannot match (otherwise the
+    error would surface inside the update's ops, or its XLA trace, naming neither)."""
+    gradient = update_rules.dense_gradient(gradient, variable.shape)
+    gradient = tf.convert_to_tensor(gradient)
+    if not gradient.shape.is_compatible_with(variable.shape):
+        raise ValueError(f"the gradient for {path} has shape {gradient.shape}, not the "
+                         f"variable's shape {variable.shape}: is it paired with the right "
+                         "variable in apply_gradients?")
+    return tf.cast(gradient, variable.dtype)
 
 
 class LayerwiseMixin:

@@ -22,7 +22,6 @@ from lamb_tf import compiled_updates
 from lamb_tf import hyperparameters
 from lamb_tf import layerwise
 from lamb_tf import schedules
-from lamb_tf import update_rules
 
 
 class _LayerwiseOptimizer(layerwise.LayerwiseMixin, tf_keras.optimizers.Optimizer):
@@ -140,8 +139,8 @@ class _LayerwiseOptimizer(layerwise.LayerwiseMixin, tf_keras.optimizers.Optimize
 
     def _prepare(self, gradient, variable):
         """(index, dense gradient in the variable's dtype), as the built-in optimizers cast."""
-        gradient = update_rules.dense_gradient(gradient, variable.shape)
-        return self._index_dict[self._var_key(variable)], tf.cast(gradient, variable.dtype)
+        return (self._index_dict[self._var_key(variable)],
+                layerwise.dense_gradient_for(gradient, variable, self._variable_path(variable)))
 
 
 @tf_keras.saving.register_keras_serializable(package="lamb_tf")
