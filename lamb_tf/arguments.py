@@ -196,6 +196,27 @@ def refuse_keywords(optimizer_name, keras_kwargs):
     return keras_kwargs
 
 
+# The flavours' base-class keywords that their base classes take without a check (a
+# negative `clipnorm` clips every gradient to nothing; `use_ema="no"` is truthy): {keyword:
+# its check}. None (unset) is left to the base class, as is what it checks itself
+# (`ema_momentum`, `ema_overwrite_frequency`, one clipping option at most in Keras 3).
+BASE_KEYWORD_CHECKS = {
+    "clipnorm": positive,
+    "clipvalue": positive,
+    "global_clipnorm": positive,
+    "loss_scale_factor": positive,
+    "use_ema": boolean,
+    "gradient_accumulation_steps": lambda name, value: integer_at_least(name, value, 2),
+}
+
+
+def base_keywords(keras_kwargs):
+    """`keras_kwargs` with each of `BASE_KEYWORD_CHECKS` that is set through its check."""
+    return {keyword: (value if value is None or keyword not in BASE_KEYWORD_CHECKS
+                      else BASE_KEYWORD_CHECKS[keyword](keyword, value))
+            for keyword, value in keras_kwargs.items()}
+
+
 def _asks_for_nothing(value):
     if isinstance(value, (list, tuple)):
         return not value

@@ -144,7 +144,7 @@ class _LayerwiseOptimizer(layerwise.LayerwiseMixin, keras.optimizers.Optimizer):
     def _prepare(self, gradient, variable):
         """(index, dense gradient in the variable's dtype), as the built-in optimizers cast."""
         return (self._get_variable_index(variable),
-                layerwise.dense_gradient_for(gradient, variable, self._variable_path(variable)))
+                layerwise.dense_gradient_for(gradient, variable, self._variable_path))
 
     def get_config(self):
         config = super().get_config()

@@ -21,16 +21,16 @@ def name_without_suffix(variable):
     return re.sub(r":\d+$", "", variable.name)
 
 
-def dense_gradient_for(gradient, variable, path):
+def dense_gradient_for(gradient, variable, variable_path):
     """`gradient` dense (`update_rules.dense_gradient`) in the variable's dtype, or a
-    ValueError naming the variable and both shapes when they cannot match (otherwise the
-    error would surface inside the update's ops, or its XLA trace, naming neither)."""
-    gradient = update_rules.dense_gradient(gradient, variable.shape)
-    gradient = tf.convert_to_tensor(gradient)
+    ValueError naming the variable (`variable_path(variable)`, called only then) and both
+    shapes when they cannot match (otherwise the error would surface inside the update's
+    ops, or its XLA trace, naming neither)."""
+    gradient = tf.convert_to_tensor(update_rules.dense_gradient(gradient, variable.shape))
     if not gradient.shape.is_compatible_with(variable.shape):
-        raise ValueError(f"the gradient for {path} has shape {gradient.shape}, not the "
-                         f"variable's shape {variable.shape}: is it paired with the right "
-                         "variable in apply_gradients?")
+        raise ValueError(f"the gradient for {variable_path(variable)} has shape "
+                         f"{gradient.shape}, not the variable's shape {variable.shape}: is it "
+                         "paired with the right variable in apply_gradients?")
     return tf.cast(gradient, variable.dtype)
 
 
@@ -50,7 +50,7 @@ class LayerwiseMixin:
                                    exclude_from_weight_decay, exclude_from_layer_adaptation,
                                    keras_kwargs):
         """(learning_rate, keras_kwargs, checked attributes) after every shared check."""
-        keras_kwargs = arguments.refuse_keywords(name, dict(keras_kwargs))
+        keras_kwargs = arguments.base_keywords(arguments.refuse_keywords(name, dict(keras_kwargs)))
         learning_rate = arguments.learning_rate(learning_rate, self._SCHEDULE_CLASS,
                                                 self._VARIABLE_CLASSES)
         checked = {

@@ -140,7 +140,7 @@ class _LayerwiseOptimizer(layerwise.LayerwiseMixin, tf_keras.optimizers.Optimize
     def _prepare(self, gradient, variable):
         """(index, dense gradient in the variable's dtype), as the built-in optimizers cast."""
         return (self._index_dict[self._var_key(variable)],
-                layerwise.dense_gradient_for(gradient, variable, self._variable_path(variable)))
+                layerwise.dense_gradient_for(gradient, variable, self._variable_path))
 
 
 @tf_keras.saving.register_keras_serializable(package="lamb_tf")

@@ -47,6 +47,12 @@ SHARED_BAD = [
     (dict(weight_decay_rate=False), TypeError,
      "weight_decay_rate must be a real number, got False (bool)"),
     (dict(mesh=object()), ValueError, "DTensor meshes are not supported"),
+    # the base classes' keywords they take unchecked (a negative clip zeroes every gradient)
+    (dict(clipnorm=-1.0), ValueError, "clipnorm must be > 0, got -1.0"),
+    (dict(clipnorm="1"), TypeError, "clipnorm must be a real number, got '1'"),
+    (dict(clipvalue=0.0), ValueError, "clipvalue must be > 0, got 0.0"),
+    (dict(global_clipnorm=-5), ValueError, "global_clipnorm must be > 0, got -5"),
+    (dict(use_ema="yes"), TypeError, "use_ema must be True or False, got 'yes'"),
 ]
 LAMB_BAD = SHARED_BAD + [
     (dict(beta_1=1.0), ValueError, "beta_1 must be in [0, 1), got 1.0"),
@@ -129,6 +135,27 @@ def test_the_legacy_lr_keyword_never_leaves_the_default_rate_in_force(flavour_na
         optimizer_class(lr=0)  # a rate of 0 is a rate: not dropped as "nothing"
     config = optimizer_class(learning_rate=0.25, lr=None).get_config()
     assert float(config["learning_rate"]) == 0.25
+
+
+@pytest.mark.parametrize("flavour_name", FLAVOURS)
+def test_base_class_keywords_that_are_set_are_checked_and_still_reach_the_base(flavour_name):
+    """The base classes took a negative clipnorm (every gradient clipped to nothing) and a
+    truthy string as use_ema; a valid value is the base class's, as before."""
+    module = FLAVOURS[flavour_name]().module
+    config = module.LAMB(clipnorm=2, use_ema=True, ema_momentum=0.5).get_config()
+    assert (config["clipnorm"], config["use_ema"], config["ema_momentum"]) == (2.0, True, 0.5)
+    assert module.LARS(global_clipnorm=np.float32(1.5)).get_config()["global_clipnorm"] == 1.5
+    assert module.LAMB(clipnorm=None).get_config()["clipnorm"] is None
+
+
+def test_keras3_only_base_keywords_are_checked_too():
+    module = FLAVOURS["keras3"]().module
+    with pytest.raises(ValueError, match=re.escape("loss_scale_factor must be > 0, got -1.0")):
+        module.LAMB(loss_scale_factor=-1)
+    with pytest.raises(TypeError, match="gradient_accumulation_steps must be an integer, got '2'"):
+        module.LAMB(gradient_accumulation_steps="2")
+    config = module.LAMB(loss_scale_factor=128, gradient_accumulation_steps=2).get_config()
+    assert (config["loss_scale_factor"], config["gradient_accumulation_steps"]) == (128.0, 2)
 
 
 def test_a_keras3_variable_rate_in_a_tf_keras_optimizer_is_refused():
