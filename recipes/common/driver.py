@@ -11,6 +11,7 @@ Re-running the same command resumes from the newest checkpoint in --model_dir. F
 read once (`flags.read_options`) and passed down as values.
 """
 
+import contextlib
 import json
 import math
 import os
@@ -306,14 +307,26 @@ def run(task_class, options):
         print(f"resolved config:\n{config_lib.format_config(task.config)}", flush=True)
     strategy_lib.log_batch_plan(strategy, plan)
     new_model_dir = not tf.io.gfile.exists(options.model_dir)
-    try:
-        with strategy_lib.WorkerDirectory(options.model_dir, strategy) as work_dir, \
-                native_log.to_file(work_dir.path, options.verbose):  # C++ log lines: to a file
-            return _Run(task, options, strategy, plan, work_dir.path).execute()
-    except UserError:  # found in task.prepare: the chief leaves no new --model_dir behind
-        if new_model_dir and strategy_lib.is_chief(strategy):
-            native_log.remove_if_only_log(options.model_dir)
-        raise
+    with _exclusive_use(options.model_dir, strategy):  # refused: the other run's, untouched
+        try:
+            with strategy_lib.WorkerDirectory(options.model_dir, strategy) as work_dir, \
+                    native_log.to_file(work_dir.path, options.verbose):  # C++ log: to a file
+                return _Run(task, options, strategy, plan, work_dir.path).execute()
+        except UserError:  # found in task.prepare: the chief leaves no new --model_dir behind
+            if new_model_dir and strategy_lib.is_chief(strategy):
+                native_log.remove_if_only_log(options.model_dir)
+            raise
+
+
+def _exclusive_use(model_dir, strategy):
+    """The chief's hold on --model_dir for the whole run (`storage.exclusive_use`): a second
+    run, evaluation or export into it at the same time is refused in one line. (The other
+    workers of a multi-worker run write into directories of their own.)"""
+    if not strategy_lib.is_chief(strategy):
+        return contextlib.nullcontext()
+    return storage.exclusive_use(
+        "--model_dir", model_dir, "wait for it to finish or stop it (a training run resumes "
+        "from its newest checkpoint), or give another --model_dir")
 
 
 def describe_noise_scale(global_batch_size, noise_scale):

@@ -16,6 +16,8 @@ parallel read cost a batch 1.04-1.24x and 1.06-1.13x the CPU time (docs/performa
 "Reading the files in turn").
 """
 
+import contextlib
+import fcntl
 import os
 import tempfile
 
@@ -53,6 +55,31 @@ def check_writable(setting, directory):
     if problem:
         raise UserError(f"{setting}: {problem}; give a directory you can write (it is created "
                         "if missing)")
+
+
+@contextlib.contextmanager
+def exclusive_use(setting, directory, advice):
+    """Holds an exclusive lock on the local `directory` (made if missing) while the block
+    runs, so that a second process of the project's programs that asks for it at the same
+    time gets a UserError naming `setting` (with `advice`: what to do) instead of writing
+    its files over the first one's. The lock is the operating system's (`flock` on the
+    directory itself: no lock file, and none left behind by a killed process); a remote URL
+    (gs://) is not locked."""
+    if not all_local([directory]):
+        yield
+        return
+    path = str(directory).removeprefix("file://")
+    os.makedirs(path, exist_ok=True)
+    descriptor = os.open(path, os.O_RDONLY)
+    try:
+        try:
+            fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise UserError(f"{setting}={directory} is in use by another process of this "
+                            f"program, which still writes there; {advice}") from None
+        yield
+    finally:
+        os.close(descriptor)  # (releases the lock)
 
 
 def check_no_earlier_shards(setting, output_dir, pattern, shards):
