@@ -136,10 +136,27 @@ def changed_keys(old, new, prefix=""):
     return changes
 
 
+def _read_text(path):
+    """The text of the file at `path`: local, or remote (gs://: a run's config.yaml on Cloud
+    Storage, which the driver reads back to resume, evaluate or export it) through
+    TensorFlow's file systems, imported only then (this module is imported before it)."""
+    if storage.all_local([path]):
+        with open(path, encoding="utf-8") as f:
+            return f.read()
+    import tensorflow as tf  # pylint: disable=import-outside-toplevel
+
+    try:
+        with tf.io.gfile.GFile(path, "rb") as f:
+            return f.read().decode("utf-8")
+    except tf.errors.NotFoundError:
+        raise FileNotFoundError(path) from None
+    except tf.errors.OpError as error:
+        raise OSError(0, error.message) from None
+
+
 def _read_yaml_file(path):
     try:
-        with open(path, encoding="utf-8") as f:
-            text = f.read()
+        text = _read_text(path)
     except FileNotFoundError:
         raise UserError(
             f"config file {path!r} does not exist; check --config_file "
