@@ -82,13 +82,27 @@ def load_task(task_class, options):
         raise UserError(f"{task_class.__name__}.config_class is not set: give the recipe's "
                         "config schema, a dataclass with the sections of recipes.common.schema")
     config = config_lib.load_config(
-        task_class.config_class, options.config_files, options.params_override,
-        renamed_keys=schema.RENAMED_KEYS,
+        task_class.config_class, options.config_files or runs_own_config(task_class, options),
+        options.params_override, renamed_keys=schema.RENAMED_KEYS,
     )
     schema.check(config)
     task = task_class(config)
     task.check_config()
     return task
+
+
+def runs_own_config(task_class, options):
+    """Without --config_file: (the config.yaml of the run in --model_dir,) when there is one
+    of this program's, so that `--model_dir=RUN --mode=eval` (or a resume) is the run as it
+    was trained, --params_override on top; else () (the schema's defaults)."""
+    saved = os.path.join(options.model_dir or "", "config.yaml")
+    if options.config_files or not options.model_dir or not tf.io.gfile.exists(saved):
+        return ()
+    try:
+        config_lib.load_config(task_class.config_class, [saved])
+    except UserError:  # another program's, or damaged: check_same_program names it
+        return ()
+    return (saved,)
 
 
 def check_task_methods(task, mode):
@@ -291,6 +305,9 @@ def run(task_class, options):
         absl_logging.set_verbosity(absl_logging.WARNING)
         tf.get_logger().setLevel("WARNING")
     task = load_task(task_class, options)
+    if runs_own_config(task_class, options):
+        print(f"config: the run's own {os.path.join(options.model_dir, 'config.yaml')} (no "
+              "--config_file given)", flush=True)
     check_task_methods(task, options.mode)
     check_model_dir(options.model_dir, options.mode)
     check_same_program(task, options.model_dir)  # before what would be said of its run
