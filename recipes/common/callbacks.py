@@ -234,32 +234,44 @@ def write_scalars(writer, step, scalars):
 
 class ProgressLine(tf_keras.callbacks.Callback):
     """One console line every `every` optimizer steps (and at the last step): the step,
-    every scalar of the step's logs by name, seconds per step and the time left. Plain
-    lines (no redrawn progress bar), so a log file reads like the terminal."""
+    every scalar of the step's logs by name (Keras' `fit` logs: the loss and metrics are
+    means over the steps of the current checkpoint chunk so far, other scalars such as
+    `global_gradient_norm` the step's own), seconds per step and the time left. Plain
+    lines (no redrawn progress bar), so a log file reads like the terminal.
+
+    Seconds per step are timed from the end of this process's first step, so that its
+    tracing and compiling (seconds, once) do not inflate every figure and the time left;
+    a line at that first step itself says that its time includes them."""
 
     def __init__(self, total_steps, every):
         super().__init__()
         self._total, self._every = total_steps, max(1, every)
-        self._start = None
+        self._start = self._first_step_end = None  # (step, time) in this process
 
     def on_train_begin(self, logs=None):
-        if self._start is None:  # the first chunk of this process (tracing time included)
+        if self._start is None:  # the first chunk of this process
             self._start = (int(self.model.optimizer.iterations.numpy()), time.perf_counter())
 
     def on_train_batch_end(self, batch, logs=None):
         step = int(self.model.optimizer.iterations.numpy())
         now = time.perf_counter()
+        if self._first_step_end is None:
+            self._first_step_end = (step, now)
         if step % self._every and step != self._total:
             return
-        first_step, start_time = self._start
-        per_step = (now - start_time) / max(1, step - first_step)
+        first_step, first_time = self._first_step_end
+        timing = ""
+        if step == first_step:  # only the first step timed so far: tracing included
+            first_step, first_time = self._start
+            timing = " (with tracing)"
+        per_step = (now - first_time) / max(1, step - first_step)
         scalars = " ".join(
             f"{name}={float(value):.4g}"
             for name, value in (logs or {}).items()
             if _is_scalar(value)
         )
         print(
-            f"step {step}/{self._total}  {scalars}  {per_step:.2f} s/step, "
+            f"step {step}/{self._total}  {scalars}  {per_step:.2f} s/step{timing}, "
             f"{_duration(per_step * (self._total - step))} left",
             flush=True,
         )
