@@ -267,7 +267,7 @@ def test_the_recipes_console_says_a_negative_estimate_is_not_a_noise_scale():
     from recipes.common import driver
 
     assert (driver.describe_noise_scale(2048, 1270.4)
-            == "batch 2,048; measured noise scale ≈ 1,270")
+            == "batch 2,048; measured noise scale ≈ 1,270 examples")
     for estimate, shown in [(-275.0, "-275"), (float("nan"), "nan")]:
         line = driver.describe_noise_scale(4, estimate)
         assert line.startswith(f"batch 4; noise scale not measurable yet (estimate {shown}: ")

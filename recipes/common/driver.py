@@ -350,7 +350,8 @@ def describe_noise_scale(global_batch_size, noise_scale):
     """The console's line for the run's last gradient-noise-scale estimate: a negative (or
     not finite) one is no scale yet, while |G|² or tr(Σ) is below its noise."""
     if math.isfinite(noise_scale) and noise_scale > 0:
-        return f"batch {global_batch_size:,}; measured noise scale ≈ {noise_scale:,.0f}"
+        return (f"batch {global_batch_size:,}; measured noise scale ≈ {noise_scale:,.0f} "
+                "examples")
     return (f"batch {global_batch_size:,}; noise scale not measurable yet (estimate "
             f"{noise_scale:,.0f}: the gradient norms are still mostly noise; it settles with "
             "more updates)")
