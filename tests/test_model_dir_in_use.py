@@ -52,3 +52,22 @@ def test_a_run_into_a_model_dir_in_use_is_one_line_and_touches_nothing(tmp_path)
         "still writes there; wait for it to finish or stop it (a training run resumes from "
         "its newest checkpoint), or give another --model_dir"]
     assert os.listdir(model_dir) == ["notes.txt"]
+
+
+@pytest.mark.parametrize("mode, writes", [("eval", "its tensorflow.log, results.json"),
+                                          ("export", "its tensorflow.log")])
+def test_evaluating_a_run_in_a_read_only_directory_says_to_copy_it(tmp_path, monkeypatch,
+                                                                    mode, writes):
+    """An archived run (a read-only mount) was told to "give a directory you can write", as
+    if its checkpoints were not there."""
+    from recipes.common import driver
+
+    problem = f"cannot write in {tmp_path} (Read-only file system)"
+    monkeypatch.setattr(storage, "local_directory_problem", lambda directory: problem)
+    with pytest.raises(UserError) as raised:
+        driver.check_model_dir(str(tmp_path), mode)
+    assert str(raised.value) == (
+        f"--model_dir={tmp_path}: {problem}; --mode={mode} writes there too ({writes}): copy "
+        "the run to a directory you can write (cp -r) and give that")
+    with pytest.raises(UserError, match="give a directory you can write"):  # a new run
+        driver.check_model_dir(str(tmp_path), "train")

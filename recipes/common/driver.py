@@ -125,6 +125,12 @@ def check_task_methods(task, mode):
 def check_model_dir(model_dir, mode):
     """A UserError, before any work, for a --model_dir that cannot be a directory, that
     cannot be written (or created) or, for eval / export, holds no checkpoint."""
+    problem = storage.local_directory_problem(model_dir)
+    if problem and mode in ("eval", "export") and tf.io.gfile.exists(model_dir):
+        raise UserError(  # an archived run, say: its checkpoints are read, but not only
+            f"--model_dir={model_dir}: {problem}; --mode={mode} writes there too (its "
+            f"tensorflow.log{', results.json' if mode == 'eval' else ''}): copy the run to a "
+            "directory you can write (cp -r) and give that")
     storage.check_writable(f"--model_dir={model_dir}", model_dir)
     if tf.io.gfile.exists(os.path.join(model_dir, "params.yaml")) and not tf.io.gfile.exists(
             os.path.join(model_dir, "config.yaml")):
