@@ -759,6 +759,36 @@ def test_ctrl_c_is_one_line_naming_the_finished_runs_and_the_resume(fake_recipe,
     assert "[1/8] lamb_b8_lr0.1_w1_s1" in out
 
 
+@pytest.mark.slow  # runs the fake recipe in processes
+def test_sigterm_to_the_study_stops_its_runs_and_is_one_line_exit_143(fake_recipe, tmp_path):
+    """SIGTERM to the study alone (not its process group): it stops the run under way (with
+    SIGTERM: a recipe saves its step), waits for it, and says what Ctrl-C says."""
+    study_dir = str(tmp_path / "study")
+    argv = [sys.executable, "-c", FAKE_STUDY_PROGRAM, *TINY_GRID, f"--study_dir={study_dir}"]
+    hanging = os.path.join(study_dir, runner.RUNS_SUBDIR, "lamb_b8_lr0.4_w1_s1", "starts")
+    process = subprocess.Popen(
+        argv, env={**os.environ, "STUDY_FAKE_HANG_ABOVE_LR": "0.3"}, cwd=REPO_ROOT,
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True,
+    )
+    try:
+        deadline = time.monotonic() + 300
+        while not os.path.exists(hanging) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert os.path.exists(hanging), "the study never reached its second run"
+        process.send_signal(signal.SIGTERM)
+        _, err = process.communicate(timeout=60)
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+    assert process.returncode == 143
+    runs_dir = os.path.join(study_dir, runner.RUNS_SUBDIR)
+    assert err == (f"interrupted (SIGTERM): the study stopped; runs finished so far: 1, "
+                   f"recorded in {runs_dir} (--report_only tabulates them); run the same "
+                   "command again to resume\n")
+    assert runner.finished_runs(study_dir) == ["lamb_b8_lr0.1_w1_s1"]
+
+
 def test_the_plan_and_the_shared_schema_read_without_tensorflow():
     """The study's planner checks its arguments before any recipe (and TensorFlow) loads;
     the shared config schema it reads must not pull TensorFlow in."""

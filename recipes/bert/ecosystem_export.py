@@ -233,7 +233,8 @@ def _main(argv):
     # TensorFlow's and Keras' INFO and WARNING lines of loading and writing SavedModels
     absl_logging.set_verbosity(absl_logging.ERROR)
     tf.get_logger().setLevel("ERROR")
-    export_pretraining_run(flags.FLAGS.model_dir)
+    with errors.doing("while exporting"):  # what a SIGTERM's line says
+        export_pretraining_run(flags.FLAGS.model_dir)
 
 
 if __name__ == "__main__":

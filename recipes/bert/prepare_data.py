@@ -577,23 +577,24 @@ def main(argv):
     if values.runner is not None:
         beam_options = [f"--runner={values.runner}"] + _BEAM_ARGUMENTS
     try:
-        prepared = prepare_pretraining_data(
-            values.input_path,
-            values.output_dir,
-            vocab_file=values.vocab_file,
-            vocab_size=values.vocab_size,
-            lower_case=values.lower_case,
-            seq_length=values.seq_length,
-            max_predictions_per_seq=values.max_predictions_per_seq,
-            masked_lm_prob=values.masked_lm_prob,
-            short_seq_prob=values.short_seq_prob,
-            dupe_factor=values.dupe_factor,
-            num_shards=values.num_shards,
-            heldout_fraction=values.heldout_fraction,
-            seed=values.seed,
-            chunk_sentences=values.chunk_sentences,
-            beam_options=beam_options,
-        )
+        with errors.doing("while preparing the data"):
+            prepared = prepare_pretraining_data(
+                values.input_path,
+                values.output_dir,
+                vocab_file=values.vocab_file,
+                vocab_size=values.vocab_size,
+                lower_case=values.lower_case,
+                seq_length=values.seq_length,
+                max_predictions_per_seq=values.max_predictions_per_seq,
+                masked_lm_prob=values.masked_lm_prob,
+                short_seq_prob=values.short_seq_prob,
+                dupe_factor=values.dupe_factor,
+                num_shards=values.num_shards,
+                heldout_fraction=values.heldout_fraction,
+                seed=values.seed,
+                chunk_sentences=values.chunk_sentences,
+                beam_options=beam_options,
+            )
     except ArgumentError as error:
         raise errors.UserError(f"--{error}") from None
     print(json.dumps(dataclasses.asdict(prepared), indent=2))

@@ -316,6 +316,8 @@ def run(task_class, options):
               "--config_file given)", flush=True)
     check_task_methods(task, options.mode)
     check_model_dir(options.model_dir, options.mode)
+    # Ctrl-C and SIGTERM outside training name the checkpoint a rerun goes on from
+    errors.name_newest_checkpoint(lambda: checkpoints.latest_checkpoint(options.model_dir))
     check_same_program(task, options.model_dir)  # before what would be said of its run
     if exports(task.config, options.mode):
         check_export_dir(task, options.model_dir)
@@ -323,7 +325,8 @@ def run(task_class, options):
         check_steps_left(task.config, options.model_dir)
     check_init_checkpoint(task.config, options.model_dir, options.mode)
     compare_with_saved_config(task, options.model_dir, options.mode)
-    task.check_data(options.mode, options.model_dir)  # before a TPU is connected: fails fast
+    with errors.doing("while checking the data"):  # before a TPU is connected: fails fast
+        task.check_data(options.mode, options.model_dir)
     strategy = strategy_lib.make_strategy(options.strategy, options.tpu, options.communication)
     plan = plan_batch(task.config, strategy.num_replicas_in_sync)
     if options.verbose:
@@ -401,26 +404,30 @@ class _Run:
         mode = self.options.mode
         training.set_up_randomness(self.config.train.seed, self.options.deterministic)
         tf_keras.mixed_precision.set_global_policy(self.config.runtime.precision)
-        self.task.prepare(self.model_dir, mode)
-        rows = self.build()
+        with errors.doing("while preparing the data"):
+            self.task.prepare(self.model_dir, mode)
+        with errors.doing("while building the model"):
+            rows = self.build()
         print(exclusion_report.summary(rows, self.layer_adaptation), flush=True)
         resuming = checkpoints.latest_checkpoint(self.options.model_dir) is not None
-        if mode in ("eval", "export"):
-            checkpoints.restore_latest(self.model, self.options.model_dir)
-        elif not resuming and self.config.train.init_checkpoint:
-            checkpoints.restore_weights_only(self.model, self.config.train.init_checkpoint)
+        with errors.doing("while restoring"):
+            if mode in ("eval", "export"):
+                checkpoints.restore_latest(self.model, self.options.model_dir)
+            elif not resuming and self.config.train.init_checkpoint:
+                checkpoints.restore_weights_only(self.model, self.config.train.init_checkpoint)
         train_logs, results = {}, {}
         if mode in TRAIN_MODES:
             if mode == "train_and_eval" and not resuming:
                 self.evaluate("before training")
-            train_logs = self.train()
+            with errors.doing("while training"):  # in `fit`, SIGTERM saves the step first
+                train_logs = self.train()
         # after the restore: the model fits
         exclusion_report.write(self.model_dir, rows, self.layer_adaptation)
         if mode in EVAL_MODES:
             results = self.evaluate("after training" if mode in TRAIN_MODES else "latest")
         if exports(self.config, mode):
-            self.task.export(self.config.export.dir or
-                             os.path.join(self.model_dir, self.task.export_subdir))
+            with errors.doing("while exporting"):
+                self.task.export(self.export_dir())
         if NOISE_SCALE_LOG in train_logs:
             print(describe_noise_scale(self.plan.global_batch_size,
                                        train_logs[NOISE_SCALE_LOG]), flush=True)
@@ -430,6 +437,15 @@ class _Run:
             name for name in OUTPUTS if tf.io.gfile.exists(os.path.join(self.model_dir, name))
         ), flush=True)
         return results
+
+    def export_dir(self):
+        """export.dir, or export/ (the task's `export_subdir`) in the process's model_dir.
+        A worker but the chief exports into its private directory (removed when it exits):
+        the workers run the same save calls, and an export must not remove another's
+        leftovers in the making (`export.remove_leftovers`)."""
+        if self.config.export.dir and strategy_lib.is_chief(self.strategy):
+            return self.config.export.dir
+        return os.path.join(self.model_dir, self.task.export_subdir)
 
     def build(self):
         """Builds and compiles the accumulating model; returns the exclusion table rows."""
@@ -466,6 +482,11 @@ class _Run:
 
     def evaluate(self, when):
         """Held-out metrics: printed on one line, TensorBoard `eval/`, returned as floats."""
+        with errors.doing("while evaluating"):
+            return self.evaluate_now(when)
+
+    def evaluate_now(self, when):
+        """`evaluate` itself."""
         try:
             # the input iterator deleted after evaluate returns, not inside it (as in training)
             with training.input_iterator_deleted_in_background(self.model, "test_function"):

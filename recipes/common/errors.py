@@ -3,8 +3,16 @@
 A recipe raises `UserError` for anything the user can fix (a config typo, a missing file,
 batch arithmetic that does not divide). `run(main)` turns it into a single line on stderr
 and exit status 2, with no traceback, before anything is written to `model_dir`.
+
+Stopping: Ctrl-C (KeyboardInterrupt) and SIGTERM outside training's own handler
+(`recipes.common.preemption.StopOnSigterm`, which saves the step in progress) both unwind
+the program as an exception, so that what it was writing is cleaned up (`except
+BaseException` / `finally`), and end in one line, exit status 130 or 143.
 """
 
+import contextlib
+import re
+import signal
 import sys
 
 from absl import app, flags
@@ -24,6 +32,60 @@ class WorkerLost(UserError):
 
 class Preempted(Exception):
     """The process was told to stop (SIGTERM); a checkpoint of the current step is saved."""
+
+
+class Terminated(BaseException):
+    """SIGTERM outside training (`run`'s handler raises it in the main thread, as Python
+    raises KeyboardInterrupt for Ctrl-C): data preparation, building, evaluation, export.
+    `doing` is what the program was doing (`doing`), or None."""
+
+    def __init__(self, doing=None):
+        super().__init__(doing)
+        self.doing = doing
+
+
+_activities = []  # what the program is doing, innermost last (`doing`)
+_newest_checkpoint = None  # a callable: the run's newest checkpoint path, or None
+
+
+@contextlib.contextmanager
+def doing(what):
+    """While in the block, a SIGTERM's line says the program was stopped `what` ("while
+    exporting")."""
+    _activities.append(what)
+    try:
+        yield
+    finally:
+        _activities.pop()
+
+
+def name_newest_checkpoint(find):
+    """`find()` (the run's newest checkpoint path, or None) is called when the program is
+    stopped (Ctrl-C, SIGTERM outside training), so that its line names where a rerun goes
+    on from. The driver sets it once --model_dir is known."""
+    global _newest_checkpoint
+    _newest_checkpoint = find
+
+
+def _raise_terminated(signum, frame):
+    del signum, frame
+    raise Terminated(_activities[-1] if _activities else None)
+
+
+@contextlib.contextmanager
+def sigterm_raises():
+    """SIGTERM raises `Terminated` in the block (in the main thread; elsewhere there are no
+    signal handlers); the handler before it is put back after (the default: the process
+    ends, as after the program's last line)."""
+    try:
+        previous = signal.signal(signal.SIGTERM, _raise_terminated)
+    except ValueError:  # not the main thread
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 EXIT_USER_ERROR = 2
@@ -50,11 +112,13 @@ def parse_command_line(known_only=False):
 
 
 def run(main):
-    """Runs `main` like `absl.app.run`, reporting `UserError` as one line and exit status 2."""
+    """Runs `main` like `absl.app.run`, reporting `UserError` as one line and exit status 2;
+    Ctrl-C and SIGTERM as one line (`stopped_line`), exit status 130 and 143."""
 
     def guarded_main(argv):
         try:
-            return main(argv)
+            with sigterm_raises():
+                return main(argv)
         except UserError as error:
             print(f"error: {error}", file=sys.stderr, flush=True)
             sys.exit(EXIT_USER_ERROR)
@@ -68,10 +132,13 @@ def run(main):
             print(f"error: {problem}", file=sys.stderr, flush=True)
             sys.exit(EXIT_USER_ERROR)
         except KeyboardInterrupt:  # Ctrl-C: what was written stays (checkpoints are atomic)
-            print("stopped: interrupted (Ctrl-C); run the same command again to go on (a "
-                  "training run resumes from its newest checkpoint; SIGTERM also saves the step "
-                  "in progress first)", file=sys.stderr, flush=True)
+            print(stopped_line("interrupted (Ctrl-C)", "SIGTERM also saves the step in "
+                               "progress first"), file=sys.stderr, flush=True)
             sys.exit(EXIT_INTERRUPTED)
+        except Terminated as stopped:  # SIGTERM outside training: cleaned up as for Ctrl-C
+            how = f"SIGTERM ({stopped.doing})" if stopped.doing else "SIGTERM"
+            print(stopped_line(how), file=sys.stderr, flush=True)
+            sys.exit(EXIT_PREEMPTED)
 
     parse_command_line()
     try:
@@ -79,6 +146,26 @@ def run(main):
     except app.UsageError as error:  # absl raises this for bad flags in some paths.
         print(f"error: {error}", file=sys.stderr, flush=True)
         sys.exit(EXIT_USER_ERROR)
+
+
+def stopped_line(how, note=None):
+    """The line of a program stopped by `how` ("interrupted (Ctrl-C)", "SIGTERM (while
+    exporting)"): how to go on, from the newest checkpoint when the run has one."""
+    newest = None
+    if _newest_checkpoint is not None:
+        try:
+            newest = _newest_checkpoint()
+        except Exception:  # pylint: disable=broad-except  (a damaged run: said on the rerun)
+            newest = None
+    if newest:
+        step = re.search(r"-(\d+)$", newest)
+        at = f" (step {step.group(1)})" if step else ""
+        notes = f" ({note})" if note else ""
+        return (f"stopped: {how}; the newest checkpoint is {newest}{at}: run the same command "
+                f"again to go on from there{notes}")
+    notes = f"; {note}" if note else ""
+    return (f"stopped: {how}; run the same command again to go on (a training run resumes "
+            f"from its newest checkpoint{notes})")
 
 
 def _cloud_storage_problem(error):

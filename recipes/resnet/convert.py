@@ -47,7 +47,7 @@ import tensorflow as tf
 from official.vision.data import tf_example_builder
 
 from recipes.common import corrupt_data, storage
-from recipes.common.errors import UserError
+from recipes.common.errors import UserError, doing
 from recipes.resnet import convert_flags, digits
 
 LABEL_OFFSET = 1  # labels are class index + 1; 0 = background (ImageNet conversion scripts)
@@ -511,14 +511,17 @@ def main(argv):
         jpeg_quality=FLAGS.jpeg_quality,
         seed=FLAGS.seed,
     )
-    if FLAGS.image_dir:
-        info = convert_image_folder(FLAGS.image_dir, FLAGS.output_dir, **options)
-    elif FLAGS.npz:
-        images, labels, names = _read_npz(FLAGS.npz)
-        info = convert_arrays(images, labels, FLAGS.output_dir, class_names=names, **options)
-    else:
-        images, labels, names = digits.load_digits()
-        info = convert_arrays(images, labels, FLAGS.output_dir, class_names=names, **options)
+    with doing("while converting"):  # what a SIGTERM's line says
+        if FLAGS.image_dir:
+            info = convert_image_folder(FLAGS.image_dir, FLAGS.output_dir, **options)
+        elif FLAGS.npz:
+            images, labels, names = _read_npz(FLAGS.npz)
+            info = convert_arrays(images, labels, FLAGS.output_dir, class_names=names,
+                                  **options)
+        else:
+            images, labels, names = digits.load_digits()
+            info = convert_arrays(images, labels, FLAGS.output_dir, class_names=names,
+                                  **options)
     for name, split in info["splits"].items():
         print(
             f"{name}: {split['num_examples']} examples in "

@@ -20,6 +20,7 @@ import sys
 import time
 
 from recipes.common import argparse_parser, storage
+from recipes.common import errors
 from recipes.common.errors import UserError
 from recipes.study import adapter
 from recipes.study import plan as plan_lib
@@ -236,25 +237,32 @@ def _metric(args):
     return metric
 
 
-def _interrupted(study_dir):
+def _interrupted(study_dir, how="interrupted"):
     finished = runner.finished_runs(study_dir)
     if not finished:
-        return "interrupted: the study stopped before any run finished; nothing is recorded"
+        return f"{how}: the study stopped before any run finished; nothing is recorded"
     return (
-        f"interrupted: the study stopped; runs finished so far: {len(finished)}, recorded in "
+        f"{how}: the study stopped; runs finished so far: {len(finished)}, recorded in "
         f"{os.path.join(study_dir, runner.RUNS_SUBDIR)} (--report_only tabulates them); run "
         "the same command again to resume"
     )
 
 
 def main(argv=None):
-    """The study; its exit status (2: a mistake, one line; 130: interrupted by Ctrl-C)."""
+    """The study; its exit status (2: a mistake, one line; 130: interrupted by Ctrl-C; 143:
+    by SIGTERM). Either way the runs under way are sent SIGTERM (they save a checkpoint of
+    their step) and waited for."""
     args = parse_args(sys.argv[1:] if argv is None else argv)
     try:
-        return _main(args)
+        with errors.sigterm_raises():
+            return _main(args)
     except KeyboardInterrupt:
         print(_interrupted(args.study_dir), file=sys.stderr, flush=True)
-        return 130
+        return errors.EXIT_INTERRUPTED
+    except errors.Terminated:
+        print(_interrupted(args.study_dir, "interrupted (SIGTERM)"), file=sys.stderr,
+              flush=True)
+        return errors.EXIT_PREEMPTED
 
 
 def _checked_plan(args):
