@@ -1,6 +1,7 @@
 """Atomic SavedModel export: the export directory is complete or absent."""
 
 import os
+import re
 import uuid
 
 import tensorflow as tf
@@ -40,7 +41,10 @@ def export_saved_model(export_dir, obj, signatures=None, options=None):
     is moved aside first and deleted only after the new one is in place. (On gs:// a rename
     is a copy: the temporary name still keeps a half-written export out of `export_dir`.)
     Anything at `export_dir` but an earlier export is refused (`replace_problem`): the
-    driver checks that before any work, this again before anything is moved.
+    driver checks that before any work, this again before anything is moved. An exception
+    (Ctrl-C and SIGTERM too) before the new export is in place removes what this call wrote
+    and puts the earlier export back; what a killed export left is removed first
+    (`remove_leftovers`).
     """
     problem = replace_problem(export_dir)
     if problem:
@@ -48,20 +52,61 @@ def export_saved_model(export_dir, obj, signatures=None, options=None):
     parent = os.path.dirname(export_dir.rstrip("/"))
     if parent:
         tf.io.gfile.makedirs(parent)
-    temporary = f"{export_dir.rstrip('/')}.tmp-{uuid.uuid4().hex[:8]}"
+    remove_leftovers(export_dir)
+    temporary = _sibling(export_dir, "tmp")
+    previous = None
     try:
         tf.saved_model.save(obj, temporary, signatures=signatures, options=options)
+        fault_injection.pause_before_export(temporary)
+        if tf.io.gfile.exists(export_dir):
+            previous = _sibling(export_dir, "old")
+            tf.io.gfile.rename(export_dir, previous)
+        tf.io.gfile.rename(temporary, export_dir)
     except BaseException:
-        if tf.io.gfile.exists(temporary):
-            tf.io.gfile.rmtree(temporary)
+        _undo(export_dir, temporary, previous)
         raise
-    fault_injection.pause_before_export(temporary)
-    previous = None
-    if tf.io.gfile.exists(export_dir):
-        previous = f"{export_dir.rstrip('/')}.old-{uuid.uuid4().hex[:8]}"
-        tf.io.gfile.rename(export_dir, previous)
-    tf.io.gfile.rename(temporary, export_dir)
     if previous:
         tf.io.gfile.rmtree(previous)
     print(f"exported SavedModel to {export_dir}", flush=True)
     return export_dir
+
+
+def _sibling(export_dir, kind):
+    """`<export_dir>.<kind>-<8 hex digits>`: the names `leftovers` finds."""
+    return f"{export_dir.rstrip('/')}.{kind}-{uuid.uuid4().hex[:8]}"
+
+
+def _undo(export_dir, temporary, previous):
+    """After an exception in `export_saved_model`: the earlier export back in place, and
+    nothing of this one left."""
+    if previous and not tf.io.gfile.exists(export_dir):
+        tf.io.gfile.rename(previous, export_dir)
+    if tf.io.gfile.exists(temporary):
+        tf.io.gfile.rmtree(temporary)
+
+
+def leftovers(export_dir):
+    """The siblings of `export_dir` an export killed outright (SIGKILL, a lost machine) can
+    leave: `<export_dir>.tmp-XXXXXXXX` (the export being written) and `.old-XXXXXXXX` (the
+    export it replaced, not yet deleted); 8 lowercase hex digits, nothing else."""
+    target = export_dir.rstrip("/")
+    parent, name = os.path.dirname(target), os.path.basename(target)
+    if not tf.io.gfile.isdir(parent or "."):
+        return []
+    pattern = re.compile(re.escape(name) + r"\.(tmp|old)-[0-9a-f]{8}")
+    return sorted(os.path.join(parent, entry.rstrip("/"))
+                  for entry in tf.io.gfile.listdir(parent or ".")
+                  if pattern.fullmatch(entry.rstrip("/")))
+
+
+def remove_leftovers(export_dir):
+    """Removes `leftovers(export_dir)` (a full SavedModel copy each), with one line naming
+    them. Only one export to `export_dir` may run at a time: another's would be removed."""
+    found = leftovers(export_dir)
+    for path in found:
+        if tf.io.gfile.isdir(path):
+            tf.io.gfile.rmtree(path)
+        else:
+            tf.io.gfile.remove(path)
+    if found:
+        print(f"removed what an interrupted export left: {', '.join(found)}", flush=True)

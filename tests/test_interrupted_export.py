@@ -1,0 +1,89 @@
+"""An export stopped by an exception (Ctrl-C, SIGTERM) at any step before the new export is
+in place leaves no temporary copy and the earlier export in place; what an export killed
+outright (SIGKILL) left beside `export/` is removed by the next export, and nothing else
+(`recipes/common/export.py`). Through the command line: tests/test_stopping_signals.py."""
+
+import os
+
+import pytest
+import tensorflow as tf
+
+from recipes.common import export as export_lib
+from recipes.common import fault_injection
+
+
+def _module(value):
+    module = tf.Module()
+    module.v = tf.Variable(value)
+    module.f = tf.function(lambda x: x * module.v,
+                           input_signature=[tf.TensorSpec([], tf.float32)])
+    return module
+
+
+def _loads(export_dir):
+    loaded = tf.saved_model.load(export_dir)  # kept: its function reads its variable
+    return float(loaded.f(1.0))
+
+
+def _interrupt(*unused, **unused_keywords):
+    raise KeyboardInterrupt
+
+
+@pytest.fixture
+def earlier_export(tmp_path):
+    export_dir = str(tmp_path / "export")
+    export_lib.export_saved_model(export_dir, _module(1.0))
+    return export_dir
+
+
+def test_interrupt_after_the_save_removes_the_temporary_export(earlier_export, tmp_path,
+                                                               monkeypatch):
+    monkeypatch.setattr(fault_injection, "pause_before_export", _interrupt)
+    with pytest.raises(KeyboardInterrupt):
+        export_lib.export_saved_model(earlier_export, _module(2.0))
+    assert os.listdir(tmp_path) == ["export"]
+    assert _loads(earlier_export) == 1.0
+
+
+def test_interrupt_between_the_renames_puts_the_earlier_export_back(earlier_export, tmp_path,
+                                                                   monkeypatch):
+    rename = tf.io.gfile.rename
+    calls = []
+
+    def rename_then_interrupt(source, target, overwrite=False):
+        calls.append(target)
+        if len(calls) == 2:  # the new export into place, after the earlier one went aside
+            raise KeyboardInterrupt
+        rename(source, target, overwrite)
+
+    monkeypatch.setattr(tf.io.gfile, "rename", rename_then_interrupt)
+    with pytest.raises(KeyboardInterrupt):
+        export_lib.export_saved_model(earlier_export, _module(2.0))
+    monkeypatch.undo()
+    assert ".old-" in calls[0]
+    assert os.listdir(tmp_path) == ["export"]
+    assert _loads(earlier_export) == 1.0
+
+
+def test_next_export_removes_the_leftovers_of_a_killed_export_and_nothing_else(
+        earlier_export, tmp_path, capsys):
+    leftovers = ["export.tmp-0123abcd", "export.old-89abcdef"]
+    others = ["export.tmp-0123ABCD", "export.tmp-012345678", "export.tmp-notes",
+              "exported.tmp-0123abcd", "my-export.tmp-0123abcd", "export.bak-0123abcd"]
+    for name in leftovers + others:
+        os.makedirs(tmp_path / name / "variables")
+    (tmp_path / "export.tmp-0123abcd" / "saved_model.pb").write_text("half")
+    capsys.readouterr()
+    export_lib.export_saved_model(earlier_export, _module(2.0))
+    assert sorted(os.listdir(tmp_path)) == sorted(["export"] + others)
+    assert _loads(earlier_export) == 2.0
+    removed = ", ".join(str(tmp_path / name) for name in sorted(leftovers))
+    assert capsys.readouterr().out.splitlines()[0] == (
+        f"removed what an interrupted export left: {removed}")
+
+
+def test_leftovers_of_a_relative_export_dir(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    os.makedirs("export.tmp-0123abcd")
+    assert export_lib.leftovers("export/") == ["export.tmp-0123abcd"]
+    assert export_lib.leftovers("elsewhere/export") == []
