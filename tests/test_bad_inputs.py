@@ -94,9 +94,12 @@ CASES = {
         ["holds segment id 1, which model.type_vocab_size=1 has no embedding for; give "
          "model.type_vocab_size=2 or more (BERT: 2)"]),
     # a preparation's metadata.json counts the held-out sequences: found before the model
+    # (the data.* values are those it was made from: tests/tiny_bert_data.py)
     "eval-batch-above-the-held-out-sequences": (
         BERT, FRESH, ["--mode=train_and_eval", "--params_override=data.train_files='',"
-                      "data.data_dir={d}/../prepared,eval.global_batch_size=4096"],
+                      "data.data_dir={d}/../prepared,data.corpus={d}/../corpus.txt,"
+                      "data.vocab_size=200,data.dupe_factor=2,data.seed=0,"
+                      "eval.global_batch_size=4096"],
         ["eval.global_batch_size=4096 is more than the ", " held-out sequences hold, so the "
          "evaluation reads no batch (it drops a last partial one: static shapes); lower "
          "eval.global_batch_size"]),
@@ -108,6 +111,12 @@ CASES = {
     "empty-corpus": (BERT, FRESH, ["--params_override=data.corpus={d}/empty_corpus,"
                                    "data.train_files=''"],
                      ["empty_corpus", "are empty", "one sentence per line"]),
+    # a finished preparation of another corpus in data.data_dir: refused, not reused
+    "data-dir-holds-another-preparation": (
+        BERT, FRESH, ["--params_override=data.train_files='',data.data_dir={d}/../prepared"],
+        ["/prepared holds a preparation of data.corpus='", "corpus.txt', but "
+         "data.corpus='stdlib'; keep data.corpus='", "' or give another data.data_dir (a new "
+         "preparation is written there)"]),
     # what a preparation would read, checked before the strategy line (they were after it)
     "misspelled-corpus": (BERT, FRESH, ["--params_override=data.corpus=stdlibb,data.train_files=''"],
                           ["data.corpus: stdlibb matches no files: give 'stdlib' (the embedded "
@@ -351,7 +360,8 @@ FOUND_IN_THE_DATA = {"resnet-later-record-not-a-jpeg"}
 # starts TensorFlow's runtime, after which no multi-worker strategy can be made.)
 FOUND_BEFORE_THE_STRATEGY = {"missing-data-files", "resnet-empty-glob", "batch-does-not-divide",
                              "resnet-batch-does-not-divide", "empty-corpus",
-                             "misspelled-corpus", "missing-vocabulary-to-prepare-with"}
+                             "misspelled-corpus", "missing-vocabulary-to-prepare-with",
+                             "data-dir-holds-another-preparation"}
 # TF_CPP_MIN_LOG_LEVEL as a user has it: unset, so the recipes' start-up default applies.
 USER_ENV = {name: value for name, value in cli.ENV.items() if name != "TF_CPP_MIN_LOG_LEVEL"}
 TPU_SECONDS = 60  # the `--tpu` row must fail within this wall time on a machine without TPU

@@ -4,6 +4,7 @@ Expected values come from the rules (BERT's masking procedure, Google's pair con
 and from the hand-written corpus, never from the code under test.
 """
 
+import dataclasses
 import glob
 import math
 import os
@@ -925,7 +926,8 @@ def test_cli_reports_bad_input_in_one_line(tmp_path, output_dir, message):
 def test_a_finished_preparation_is_reused_from_another_directory_and_after_a_copy(
         tmp_path, monkeypatch, capsys):
     """metadata.json names the files as the preparing run gave them (here relative to its
-    working directory); a run elsewhere, or of a copied data directory, still finds them."""
+    working directory); a run elsewhere, or of a copied data directory, still finds them,
+    its data.corpus a relative path from there that names the same directory."""
     import shutil
 
     from recipes.bert import data as data_lib
@@ -943,8 +945,9 @@ def test_a_finished_preparation_is_reused_from_another_directory_and_after_a_cop
     shutil.copytree(first / "run" / "data", tmp_path / "copied")
     monkeypatch.chdir(tmp_path)
     for data_dir in (str(first / "run" / "data"), "copied"):
-        found = data_lib.locate_or_prepare_data(
-            DataConfig(**{**vars(config), "data_dir": data_dir}), "unused")
+        found = data_lib.locate_or_prepare_data(DataConfig(**{
+            **vars(config), "data_dir": data_dir, "corpus": os.path.join("first", "corpus")}),
+            "unused")
         assert "data: reusing the preparation in " + data_dir in capsys.readouterr().out
         assert [os.path.dirname(path) for path in (found.train_pattern, found.eval_pattern,
                                                    found.vocab_file)] == [data_dir] * 3
@@ -985,6 +988,128 @@ def test_the_corpus_and_vocabulary_to_prepare_are_checked_unless_a_preparation_f
     with pytest.raises(UserError, match="^data.corpus: "):  # data.data_dir is where it looks
         data_lib.check_corpus(DataConfig(**{**vars(corpus_missing),
                                             "data_dir": str(tmp_path / "elsewhere")}), str(run))
+
+
+def test_a_preparation_records_its_inputs_with_absolute_paths_in_metadata_json(
+        tmp_path, monkeypatch):
+    """metadata.json holds what the preparation was made from (`inputs`: the corpus and
+    vocabulary given, made absolute, and every argument that decides the bytes), beside
+    what it wrote; the vocabulary size asked for is recorded, not the one learned."""
+    import json
+
+    monkeypatch.chdir(tmp_path)
+    write_corpus("texts", synthetic_documents(12))
+    prepared = prepare_small("texts", "learned", vocab_size=5000, dupe_factor=2, seed=4)
+    metadata = json.loads((tmp_path / "learned" / "metadata.json").read_text())
+    assert metadata["inputs"] == {
+        "corpus": str(tmp_path / "texts"), "vocab_file": None, "vocab_size": 5000,
+        "lower_case": True, "masked_lm_prob": 0.15, "short_seq_prob": 0.1, "dupe_factor": 2,
+        "seed": 4, "heldout_fraction": 0.0, "num_shards": 1, "chunk_sentences": 10000}
+    assert metadata["vocab_size"] == prepared.vocab_size < 5000  # the pieces learned
+    assert metadata == {**dataclasses.asdict(prepared), "inputs": metadata["inputs"]}
+    write_vocab("vocab.txt", RESERVED + [f"w{i}" for i in range(300)] + ["."])
+    prepared = prepare_small("texts", "given", vocab_file="vocab.txt", masked_lm_prob=0.2,
+                             short_seq_prob=0.0, num_shards=2, heldout_fraction=0.25,
+                             chunk_sentences=7, lower_case=False)
+    assert dataclasses.asdict(prepared.inputs) == json.loads(
+        (tmp_path / "given" / "metadata.json").read_text())["inputs"] == {
+        "corpus": str(tmp_path / "texts"), "vocab_file": str(tmp_path / "vocab.txt"),
+        "vocab_size": 60, "lower_case": False, "masked_lm_prob": 0.2, "short_seq_prob": 0.0,
+        "dupe_factor": 1, "seed": 0, "heldout_fraction": 0.25, "num_shards": 2,
+        "chunk_sentences": 7}
+
+
+# A hand-written metadata.json of a finished preparation (what prepare_data writes).
+RECORDED = {
+    "train_files": "data/train-?????-of-00008.tfrecord",
+    "eval_files": "data/heldout-?????-of-00008.tfrecord", "vocab_file": "data/vocab.txt",
+    "vocab_size": 2026, "seq_length": 64, "max_predictions_per_seq": 10,
+    "num_train_sequences": 100, "num_eval_sequences": 10, "num_train_documents": 9,
+    "num_eval_documents": 1, "num_words": 1000,
+    "inputs": {"corpus": None, "vocab_file": None, "vocab_size": 2048, "lower_case": True,
+               "masked_lm_prob": 0.15, "short_seq_prob": 0.1, "dupe_factor": 5,
+               "seed": 12345, "heldout_fraction": 0.05, "num_shards": 8,
+               "chunk_sentences": 10000},
+}
+RECIPE_DEFAULTS = dict(corpus="stdlib", vocab_file="", vocab_size=2048, seq_length=64,
+                       max_predictions_per_seq=10, dupe_factor=5, seed=12345)
+
+
+def _finished_preparation(run, metadata):
+    import json
+
+    (run / "data").mkdir(parents=True)
+    (run / "data" / "metadata.json").write_text(json.dumps(metadata))
+    return str(run / "data")
+
+
+@pytest.mark.parametrize("key, changed, recorded", [
+    ("corpus", "/x", "'stdlib'"),
+    ("vocab_file", "/v/vocab.txt", "''"),
+    ("vocab_size", 4096, "2048"),
+    ("dupe_factor", 10, "5"),
+    ("seed", 1, "12345"),
+    ("seq_length", 128, "64"),
+    ("max_predictions_per_seq", 20, "10"),
+])
+def test_a_preparation_of_other_data_values_is_refused_in_one_line_naming_key_and_values(
+        tmp_path, capsys, key, changed, recorded):
+    """A changed data.* value that decides a preparation is refused before any work (by
+    the driver's check_data) and where the run locates its data, not trained on the old
+    data with a config.yaml naming the new values."""
+    from recipes.bert import data as data_lib
+    from recipes.bert.config import DataConfig
+
+    data_dir = _finished_preparation(tmp_path / "run", RECORDED)
+    data_lib.check_corpus(DataConfig(**RECIPE_DEFAULTS), str(tmp_path / "run"))  # the same
+    config = DataConfig(**{**RECIPE_DEFAULTS, key: changed})
+    expected = (f"{data_dir} holds a preparation of data.{key}={recorded}, but data.{key}="
+                f"{changed!r}; keep data.{key}={recorded} or give another data.data_dir (a new "
+                "preparation is written there)")
+    for check in (data_lib.check_corpus, data_lib.locate_or_prepare_data):
+        with pytest.raises(UserError) as raised:
+            check(config, str(tmp_path / "run"))
+        assert str(raised.value) == expected
+    assert "reusing" not in capsys.readouterr().out
+
+
+def test_recorded_paths_match_the_same_file_named_from_another_working_directory(
+        tmp_path, monkeypatch):
+    """The corpus and vocabulary a preparation recorded (absolute) match a relative
+    data.corpus or data.vocab_file that names them from the run's working directory, and
+    data.vocab_size is not compared when a vocabulary is given (it is not used)."""
+    from recipes.bert import data as data_lib
+    from recipes.bert.config import DataConfig
+
+    inputs = {**RECORDED["inputs"], "corpus": str(tmp_path / "texts"),
+              "vocab_file": str(tmp_path / "vocab.txt"), "vocab_size": 30000}
+    _finished_preparation(tmp_path / "run", {**RECORDED, "inputs": inputs})
+    (tmp_path / "elsewhere").mkdir()
+    monkeypatch.chdir(tmp_path / "elsewhere")
+    same = DataConfig(**{**RECIPE_DEFAULTS, "corpus": "../texts/",
+                         "vocab_file": "../elsewhere/../vocab.txt"})
+    data_lib.check_corpus(same, str(tmp_path / "run"))
+    with pytest.raises(UserError, match=r"data.corpus='texts'; keep data.corpus='/"):
+        data_lib.check_corpus(DataConfig(**{**vars(same), "corpus": "texts"}),
+                              str(tmp_path / "run"))
+
+
+def test_a_preparation_without_recorded_inputs_is_reused_comparing_its_lengths_only(
+        tmp_path):
+    """metadata.json of a preparation made before the inputs were recorded: accepted
+    whatever the corpus, vocabulary and seeds (they cannot be compared); its lengths are."""
+    from recipes.bert import data as data_lib
+    from recipes.bert.config import DataConfig
+
+    old = {key: value for key, value in RECORDED.items() if key != "inputs"}
+    _finished_preparation(tmp_path / "run", old)
+    data_lib.check_corpus(DataConfig(**{**RECIPE_DEFAULTS, "corpus": "/x", "seed": 1,
+                                        "vocab_size": 100, "dupe_factor": 1}),
+                          str(tmp_path / "run"))
+    with pytest.raises(UserError, match=r"holds a preparation of data.seq_length=64, but "
+                                        r"data.seq_length=128;"):
+        data_lib.check_corpus(DataConfig(**{**RECIPE_DEFAULTS, "seq_length": 128}),
+                              str(tmp_path / "run"))
 
 
 def test_a_directory_given_for_the_tfrecords_is_a_user_error(tmp_path):

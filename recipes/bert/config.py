@@ -19,7 +19,8 @@ class DataConfig:
     # the Python standard library's docstrings) or a directory of .txt files.
     corpus: str = "stdlib"
     # Where prepared TFRecords and the vocabulary go; "" = <model_dir>/data. Preparation is
-    # skipped when this directory already holds a finished preparation.
+    # skipped when this directory already holds a finished preparation, which must have been
+    # made from these data.* values (else a one-line error).
     data_dir: str = ""
     # Glob of already prepared training TFRecords (Google BERT / Model Garden format).
     # "" = prepare them from `corpus`. When set, `eval_files` and `vocab_file` must be set too.

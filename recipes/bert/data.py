@@ -124,10 +124,15 @@ def data_directory(data_config, model_dir):
 
 
 def check_corpus(data_config, model_dir):
-    """Without writing: the corpus and vocabulary a new preparation would read are usable
-    (data.corpus names text files, data.vocab_file reads), unless a finished preparation in
-    the data directory makes reading them unnecessary; a one-line UserError naming the key."""
-    if finished_preparation(data_directory(data_config, model_dir)):
+    """Without writing: a finished preparation in the data directory was made from the
+    config's data.* values (`check_preparation_inputs`), and then its corpus is not read;
+    otherwise the corpus and vocabulary a new preparation would read are usable (data.corpus
+    names text files, data.vocab_file reads). A one-line UserError naming the key."""
+    data_dir = data_directory(data_config, model_dir)
+    metadata_path = finished_preparation(data_dir)
+    if metadata_path:  # (its required keys: read when the run locates the preparation)
+        check_preparation_inputs(data_config, data_dir,
+                                 storage.read_mapping(metadata_path, advice=_PREPARE_AGAIN))
         return
     if data_config.corpus != "stdlib":
         text_files.resolve_text_files(
@@ -146,6 +151,51 @@ def finished_preparation(data_dir):
     last), or None."""
     metadata_path = os.path.join(data_dir, "metadata.json")
     return metadata_path if os.path.exists(metadata_path) else None
+
+
+def check_preparation_inputs(data_config, data_dir, metadata):
+    """A one-line UserError when the finished preparation in `data_dir` (its metadata.json,
+    `metadata`) was made from other values of the data.* keys that decide a preparation
+    than the config's: reused, it would train on data other than the config (and the run's
+    config.yaml) names. Paths compare absolute, so a relative one given in another working
+    directory that names the same file matches; data.vocab_size only when both learn the
+    vocabulary. The arguments no data.* key sets (lower_case, masked_lm_prob, num_shards,
+    ...) are not compared: a preparation of `python -m recipes.bert.prepare_data` with its
+    own may be reused."""
+    for key, recorded, configured in _recorded_and_configured(data_config, metadata):
+        if recorded != configured:
+            shown = _SHOWN.get(key, lambda value: value)
+            raise UserError(
+                f"{data_dir} holds a preparation of data.{key}={shown(recorded)!r}, but "
+                f"data.{key}={getattr(data_config, key)!r}; keep data.{key}="
+                f"{shown(recorded)!r} or give another data.data_dir (a new preparation is "
+                "written there)")
+
+
+# How a recorded input is named in a message: as the config gives it.
+_SHOWN = {"corpus": lambda path: "stdlib" if path is None else path,
+          "vocab_file": lambda path: path or ""}
+
+
+def _recorded_and_configured(data_config, metadata):
+    """(key, the preparation's value, the config's in the form the preparation records)
+    for each data.* key that decides a preparation and that its `metadata` records."""
+    pairs = [(key, metadata[key], getattr(data_config, key))
+             for key in ("seq_length", "max_predictions_per_seq") if key in metadata]
+    inputs = metadata.get("inputs")
+    if not isinstance(inputs, dict):
+        # A preparation from before metadata.json recorded its inputs: accepted as it is
+        # (only its lengths are compared), as every earlier version of the recipe did.
+        return pairs
+    corpus, vocab_file = data_config.corpus, data_config.vocab_file or None
+    pairs += [("corpus", inputs.get("corpus"),
+               None if corpus == "stdlib" else prepare_data.recorded_path(corpus)),
+              ("vocab_file", inputs.get("vocab_file"), prepare_data.recorded_path(vocab_file))]
+    if inputs.get("vocab_file") is None and vocab_file is None:  # both learn one
+        pairs.append(("vocab_size", inputs.get("vocab_size"), data_config.vocab_size))
+    pairs += [(key, inputs.get(key), getattr(data_config, key))
+              for key in ("dupe_factor", "seed")]
+    return pairs
 
 
 def check_against_preparation(data_config, files, pieces):
@@ -202,12 +252,7 @@ def _locate_or_prepare(data_config, model_dir):
     if metadata_path:
         metadata = storage.read_mapping(metadata_path, ("seq_length", "max_predictions_per_seq",
                                                         *_PREPARED), _PREPARE_AGAIN)
-        for key in ("seq_length", "max_predictions_per_seq"):
-            if metadata[key] != getattr(data_config, key):
-                raise UserError(
-                    f"{data_dir} holds data prepared with {key}={metadata[key]}, but "
-                    f"data.{key}={getattr(data_config, key)}; use another data.data_dir"
-                )
+        check_preparation_inputs(data_config, data_dir, metadata)  # (check_corpus did too)
         print(f"data: reusing the preparation in {data_dir}", flush=True)
         # A preparation writes every file into its directory; its metadata names them as
         # they were given then (relative to that run's working directory), so they are

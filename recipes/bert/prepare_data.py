@@ -66,8 +66,38 @@ _SPLIT_PREFIX = {chunks.TRAIN: tfrecords.TRAIN_PREFIX, chunks.HELDOUT: tfrecords
 
 
 @dataclasses.dataclass(frozen=True)
+class PreparationInputs:
+    """What a preparation was made from: the arguments of `prepare_pretraining_data` that
+    decide the bytes it writes (seq_length and max_predictions_per_seq: `PreparedData`'s
+    own). Paths are absolute (a remote one, gs://, as given): a run in another working
+    directory compares them with its own (`recipes/bert/data.py`)."""
+
+    corpus: Optional[str]  # the input_path; None: the embedded corpus
+    vocab_file: Optional[str]  # the vocab_file given; None: learned from the corpus
+    vocab_size: int  # asked for (ignored with vocab_file); PreparedData.vocab_size: learned
+    lower_case: bool
+    masked_lm_prob: float
+    short_seq_prob: float
+    dupe_factor: int
+    seed: int
+    heldout_fraction: float
+    num_shards: int
+    chunk_sentences: int
+
+
+def recorded_path(path: Optional[str]) -> Optional[str]:
+    """`path` as `PreparationInputs` records it: absolute, a remote one (gs://) as given,
+    None for None."""
+    if path is None:
+        return None
+    path = os.fspath(path)
+    return path if "://" in path else os.path.abspath(path)
+
+
+@dataclasses.dataclass(frozen=True)
 class PreparedData:
-    """What `prepare_pretraining_data` wrote. Globs match exactly this run's shards."""
+    """What `prepare_pretraining_data` wrote (metadata.json holds it as JSON). Globs match
+    exactly this run's shards."""
 
     train_files: str
     eval_files: str
@@ -80,6 +110,7 @@ class PreparedData:
     num_train_documents: int
     num_eval_documents: int
     num_words: int  # Whitespace-separated words of the source text, both splits.
+    inputs: PreparationInputs  # what it was made from (absent in older metadata.json files)
 
 
 def prepare_pretraining_data(
@@ -129,7 +160,8 @@ def prepare_pretraining_data(
         to FnApiRunner) runs the same steps as a Beam pipeline, with the same output.
 
     Returns:
-      A `PreparedData`.
+      A `PreparedData`, its `inputs` the arguments above but `output_dir`, `seq_length`,
+      `max_predictions_per_seq`, `progress` and `beam_options` (paths made absolute).
 
     Raises:
       TypeError: an argument of the wrong type (named, with its value).
@@ -137,12 +169,14 @@ def prepare_pretraining_data(
       UserError: the corpus, vocabulary or Beam options cannot be used (one line: what,
         where, what to do).
     """
-    check_arguments(
-        seq_length=seq_length, max_predictions_per_seq=max_predictions_per_seq,
-        masked_lm_prob=masked_lm_prob, short_seq_prob=short_seq_prob, dupe_factor=dupe_factor,
-        num_shards=num_shards, heldout_fraction=heldout_fraction, vocab_size=vocab_size,
-        chunk_sentences=chunk_sentences,
-    )
+    inputs = PreparationInputs(
+        corpus=recorded_path(input_path), vocab_file=recorded_path(vocab_file),
+        vocab_size=vocab_size, lower_case=lower_case, masked_lm_prob=masked_lm_prob,
+        short_seq_prob=short_seq_prob, dupe_factor=dupe_factor, seed=seed,
+        heldout_fraction=heldout_fraction, num_shards=num_shards,
+        chunk_sentences=chunk_sentences)
+    check_arguments(seq_length=seq_length, max_predictions_per_seq=max_predictions_per_seq,
+                    **{name: getattr(inputs, name) for name in _CHECKED_INPUTS})
     beam = _Beam(beam_options, output_dir) if beam_options is not None else None
     tokens = vocabulary.read_vocabulary(vocab_file) if vocab_file is not None else None
     started = time.time()
@@ -153,13 +187,11 @@ def prepare_pretraining_data(
         metadata_path = _remove_finished_mark(output_dir)
         # Pass 1: split, count, refuse bad files; then the vocabulary.
         if beam is not None:
-            summaries, counts = beam.summarize(
-                files, seed, heldout_fraction, lower_case, count_words=tokens is None
-            )
+            summaries, counts = beam.summarize(files, seed, heldout_fraction, lower_case,
+                                               count_words=tokens is None)
         else:
-            summaries, counts = _summarize(
-                files, seed, heldout_fraction, lower_case, tokens is None, progress
-            )
+            summaries, counts = _summarize(files, seed, heldout_fraction, lower_case,
+                                           tokens is None, progress)
         corpus_counts = _CorpusCounts(source, summaries)
         tokens = tokens or _learn_vocabulary(counts, vocab_size, corpus_counts)
         # Pass 2: chunks -> pairs, masks -> shards.
@@ -167,14 +199,13 @@ def prepare_pretraining_data(
             vocab_tokens=tuple(tokens), lower_case=lower_case, seq_length=seq_length,
             max_predictions_per_seq=max_predictions_per_seq, masked_lm_prob=masked_lm_prob,
             short_seq_prob=short_seq_prob, dupe_factor=dupe_factor, num_shards=num_shards,
-            seed=seed,
-        )
+            seed=seed)
         plan = chunks.ChunkPlan.from_summaries(summaries, chunk_sentences)
-        num_sequences = _write_shards(
-            beam, files, plan, settings, output_dir, heldout_fraction, progress, corpus_counts
-        )
+        num_sequences = _write_shards(beam, files, plan, settings, output_dir,
+                                      heldout_fraction, progress, corpus_counts)
     vocab_path = _write_vocabulary(tokens, vocab_file, output_dir)  # with the shards in place
-    prepared = _prepared_data(output_dir, settings, vocab_path, num_sequences, corpus_counts)
+    prepared = _prepared_data(output_dir, settings, vocab_path, num_sequences, corpus_counts,
+                              inputs)
     _write_metadata(prepared, metadata_path)
     _log_finished(prepared, output_dir, time.time() - started, beam)
     return prepared
@@ -341,7 +372,7 @@ def _check_sequences(num_sequences, heldout_fraction, corpus_counts):
         )
 
 
-def _prepared_data(output_dir, settings, vocab_path, num_sequences, corpus_counts):
+def _prepared_data(output_dir, settings, vocab_path, num_sequences, corpus_counts, inputs):
     return PreparedData(
         train_files=tfrecords.shard_pattern(
             output_dir, tfrecords.TRAIN_PREFIX, settings.num_shards
@@ -358,6 +389,7 @@ def _prepared_data(output_dir, settings, vocab_path, num_sequences, corpus_count
         num_train_documents=corpus_counts.num_documents[0],
         num_eval_documents=corpus_counts.num_documents[1],
         num_words=corpus_counts.num_words,
+        inputs=inputs,
     )
 
 
@@ -389,6 +421,9 @@ class ArgumentError(ValueError):
 
 
 _FLOAT_ARGUMENTS = ("masked_lm_prob", "short_seq_prob", "heldout_fraction")
+# The `PreparationInputs` that `check_arguments` checks, in the order it reports them.
+_CHECKED_INPUTS = ("masked_lm_prob", "short_seq_prob", "dupe_factor", "num_shards",
+                   "heldout_fraction", "vocab_size", "chunk_sentences")
 
 
 def check_arguments(**values):
