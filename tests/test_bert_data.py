@@ -1112,6 +1112,24 @@ def test_a_preparation_without_recorded_inputs_is_reused_comparing_its_lengths_o
                               str(tmp_path / "run"))
 
 
+def test_the_data_line_after_a_preparation_has_thousands_separators(
+        tmp_path, monkeypatch, capsys):
+    """As the rest of the console: the counts of the embedded corpus' preparation."""
+    import types
+
+    from recipes.bert import data as data_lib
+    from recipes.bert.config import DataConfig
+
+    prepared = types.SimpleNamespace(
+        train_files="t", eval_files="e", vocab_file="v", num_train_sequences=49224,
+        num_eval_sequences=259, num_words=313671, vocab_size=2026)
+    monkeypatch.setattr(prepare_data, "prepare_pretraining_data", lambda *_, **__: prepared)
+    data_lib._locate_or_prepare(DataConfig(data_dir=str(tmp_path / "data")), "unused")
+    assert capsys.readouterr().out.splitlines()[-1] == (
+        "data: 49,224 training and 259 held-out sequences from 313,671 words, vocabulary of "
+        "2,026 pieces")
+
+
 def test_a_directory_given_for_the_tfrecords_is_a_user_error(tmp_path):
     with pytest.raises(UserError, match=f"names the directory {tmp_path}: give a glob of its "
                                         f"files, such as {tmp_path}/train-\\*.tfrecord"):

@@ -274,9 +274,9 @@ def _locate_or_prepare(data_config, model_dir):
     except prepare_data.ArgumentError as error:
         raise UserError(f"data: {error}") from None
     print(
-        f"data: {prepared.num_train_sequences} training and {prepared.num_eval_sequences} "
-        f"held-out sequences from {prepared.num_words} words, vocabulary of "
-        f"{prepared.vocab_size} pieces",
+        f"data: {prepared.num_train_sequences:,} training and "
+        f"{prepared.num_eval_sequences:,} held-out sequences from {prepared.num_words:,} "
+        f"words, vocabulary of {prepared.vocab_size:,} pieces",
         flush=True,
     )
     return (prepared.train_files, prepared.eval_files, prepared.vocab_file,
