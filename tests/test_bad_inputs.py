@@ -94,7 +94,8 @@ CASES = {
         ["holds segment id 1, which model.type_vocab_size=1 has no embedding for; give "
          "model.type_vocab_size=2 or more (BERT: 2)"]),
     # a preparation's metadata.json counts the held-out sequences: found before the model
-    # (the data.* values are those it was made from: tests/tiny_bert_data.py)
+    # (the data.* values are those it was made from, tests/tiny_bert_data.py; the base
+    # config's data.vocab_file is the vocab.txt it learned, which is its vocabulary)
     "eval-batch-above-the-held-out-sequences": (
         BERT, FRESH, ["--mode=train_and_eval", "--params_override=data.train_files='',"
                       "data.data_dir={d}/../prepared,data.corpus={d}/../corpus.txt,"

@@ -1077,7 +1077,8 @@ def test_recorded_paths_match_the_same_file_named_from_another_working_directory
         tmp_path, monkeypatch):
     """The corpus and vocabulary a preparation recorded (absolute) match a relative
     data.corpus or data.vocab_file that names them from the run's working directory, and
-    data.vocab_size is not compared when a vocabulary is given (it is not used)."""
+    data.vocab_size is not compared when a vocabulary is given (it is not used); the
+    vocab.txt a preparation learned, given as data.vocab_file, is its vocabulary."""
     from recipes.bert import data as data_lib
     from recipes.bert.config import DataConfig
 
@@ -1092,6 +1093,14 @@ def test_recorded_paths_match_the_same_file_named_from_another_working_directory
     with pytest.raises(UserError, match=r"data.corpus='texts'; keep data.corpus='/"):
         data_lib.check_corpus(DataConfig(**{**vars(same), "corpus": "texts"}),
                               str(tmp_path / "run"))
+    learned = {**RECORDED, "inputs": {**RECORDED["inputs"], "corpus": str(tmp_path / "texts")}}
+    _finished_preparation(tmp_path / "learned", learned)
+    for vocab_file in ("../learned/data/vocab.txt", ""):
+        data_lib.check_corpus(DataConfig(**{**vars(same), "vocab_file": vocab_file}),
+                              str(tmp_path / "learned"))
+    with pytest.raises(UserError, match=r"data.vocab_size=2048, but data.vocab_size=100;"):
+        data_lib.check_corpus(DataConfig(**{**vars(same), "vocab_file": "", "vocab_size": 100}),
+                              str(tmp_path / "learned"))
 
 
 def test_a_preparation_without_recorded_inputs_is_reused_comparing_its_lengths_only(

@@ -158,11 +158,12 @@ def check_preparation_inputs(data_config, data_dir, metadata):
     `metadata`) was made from other values of the data.* keys that decide a preparation
     than the config's: reused, it would train on data other than the config (and the run's
     config.yaml) names. Paths compare absolute, so a relative one given in another working
-    directory that names the same file matches; data.vocab_size only when both learn the
-    vocabulary. The arguments no data.* key sets (lower_case, masked_lm_prob, num_shards,
-    ...) are not compared: a preparation of `python -m recipes.bert.prepare_data` with its
-    own may be reused."""
-    for key, recorded, configured in _recorded_and_configured(data_config, metadata):
+    directory that names the same file matches; a data.vocab_file naming the vocab.txt the
+    preparation learned matches it (the same pieces); data.vocab_size is compared only when
+    both learn the vocabulary. The arguments no data.* key sets (lower_case, masked_lm_prob,
+    num_shards, ...) are not compared: a preparation of `python -m recipes.bert.prepare_data`
+    with its own may be reused."""
+    for key, recorded, configured in _recorded_and_configured(data_config, data_dir, metadata):
         if recorded != configured:
             shown = _SHOWN.get(key, lambda value: value)
             raise UserError(
@@ -177,7 +178,7 @@ _SHOWN = {"corpus": lambda path: "stdlib" if path is None else path,
           "vocab_file": lambda path: path or ""}
 
 
-def _recorded_and_configured(data_config, metadata):
+def _recorded_and_configured(data_config, data_dir, metadata):
     """(key, the preparation's value, the config's in the form the preparation records)
     for each data.* key that decides a preparation and that its `metadata` records."""
     pairs = [(key, metadata[key], getattr(data_config, key))
@@ -187,11 +188,16 @@ def _recorded_and_configured(data_config, metadata):
         # A preparation from before metadata.json recorded its inputs: accepted as it is
         # (only its lengths are compared), as every earlier version of the recipe did.
         return pairs
-    corpus, vocab_file = data_config.corpus, data_config.vocab_file or None
+    corpus = data_config.corpus
+    vocab_file = prepare_data.recorded_path(data_config.vocab_file or None)
+    learned = inputs.get("vocab_file") is None
+    learns = vocab_file is None
+    if learned and vocab_file == prepare_data.recorded_path(os.path.join(data_dir, "vocab.txt")):
+        vocab_file = None  # the vocabulary it learned, named: the same pieces
     pairs += [("corpus", inputs.get("corpus"),
                None if corpus == "stdlib" else prepare_data.recorded_path(corpus)),
-              ("vocab_file", inputs.get("vocab_file"), prepare_data.recorded_path(vocab_file))]
-    if inputs.get("vocab_file") is None and vocab_file is None:  # both learn one
+              ("vocab_file", inputs.get("vocab_file"), vocab_file)]
+    if learned and learns:  # (data.vocab_size is not read with a vocabulary)
         pairs.append(("vocab_size", inputs.get("vocab_size"), data_config.vocab_size))
     pairs += [(key, inputs.get(key), getattr(data_config, key))
               for key in ("dupe_factor", "seed")]
