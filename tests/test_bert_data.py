@@ -761,6 +761,24 @@ def test_corpus_without_sentence_pairs_is_a_user_error_and_leaves_no_shards(tmp_
     assert not os.path.exists(tmp_path / "out" / "metadata.json")  # Not "finished".
 
 
+def test_a_preparation_into_a_directory_another_one_is_writing_is_refused(tmp_path):
+    """Two runs preparing into one data.data_dir at once replaced each other's shards: the
+    first trained on a mix and the damage stayed (its metadata.json marked it finished)."""
+    from recipes.common import storage
+
+    corpus_path = write_corpus(str(tmp_path / "corpus"), synthetic_documents(8))
+    out = tmp_path / "out"
+    with storage.exclusive_use(str(out), str(out), "unused"):  # the first preparation's hold
+        with pytest.raises(UserError) as raised:
+            prepare_small(corpus_path, str(out))
+        assert os.listdir(out) == []  # the first one's directory: left as it is
+    assert str(raised.value) == (
+        f"{out} is in use by another process of this program, which still writes there; "
+        "wait for that preparation to finish (a run then reuses it), or give another "
+        "directory")
+    assert prepare_small(corpus_path, str(out)).num_train_sequences > 0  # released
+
+
 def test_heldout_split_without_pairs_is_a_user_error(tmp_path):
     corpus_path = write_corpus(str(tmp_path / "corpus"), synthetic_documents(3))
     with pytest.raises(UserError, match="no held-out sentence pairs"):

@@ -16,21 +16,22 @@ REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 def test_a_second_hold_on_a_directory_is_a_user_error_until_the_first_ends(tmp_path):
     directory = str(tmp_path / "run")
-    with storage.exclusive_use("--model_dir", directory, "give another --model_dir"):
+    label = f"--model_dir={directory}"
+    with storage.exclusive_use(label, directory, "give another --model_dir"):
         assert os.path.isdir(directory)  # made if missing
         with pytest.raises(UserError) as raised:
-            with storage.exclusive_use("--model_dir", directory, "give another --model_dir"):
+            with storage.exclusive_use(label, directory, "give another --model_dir"):
                 pass
         assert str(raised.value) == (
             f"--model_dir={directory} is in use by another process of this program, which "
             "still writes there; give another --model_dir")
-    with storage.exclusive_use("--model_dir", directory, "advice"):  # released: taken again
+    with storage.exclusive_use(label, directory, "advice"):  # released: taken again
         assert os.listdir(directory) == []  # and no lock file left in it
 
 
 def test_a_remote_directory_is_not_locked_or_made(tmp_path):
-    with storage.exclusive_use("--model_dir", "gs://bucket/run", "advice"):
-        with storage.exclusive_use("--model_dir", "gs://bucket/run", "advice"):
+    with storage.exclusive_use("--model_dir=gs://bucket/run", "gs://bucket/run", "advice"):
+        with storage.exclusive_use("--model_dir=gs://bucket/run", "gs://bucket/run", "advice"):
             pass
 
 
@@ -41,7 +42,7 @@ def test_a_run_into_a_model_dir_in_use_is_one_line_and_touches_nothing(tmp_path)
     with open(os.path.join(model_dir, "notes.txt"), "w", encoding="utf-8") as f:
         f.write("the other run's")
     env = {key: value for key, value in os.environ.items() if key != "TF_CPP_MIN_LOG_LEVEL"}
-    with storage.exclusive_use("--model_dir", model_dir, "unused"):  # as a running run does
+    with storage.exclusive_use(model_dir, model_dir, "unused"):  # as a running run does
         result = subprocess.run(
             [sys.executable, "-m", "recipes.resnet.train",
              "--config_file=configs/resnet/tiny_cpu.yaml", f"--model_dir={model_dir}"],

@@ -52,3 +52,22 @@ def test_a_run_on_a_remote_model_dir_resumes_and_is_evaluated(capsys):
     with tf.io.gfile.GFile(f"{model_dir}/results.json") as f:
         assert json.load(f)["eval"]["top_1_accuracy"] == pytest.approx(
             results["top_1_accuracy"])
+
+
+def test_a_bert_preparation_into_a_remote_data_dir_is_refused_and_one_there_is_reused():
+    """It was written with Python's files into a local directory named `gs:/...`; a
+    finished preparation copied to Cloud Storage was not seen (os.path.exists)."""
+    from recipes.bert import data as data_lib
+    from recipes.bert.config import BertPretrainingConfig
+
+    data_config = BertPretrainingConfig().data
+    with pytest.raises(UserError, match=r"^data.data_dir=ram://bert_run/data \(by default "
+                                        r"<model_dir>/data\) is remote, and a preparation "
+                                        r"writes local files"):
+        data_lib.check_corpus(data_config, "ram://bert_run")
+    with tf.io.gfile.GFile("ram://bert_run/data/metadata.json", "w") as f:  # one copied there
+        json.dump({"seq_length": data_config.seq_length,
+                   "max_predictions_per_seq": data_config.max_predictions_per_seq}, f)
+    data_lib.check_corpus(data_config, "ram://bert_run")  # reused: nothing to refuse
+    assert data_lib.finished_preparation("ram://bert_run/data") == (
+        "ram://bert_run/data/metadata.json")

@@ -134,6 +134,12 @@ def check_corpus(data_config, model_dir):
         check_preparation_inputs(data_config, data_dir,
                                  storage.read_mapping(metadata_path, advice=_PREPARE_AGAIN))
         return
+    if not storage.all_local([data_dir]):  # prepare_data writes with Python's own files
+        raise UserError(
+            f"data.data_dir={data_dir} (by default <model_dir>/data) is remote, and a "
+            "preparation writes local files: prepare the corpus into a local directory "
+            "(python -m recipes.bert.prepare_data, or a run with a local data.data_dir), copy "
+            "it there (gsutil -m cp -r), and give that directory as data.data_dir")
     if data_config.corpus != "stdlib":
         text_files.resolve_text_files(
             data_config.corpus, setting="data.corpus",
@@ -150,7 +156,7 @@ def finished_preparation(data_dir):
     """The metadata.json of a finished preparation in `data_dir` (a preparation writes it
     last), or None."""
     metadata_path = os.path.join(data_dir, "metadata.json")
-    return metadata_path if os.path.exists(metadata_path) else None
+    return metadata_path if tf.io.gfile.exists(metadata_path) else None
 
 
 def check_preparation_inputs(data_config, data_dir, metadata):

@@ -351,7 +351,7 @@ def _exclusive_use(model_dir, strategy):
     if not strategy_lib.is_chief(strategy):
         return contextlib.nullcontext()
     return storage.exclusive_use(
-        "--model_dir", model_dir, "wait for it to finish or stop it (a training run resumes "
+        f"--model_dir={model_dir}", model_dir, "wait for it to finish or stop it (a training run resumes "
         "from its newest checkpoint), or give another --model_dir")
 
 

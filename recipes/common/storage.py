@@ -58,11 +58,11 @@ def check_writable(setting, directory):
 
 
 @contextlib.contextmanager
-def exclusive_use(setting, directory, advice):
+def exclusive_use(label, directory, advice):
     """Holds an exclusive lock on the local `directory` (made if missing) while the block
     runs, so that a second process of the project's programs that asks for it at the same
-    time gets a UserError naming `setting` (with `advice`: what to do) instead of writing
-    its files over the first one's. The lock is the operating system's (`flock` on the
+    time gets a UserError naming it as `label` (`--model_dir=<directory>`, say), with
+    `advice` (what to do), instead of writing its files over the first one's. The lock is the operating system's (`flock` on the
     directory itself: no lock file, and none left behind by a killed process); a remote URL
     (gs://) is not locked."""
     if not all_local([directory]):
@@ -75,8 +75,8 @@ def exclusive_use(setting, directory, advice):
         try:
             fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            raise UserError(f"{setting}={directory} is in use by another process of this "
-                            f"program, which still writes there; {advice}") from None
+            raise UserError(f"{label} is in use by another process of this program, which "
+                            f"still writes there; {advice}") from None
         yield
     finally:
         os.close(descriptor)  # (releases the lock)
