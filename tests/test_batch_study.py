@@ -730,8 +730,9 @@ def test_the_driver_s_divergence_lines_are_recorded_as_diverged(tmp_path):
         assert not runner.is_divergence(line), line
 
 
-@pytest.mark.slow  # runs the fake recipe in processes
-def test_ctrl_c_is_one_line_naming_the_finished_runs_and_the_resume(fake_recipe, tmp_path):
+def _stop_the_study_in_its_second_run(tmp_path, stop):
+    """(exit status, stdout, stderr, study dir) of a tiny study whose second run hangs,
+    stopped there by `stop(process)`."""
     study_dir = str(tmp_path / "study")
     argv = [sys.executable, "-c", FAKE_STUDY_PROGRAM, *TINY_GRID, f"--study_dir={study_dir}"]
     hanging = os.path.join(study_dir, runner.RUNS_SUBDIR, "lamb_b8_lr0.4_w1_s1", "starts")
@@ -744,13 +745,20 @@ def test_ctrl_c_is_one_line_naming_the_finished_runs_and_the_resume(fake_recipe,
         while not os.path.exists(hanging) and time.monotonic() < deadline:
             time.sleep(0.2)
         assert os.path.exists(hanging), "the study never reached its second run"
-        os.killpg(process.pid, signal.SIGINT)  # what Ctrl-C in a terminal does
+        stop(process)
         out, err = process.communicate(timeout=60)
     finally:
         if process.poll() is None:
             os.killpg(process.pid, signal.SIGKILL)
             process.wait()
-    assert process.returncode == 130
+    return process.returncode, out, err, study_dir
+
+
+@pytest.mark.slow  # runs the fake recipe in processes
+def test_ctrl_c_is_one_line_naming_the_finished_runs_and_the_resume(fake_recipe, tmp_path):
+    returncode, out, err, study_dir = _stop_the_study_in_its_second_run(
+        tmp_path, lambda process: os.killpg(process.pid, signal.SIGINT))  # Ctrl-C's signal
+    assert returncode == 130
     runs_dir = os.path.join(study_dir, runner.RUNS_SUBDIR)
     assert err == (f"interrupted: the study stopped; runs finished so far: 1, recorded in "
                    f"{runs_dir} (--report_only tabulates them); run the same command again "
@@ -763,25 +771,9 @@ def test_ctrl_c_is_one_line_naming_the_finished_runs_and_the_resume(fake_recipe,
 def test_sigterm_to_the_study_stops_its_runs_and_is_one_line_exit_143(fake_recipe, tmp_path):
     """SIGTERM to the study alone (not its process group): it stops the run under way (with
     SIGTERM: a recipe saves its step), waits for it, and says what Ctrl-C says."""
-    study_dir = str(tmp_path / "study")
-    argv = [sys.executable, "-c", FAKE_STUDY_PROGRAM, *TINY_GRID, f"--study_dir={study_dir}"]
-    hanging = os.path.join(study_dir, runner.RUNS_SUBDIR, "lamb_b8_lr0.4_w1_s1", "starts")
-    process = subprocess.Popen(
-        argv, env={**os.environ, "STUDY_FAKE_HANG_ABOVE_LR": "0.3"}, cwd=REPO_ROOT,
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True,
-    )
-    try:
-        deadline = time.monotonic() + 300
-        while not os.path.exists(hanging) and time.monotonic() < deadline:
-            time.sleep(0.2)
-        assert os.path.exists(hanging), "the study never reached its second run"
-        process.send_signal(signal.SIGTERM)
-        _, err = process.communicate(timeout=60)
-    finally:
-        if process.poll() is None:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
-    assert process.returncode == 143
+    returncode, _, err, study_dir = _stop_the_study_in_its_second_run(
+        tmp_path, lambda process: process.send_signal(signal.SIGTERM))
+    assert returncode == 143
     runs_dir = os.path.join(study_dir, runner.RUNS_SUBDIR)
     assert err == (f"interrupted (SIGTERM): the study stopped; runs finished so far: 1, "
                    f"recorded in {runs_dir} (--report_only tabulates them); run the same "
