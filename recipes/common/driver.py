@@ -351,8 +351,8 @@ def _exclusive_use(model_dir, strategy):
     if not strategy_lib.is_chief(strategy):
         return contextlib.nullcontext()
     return storage.exclusive_use(
-        f"--model_dir={model_dir}", model_dir, "wait for it to finish or stop it (a training run resumes "
-        "from its newest checkpoint), or give another --model_dir")
+        f"--model_dir={model_dir}", model_dir, "wait for it to finish or stop it (a training "
+        "run resumes from its newest checkpoint), or give another --model_dir")
 
 
 def describe_noise_scale(global_batch_size, noise_scale):
@@ -483,10 +483,9 @@ class _Run:
     def evaluate(self, when):
         """Held-out metrics: printed on one line, TensorBoard `eval/`, returned as floats."""
         with errors.doing("while evaluating"):
-            return self.evaluate_now(when)
+            return self._evaluate(when)
 
-    def evaluate_now(self, when):
-        """`evaluate` itself."""
+    def _evaluate(self, when):
         try:
             # the input iterator deleted after evaluate returns, not inside it (as in training)
             with training.input_iterator_deleted_in_background(self.model, "test_function"):

@@ -62,9 +62,9 @@ def exclusive_use(label, directory, advice):
     """Holds an exclusive lock on the local `directory` (made if missing) while the block
     runs, so that a second process of the project's programs that asks for it at the same
     time gets a UserError naming it as `label` (`--model_dir=<directory>`, say), with
-    `advice` (what to do), instead of writing its files over the first one's. The lock is the operating system's (`flock` on the
-    directory itself: no lock file, and none left behind by a killed process); a remote URL
-    (gs://) is not locked."""
+    `advice` (what to do), instead of writing its files over the first one's. The lock is
+    the operating system's (`flock` on the directory itself: no lock file, and none left
+    behind by a killed process); a remote URL (gs://) is not locked."""
     if not all_local([directory]):
         yield
         return
