@@ -721,7 +721,7 @@ def test_the_driver_s_divergence_lines_are_recorded_as_diverged(tmp_path):
         "model": _stub_model(5), "model_dir": str(tmp_path), "strategy": None,
         "task": type("Task", (), {"evaluate": lambda self, model, strategy:
                                   {"loss": float("nan")}})()})()
-    eval_line = _driver_error_line(lambda: driver._Run.evaluate(stub_run, "end"))
+    eval_line = _driver_error_line(lambda: driver._Run._evaluate(stub_run, "end"))
     for line in (loss_line, weights_line, eval_line):
         assert runner.is_divergence(line), line
     for line in ("error: no TFRecords match data.train_file_pattern=/nowhere",

@@ -96,9 +96,10 @@ def check_settings(recipe, config_files, runs, model_dir_of, extra_overrides="")
     driver = importlib.import_module("recipes.common.driver")
     task_class = task_class_of(recipe)
     for run in runs:
-        options = types.SimpleNamespace(
+        options = types.SimpleNamespace(  # (no model_dir: a run's config.yaml is not read)
             config_files=tuple(config_files),
             params_override=override_string(run, extra_overrides),
+            model_dir=None,
         )
         driver.load_task(task_class, options).check_data(MODE, model_dir_of(run))
 
