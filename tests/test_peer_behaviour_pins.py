@@ -75,3 +75,25 @@ def test_keras3_adamw_exclusion_matches_the_leaf_name_only():
     assert adamw._use_weight_decay(gamma)
     adamw.exclude_from_weight_decay(var_names=["gamma"])
     assert not adamw._use_weight_decay(gamma)  # the pin can fail: a leaf name does exclude
+
+
+def test_model_garden_polynomial_warmup_ramps_to_the_decayed_rate_from_step_one():
+    """What docs/large_batch.md says of Model Garden's `PolynomialWarmUp` around a
+    `PolynomialDecay`: it ramps to the decayed rate at W (not to the peak) and reads step 0
+    as step 1; after the warmup it agrees with lamb_tf's `WarmupPolynomialDecay`."""
+    import tf_keras
+    from official.modeling.optimization import lr_schedule
+
+    from lamb_tf.schedules import TfKerasWarmupPolynomialDecay
+
+    peak, warmup, total = 1e-3, 10, 100
+    decay = tf_keras.optimizers.schedules.PolynomialDecay(peak, total, 0.0)
+    theirs = lr_schedule.PolynomialWarmUp(decay, warmup)
+    ours = TfKerasWarmupPolynomialDecay(peak, total_steps=total, warmup_steps=warmup)
+    rate = lambda schedule, step: float(schedule(tf.constant(step)))
+    assert np.isclose(rate(theirs, 0), peak * (1 - warmup / total) / warmup)  # 9e-5
+    assert rate(ours, 0) == 0.0
+    assert np.isclose(rate(theirs, warmup - 1), peak * (1 - warmup / total) * 0.9)
+    assert np.isclose(rate(ours, warmup - 1), peak * 0.9)
+    for step in (warmup, 50, total):
+        assert np.isclose(rate(theirs, step), rate(ours, step), rtol=1e-6, atol=1e-12), step
