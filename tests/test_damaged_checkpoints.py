@@ -116,3 +116,19 @@ def test_a_runs_damaged_config_yaml_is_named_as_damaged_not_another_programs(tmp
     assert message.endswith("); put the run's config back (a copy of the run, or the config "
                             "files it was started with), or give a new --model_dir")
     assert "another program" not in message and "\n" not in message
+
+
+def test_a_runs_checkpoints_directory_given_as_model_dir_names_the_run(tmp_path):
+    """`--model_dir=RUN/checkpoints --mode=eval` said "no checkpoint in
+    RUN/checkpoints/checkpoints; train first", of a trained run."""
+    run = str(tmp_path / "run")
+    _save_two_checkpoints(run)
+    given = os.path.join(run, "checkpoints")
+    with pytest.raises(UserError) as raised:
+        checkpoints.require_checkpoint(given)
+    assert str(raised.value) == (
+        f"no checkpoint in {os.path.join(given, 'checkpoints')}: {given} is the checkpoints "
+        f"directory of the run in {run}; give --model_dir={run}")
+    with pytest.raises(UserError, match="; train first"):  # no run there: as before
+        checkpoints.require_checkpoint(str(tmp_path / "empty" / "checkpoints"))
+    assert checkpoints.require_checkpoint(run).endswith("ckpt-2")

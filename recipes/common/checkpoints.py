@@ -154,6 +154,12 @@ def build_optimizer_state(model):
 def require_checkpoint(model_dir):
     """The newest checkpoint path, or a UserError saying that there is none yet."""
     path = latest_checkpoint(model_dir)
+    run_dir = os.path.dirname(model_dir.rstrip("/"))
+    if path is None and os.path.basename(model_dir.rstrip("/")) == CHECKPOINT_SUBDIR and \
+            run_dir and latest_checkpoint(run_dir):  # the run's checkpoints/ given
+        raise UserError(
+            f"no checkpoint in {os.path.join(model_dir, CHECKPOINT_SUBDIR)}: {model_dir} is "
+            f"the checkpoints directory of the run in {run_dir}; give --model_dir={run_dir}")
     if path is None:
         raise UserError(
             f"no checkpoint in {os.path.join(model_dir, CHECKPOINT_SUBDIR)}; train "
