@@ -4,6 +4,7 @@ Python's `open`, so every run after the first into a gs:// --model_dir stopped w
 config.yaml is damaged (... does not exist)". TensorFlow's in-memory file system (ram://)
 stands in for Cloud Storage here: it is reached only through `tf.io.gfile`, as gs:// is."""
 import json
+import tempfile
 
 import pytest
 import tensorflow as tf
@@ -35,8 +36,11 @@ def _options(model_dir, mode, params_override):
 
 
 @pytest.mark.slow  # three tiny ResNet runs
-def test_a_run_on_a_remote_model_dir_resumes_and_is_evaluated(capsys):
+def test_a_run_on_a_remote_model_dir_resumes_and_is_evaluated(capsys, monkeypatch, tmp_path):
     from recipes.resnet.train import ResNetClassification
+
+    # a remote run's tensorflow.log goes to a new local temporary directory: into tmp_path
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
 
     model_dir = "ram://runs/resnet"
     driver.run(ResNetClassification, _options(model_dir, "train", STEPS_2))
