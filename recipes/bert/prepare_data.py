@@ -91,7 +91,7 @@ def recorded_path(path: Optional[str]) -> Optional[str]:
     if path is None:
         return None
     path = os.fspath(path)
-    return path if "://" in path else os.path.abspath(path)
+    return os.path.abspath(path) if storage.all_local([path]) else path
 
 
 @dataclasses.dataclass(frozen=True)
