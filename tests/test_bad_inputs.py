@@ -163,7 +163,9 @@ CASES = {
          "runtime.precision='float32' or use a new --model_dir"]),
     "model-dir-holds-another-model-shape": (BERT, TRAINED,
                                            ["--params_override=model.hidden_size=32"],
-                                           ["does not fit this model", "new --model_dir"]),
+                                           ["model.hidden_size was 16 in the run in ",
+                                            ", now 32: a run keeps its model.* keys from its "
+                                            "first step to its last", "new --model_dir"]),
     # Corrupt float data (every masked-LM weight NaN): the run restores step 2, its loss is
     # NaN at step 3, it stops there and the checkpoint of step 2 stays as it was.
     "nan-in-training-data": (BERT, TRAINED,

@@ -275,6 +275,42 @@ def test_bad_input_raises_one_line_user_error(pretrain_main, config_file, tmp_pa
     assert not os.path.exists(os.path.join(tmp_path, "checkpoints"))
 
 
+def test_a_dropout_change_on_resume_is_refused_as_a_model_key(trained_runs, config_file,
+                                                              pretrain_main):
+    """Was: 'its checkpoint does not fit this model', of a key that has no variable."""
+    from recipes.common.errors import UserError
+
+    model_dir, _ = trained_runs[1]
+    before = sorted(os.listdir(model_dir))
+    with pytest.raises(UserError) as raised:
+        pretrain_main(f"--config_file={config_file}", f"--model_dir={model_dir}",
+                      "--params_override=model.dropout_rate=0.1")
+    assert str(raised.value) == (
+        f"model.dropout_rate was 0.0 in the run in {model_dir}, now 0.1: a run keeps its "
+        "model.* keys from its first step to its last (they define what it trains); keep "
+        "model.dropout_rate=0.0 or use a new --model_dir")
+    assert sorted(os.listdir(model_dir)) == before
+
+
+def test_a_change_the_data_check_refuses_is_not_announced_before_it(
+        trained_runs, config_file, pretrain_main, monkeypatch, capsys):
+    """The changed keys of a resumed run are printed once the task has checked its data,
+    which may refuse one (BERT: data.* keys of the preparation it reuses): was 'config:
+    data.seq_length ... (resuming ...)' and then the refusal of that change."""
+    from recipes.bert import pretrain
+    from recipes.common.errors import UserError
+
+    def refuse(task, mode, model_dir):
+        raise UserError("the data check's refusal")
+
+    monkeypatch.setattr(pretrain.BertPretraining, "check_data", refuse)
+    model_dir, _ = trained_runs[1]
+    with pytest.raises(UserError, match="the data check's refusal"):
+        pretrain_main(f"--config_file={config_file}", f"--model_dir={model_dir}",
+                      "--params_override=optimizer.learning_rate=0.005")
+    assert "config: optimizer.learning_rate" not in capsys.readouterr().out
+
+
 def test_an_evaluation_of_a_trained_run_keeps_its_training_record(trained_runs, config_file,
                                                                    tmp_path):
     model_dir = str(tmp_path / "run")

@@ -110,7 +110,7 @@ def test_a_runs_damaged_config_yaml_is_named_as_damaged_not_another_programs(tmp
     (run / "config.yaml").write_text(text)
     task = resnet_train.ResNetClassification(config_lib.load_config(resnet_train.ResNetConfig))
     with pytest.raises(UserError) as error:
-        driver.check_same_program(task, str(run))
+        driver.check_same_program(task, str(run), "eval")
     message = str(error.value)
     assert message.startswith(f"--model_dir {run}: its config.yaml is damaged ({run}/config.yaml")
     assert message.endswith("); put the run's config back (a copy of the run, or the config "
@@ -132,3 +132,19 @@ def test_a_runs_checkpoints_directory_given_as_model_dir_names_the_run(tmp_path)
     with pytest.raises(UserError, match="; train first"):  # no run there: as before
         checkpoints.require_checkpoint(str(tmp_path / "empty" / "checkpoints"))
     assert checkpoints.require_checkpoint(run).endswith("ckpt-2")
+
+
+@pytest.mark.parametrize("mode, verb", [("train", "resume"), ("train_and_eval", "resume"),
+                                        ("eval", "evaluate"), ("export", "export")])
+def test_another_programs_run_is_named_for_what_the_mode_does_with_it(tmp_path, mode, verb):
+    """Was: 'cannot resume' for --mode=eval and --mode=export too."""
+    run = tmp_path / "run"
+    _save_two_checkpoints(str(run))
+    (run / "config.yaml").write_text("data:\n  corpus: stdlib\n")  # a BERT run's key
+    task = resnet_train.ResNetClassification(config_lib.load_config(resnet_train.ResNetConfig))
+    with pytest.raises(UserError) as error:
+        driver.check_same_program(task, str(run), mode)
+    assert str(error.value) == (
+        f"--model_dir {run} holds a run this program cannot {verb}: its config.yaml does not "
+        "load as this program's (unknown config key 'data.corpus'); is it another program's "
+        "run? Give a new --model_dir")

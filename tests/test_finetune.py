@@ -363,13 +363,13 @@ def test_a_run_into_the_directory_of_a_comparison_is_refused(tmp_path):
         (tmp_path / name / "config.yaml").write_text("train: {steps: 2}\n")
     (tmp_path / "notes").mkdir()  # not a run: not named
     with pytest.raises(finetune.UserError) as error:
-        driver.check_same_program(None, str(tmp_path))
+        driver.check_same_program(None, str(tmp_path), "train")
     assert str(error.value) == (
         f"--model_dir {tmp_path} holds other runs in pretrained/, random_init/ (each with its "
         "config.yaml), which this run's files would sit beside; give a new --model_dir (a "
         "comparison of fine-tuning's --compare_with_random_init resumes with that flag)")
-    driver.check_same_program(None, str(tmp_path / "pretrained"))  # a run of its own: not here
-    driver.check_same_program(None, str(tmp_path / "new"))  # not there yet
+    driver.check_same_program(None, str(tmp_path / "pretrained"), "train")  # a run of its own: not here
+    driver.check_same_program(None, str(tmp_path / "new"), "train")  # not there yet
 
 
 def test_both_runs_of_a_comparison_name_their_variables_alike(tmp_path, monkeypatch):

@@ -190,6 +190,18 @@ def test_log_batch_plan_prints_the_arithmetic(capsys, two_cpu_strategy):
     out = capsys.readouterr().out
     # 64 = 2 replicas x 8 per micro-batch x 4 accumulation steps
     assert "global 64 = 2 replica(s) × micro-batch 8 × 4 accumulation step(s)" in out
+    plan = accumulation.plan_batch(global_batch_size=32768, micro_batch_size=2048,
+                                   num_replicas=2)
+    strategy_lib.log_batch_plan(two_cpu_strategy, plan)
+    assert capsys.readouterr().out == (  # 32,768 = 2 × 2,048 × 8
+        "batch: global 32,768 = 2 replica(s) × micro-batch 2,048 × 8 accumulation step(s)\n")
+
+
+def test_log_eval_batch_prints_the_examples_per_replica(capsys, two_cpu_strategy):
+    """--mode=eval shows the batch it evaluates with, not the training's plan."""
+    strategy_lib.log_eval_batch(two_cpu_strategy, 4096)
+    assert capsys.readouterr().out == (
+        "batch: eval.global_batch_size 4,096 = 2 replica(s) × 2,048\n")
 
 
 @pytest.mark.parametrize("tf_config, words", [

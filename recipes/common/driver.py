@@ -219,7 +219,12 @@ def _not_this_programs(config_class, saved_path):
     return None
 
 
-def check_same_program(task, model_dir):
+# What a mode does with the run already in --model_dir: (verb, its -ing form).
+_WITH_THE_RUN = {"train": ("resume", "resuming"), "train_and_eval": ("resume", "resuming"),
+                 "eval": ("evaluate", "evaluating"), "export": ("export", "exporting")}
+
+
+def check_same_program(task, model_dir, mode):
     """A UserError, before anything else is checked about --model_dir's run, when it holds
     a checkpoint and a config.yaml that is not this program's, or holds other runs in its
     subdirectories (fine-tuning's --compare_with_random_init writes two)."""
@@ -236,10 +241,9 @@ def check_same_program(task, model_dir):
     reason = _not_this_programs(type(task.config), saved_path)
     if reason:
         raise UserError(
-            f"--model_dir {model_dir} holds a run this program cannot resume: its config.yaml "
-            f"does not load as this program's ({reason}); is it another program's run? Give a "
-            "new --model_dir"
-        )
+            f"--model_dir {model_dir} holds a run this program cannot "
+            f"{_WITH_THE_RUN[mode][0]}: its config.yaml does not load as this program's "
+            f"({reason}); is it another program's run? Give a new --model_dir")
 
 
 def _check_no_runs_inside(model_dir):
@@ -262,11 +266,13 @@ def compare_with_saved_config(task, model_dir, mode):
     """When --model_dir holds a checkpoint and its config.yaml (this program's:
     `check_same_program` ran first): refuses a change to a key of `task.fixed_on_resume`,
     to `optimizer.name`, or into `mixed_float16` (one line each), before anything is written
-    there; prints every other changed key, old -> new."""
+    there; returns the console's line for every other changed key, old -> new (printed once
+    the task has checked its data, which may refuse a change of its own)."""
     saved_path = os.path.join(model_dir, "config.yaml")
     if checkpoints.latest_checkpoint(model_dir) is None or not tf.io.gfile.exists(saved_path):
-        return
+        return []
     saved = config_lib.load_config(type(task.config), [saved_path])
+    lines = []
     for key, old, new in config_lib.changed_keys(saved, task.config):
         if key == "optimizer.name":  # every recipe: the slots are the optimizer's own
             raise UserError(
@@ -278,15 +284,18 @@ def compare_with_saved_config(task, model_dir, mode):
                 f"{key} was {old!r} in the run in {model_dir}, now {new!r}: its checkpoint "
                 "holds no loss scale, which mixed_float16 restores; keep "
                 f"{key}={old!r} or use a new --model_dir")
-        fixed = any(key == f or (f.endswith(".") and key.startswith(f))
-                    for f in task.fixed_on_resume)
-        if fixed:
+        fixed = [f for f in task.fixed_on_resume
+                 if key == f or (f.endswith(".") and key.startswith(f))]
+        if fixed:  # model.dropout_rate too: no variable, but another model to go on with
+            keys = f"its {fixed[0]}* keys" if fixed[0].endswith(".") else fixed[0]
             raise UserError(
-                f"{key} was {old!r} in the run in {model_dir}, now {new!r}: its checkpoint "
-                f"does not fit this model; keep {key}={old!r} or use a new --model_dir"
+                f"{key} was {old!r} in the run in {model_dir}, now {new!r}: a run keeps "
+                f"{keys} from its first step to its last (they define what it trains); keep "
+                f"{key}={old!r} or use a new --model_dir"
             )
-        doing = {"eval": "evaluating", "export": "exporting"}.get(mode, "resuming")
-        print(f"config: {key} {old!r} -> {new!r} ({doing} the run in {model_dir})", flush=True)
+        lines.append(f"config: {key} {old!r} -> {new!r} ({_WITH_THE_RUN[mode][1]} the run "
+                     f"in {model_dir})")
+    return lines
 
 
 def plan_batch(config, num_replicas):
@@ -318,20 +327,25 @@ def run(task_class, options):
     check_model_dir(options.model_dir, options.mode)
     # Ctrl-C and SIGTERM outside training name the checkpoint a rerun goes on from
     errors.name_newest_checkpoint(lambda: checkpoints.latest_checkpoint(options.model_dir))
-    check_same_program(task, options.model_dir)  # before what would be said of its run
+    check_same_program(task, options.model_dir, options.mode)  # before what would be said of its run
     if exports(task.config, options.mode):
         check_export_dir(task, options.model_dir)
     if options.mode in TRAIN_MODES:
         check_steps_left(task.config, options.model_dir)
     check_init_checkpoint(task.config, options.model_dir, options.mode)
-    compare_with_saved_config(task, options.model_dir, options.mode)
+    changes = compare_with_saved_config(task, options.model_dir, options.mode)
     with errors.doing("while checking the data"):  # before a TPU is connected: fails fast
         task.check_data(options.mode, options.model_dir)
+    for line in changes:
+        print(line, flush=True)
     strategy = strategy_lib.make_strategy(options.strategy, options.tpu, options.communication)
     plan = plan_batch(task.config, strategy.num_replicas_in_sync)
     if options.verbose:
         print(f"resolved config:\n{config_lib.format_config(task.config)}", flush=True)
-    strategy_lib.log_batch_plan(strategy, plan)
+    if options.mode in TRAIN_MODES:  # the plan still builds the model a checkpoint holds
+        strategy_lib.log_batch_plan(strategy, plan)
+    elif options.mode == "eval":
+        strategy_lib.log_eval_batch(strategy, task.config.eval.global_batch_size)
     new_model_dir = not tf.io.gfile.exists(options.model_dir)
     with _exclusive_use(options.model_dir, strategy):  # refused: the other run's, untouched
         try:

@@ -129,11 +129,18 @@ def _tpu_strategy(tpu, given_tpu=True):
 def log_batch_plan(strategy, plan):
     """Prints the batch arithmetic: global = replicas × micro-batch × accumulation steps."""
     print(
-        f"batch: global {plan.global_batch_size} = {strategy.num_replicas_in_sync} replica(s) "
-        f"× micro-batch {plan.micro_batch_size} × {plan.accumulation_steps} accumulation "
-        f"step(s)",
+        f"batch: global {plan.global_batch_size:,} = {strategy.num_replicas_in_sync} "
+        f"replica(s) × micro-batch {plan.micro_batch_size:,} × {plan.accumulation_steps} "
+        "accumulation step(s)",
         flush=True,
     )
+
+
+def log_eval_batch(strategy, global_batch_size):
+    """Prints an evaluation's batch: global = replicas × examples per replica."""
+    replicas = strategy.num_replicas_in_sync
+    print(f"batch: eval.global_batch_size {global_batch_size:,} = {replicas} replica(s) × "
+          f"{global_batch_size // replicas:,}", flush=True)
 
 
 def task(strategy):
