@@ -82,6 +82,31 @@ def test_next_export_removes_the_leftovers_of_a_killed_export_and_nothing_else(
         f"removed what an interrupted export left: {removed}")
 
 
+def test_an_earlier_export_a_killed_export_moved_aside_is_put_back_not_removed(
+        earlier_export, tmp_path, capsys, monkeypatch):
+    """Killed between its two renames, an export leaves only `.old-*` (the earlier export):
+    the next export puts it back first, so that a failing next export keeps it (was: removed
+    as a leftover, and a failing next export left no export at all)."""
+    aside = tmp_path / "export.old-89abcdef"
+    os.rename(earlier_export, aside)
+    os.makedirs(tmp_path / "export.old-0123abcd")  # no SavedModel in it: removed
+    capsys.readouterr()
+
+    def failing_save(*args, **kwargs):
+        raise RuntimeError("the new export fails")
+
+    monkeypatch.setattr(tf.saved_model, "save", failing_save)
+    with pytest.raises(RuntimeError):
+        export_lib.export_saved_model(earlier_export, _module(2.0))
+    monkeypatch.undo()
+    assert os.listdir(tmp_path) == ["export"]
+    assert _loads(earlier_export) == 1.0
+    assert capsys.readouterr().out.splitlines() == [
+        "put back the earlier export an interrupted export had moved aside: "
+        f"{aside} -> {earlier_export}",
+        f"removed what an interrupted export left: {tmp_path / 'export.old-0123abcd'}"]
+
+
 def test_leftovers_of_a_relative_export_dir(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     os.makedirs("export.tmp-0123abcd")

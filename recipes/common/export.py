@@ -101,8 +101,18 @@ def leftovers(export_dir):
 
 def remove_leftovers(export_dir):
     """Removes `leftovers(export_dir)` (a full SavedModel copy each), with one line naming
-    them. Only one export to `export_dir` may run at a time: another's would be removed."""
+    them; first, when `export_dir` is absent, a local export killed between its two renames
+    moved aside (the newest `.old-*` holding a saved_model.pb) is put back, with a line of its
+    own. Only one export to `export_dir` may run at a time: another's would be removed."""
     found = leftovers(export_dir)
+    moved_aside = [path for path in found if ".old-" in os.path.basename(path)
+                   and os.path.isfile(os.path.join(path, "saved_model.pb"))]
+    if moved_aside and not tf.io.gfile.exists(export_dir) and "://" not in export_dir:
+        earlier = max(moved_aside, key=os.path.getmtime)  # a local rename: complete
+        os.rename(earlier, export_dir.rstrip("/"))
+        found.remove(earlier)
+        print(f"put back the earlier export an interrupted export had moved aside: {earlier} "
+              f"-> {export_dir}", flush=True)
     for path in found:
         if tf.io.gfile.isdir(path):
             tf.io.gfile.rmtree(path)
