@@ -228,8 +228,11 @@ def test_the_held_out_line_names_each_number_as_results_json_does():
     results = {"loss": 8.1, "masked_lm_loss": 7.1319, "masked_lm_cross_entropy": 7.5539,
                "masked_lm_accuracy": 0.0123, "next_sentence_loss": 0.69,
                "next_sentence_accuracy": 0.51}
-    line = pretrain.BertPretraining(None).describe_evaluation(results)
-    printed = dict(pair.split("=") for pair in line.split())
+    task = pretrain.BertPretraining(None)
+    task.evaluated_sequences, task.evaluated_step = 1280, 120
+    line = task.describe_evaluation(results)
+    assert line.endswith(" (1,280 sequences, step 120)"), line
+    printed = dict(pair.split("=") for pair in line.split(" (")[0].split())
     assert "masked_lm_cross_entropy" in printed and "masked_lm_accuracy" in printed
     for name, value in printed.items():
         assert value == f"{results[name]:.4f}", (name, line)

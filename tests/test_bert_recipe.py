@@ -324,6 +324,10 @@ def test_an_evaluation_of_a_trained_run_keeps_its_training_record(trained_runs, 
     seed = yaml.safe_load(open(os.path.join(model_dir, "config.yaml"), encoding="utf-8"))
     assert (f"config: train.seed {seed['train']['seed']!r} -> 1234 (evaluating the run in "
             f"{model_dir})" in result.stdout), result.stdout
+    # eval.steps=1 of eval.global_batch_size=8 (tiny_bert_data.config), of the step-2 run
+    held_out = [line for line in result.stdout.splitlines() if line.startswith("held-out ")]
+    assert len(held_out) == 1 and held_out[0].endswith(" (8 sequences, step 2)  [latest]")
+    assert "batch: eval.global_batch_size 8 = 1 replica(s) × 8" in result.stdout
     with open(os.path.join(model_dir, "results.json"), encoding="utf-8") as f:
         evaluated = json.load(f)
     assert evaluated["train"] == trained["train"] and evaluated["mode"] == "train"

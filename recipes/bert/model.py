@@ -168,6 +168,13 @@ def weighted_metrics():
     }
 
 
+def sequences_counted(model):
+    """The sequences the last `evaluate` read: the summed weights (one per sequence,
+    `keras_targets`) of its next-sentence accuracy, over every replica."""
+    (accuracy,) = [metric for metric in model.metrics if metric.name == "next_sentence_accuracy"]
+    return int(round(float(accuracy.count.numpy())))
+
+
 def keras_targets(features, labels):
     """Maps the reader's `(features, labels)` (recipes.bert.input) to Keras'
     `(inputs, targets, sample_weights)` for the two outputs."""

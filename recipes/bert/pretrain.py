@@ -90,11 +90,13 @@ class BertPretraining(task.Task):
 
     def evaluate(self, model, strategy):
         dataset = input_lib.make_eval_dataset(strategy, self.config, self.data.eval_files)
+        self.evaluated_step = int(model.optimizer.iterations.numpy())
         results = model.evaluate(
             dataset, steps=self.config.eval.steps or None, return_dict=True, verbose=0
         )
         if "masked_lm_accuracy" not in results:  # no batch: Keras returns no metric
             raise UserError(self._no_eval_batch(f"the held-out files of {self.data.eval_pattern}"))
+        self.evaluated_sequences = model_lib.sequences_counted(model)
         return results
 
     def _no_eval_batch(self, held_out):
@@ -109,7 +111,8 @@ class BertPretraining(task.Task):
         return (
             f"masked_lm_accuracy={results['masked_lm_accuracy']:.4f} "
             f"masked_lm_cross_entropy={results['masked_lm_cross_entropy']:.4f} "
-            f"next_sentence_accuracy={results['next_sentence_accuracy']:.4f}"
+            f"next_sentence_accuracy={results['next_sentence_accuracy']:.4f} "
+            f"({self.evaluated_sequences:,} sequences, step {self.evaluated_step})"
         )
 
     def export(self, export_dir):
