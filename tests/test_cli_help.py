@@ -122,6 +122,15 @@ def test_help_config_is_answered_before_tensorflow_loads(module, without_tensorf
                                               "not exist; check --config_file"),
     (["--params_override=train.steps=two"], "error: --params_override: config key "
                                             "'train.steps' must be int"),
+    # a config key given as a flag: was absl's "Unknown command line flag 'learning_rate'",
+    # after TensorFlow had loaded
+    (["--learning_rate=0.1"], "error: --learning_rate is not a flag of this program; config "
+     "keys are set with --params_override: --params_override=optimizer.learning_rate=0.1; "
+     "--help_config lists them"),
+    (["--train.steps=3"], "error: --train.steps is not a flag of this program; config keys "
+     "are set with --params_override: --params_override=train.steps=3; --help_config"),
+    (["--steps", "7"], "error: --steps is not a flag of this program; config keys are set "
+     "with --params_override: --params_override=train.steps=VALUE (or eval.steps); "),
 ])
 def test_config_mistakes_the_schema_finds_are_answered_before_tensorflow_loads(
         module, args, line, without_tensorflow):

@@ -73,3 +73,21 @@ def format_config_help(schema_cls, program):
         if meaning:
             lines.append(f"{'':<{width}}  {meaning}")
     return "\n".join(lines)
+
+
+def config_key_given_as_flag(argument, schema_cls):
+    """The words of a one-line error for an unknown flag `argument` that names config keys
+    of `schema_cls` (`--train.steps=10`, `--steps=10`, `--learning_rate=0.1`: a whole key,
+    a key's last part, or the end of one such as `batch_size`): how to set them. None when
+    it names none."""
+    name, _, value = argument.lstrip("-").partition("=")
+    keys = [key for key, *_ in config_keys(schema_cls())]
+    matches = ([key for key in keys if name in (key, key.rsplit(".", 1)[-1])]
+               or [key for key in keys if key.rsplit(".", 1)[-1].endswith("_" + name)])
+    if not name or not matches:
+        return None
+    others = f" (or {', '.join(matches[1:])})" if matches[1:] else ""
+    return (f"--{name} is not a flag of this program; config keys are set with "
+            f"--params_override: --params_override={matches[0]}={value or 'VALUE'}{others}; "
+            "--help_config lists them")
+

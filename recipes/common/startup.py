@@ -21,7 +21,8 @@ def check_command_line(config_class=None, extra_flags=()):
     """Answers what the command line alone decides before TensorFlow is imported (about 5 s
     on a CPU machine): `--help`; a mistake in the program's own flags (one line, exit status
     2, as `driver.main` reports it; a flag it does not know is answered here only when it is
-    close to one of its own, as a misspelling: TensorFlow defines a few flags when it loads);
+    close to one of its own, as a misspelling, or names a config key, which --params_override
+    sets: TensorFlow defines a few flags when it loads);
     and, given the program's `config_class`, `--help_config` and the mistakes the schema
     alone finds in the config files and `--params_override` (a YAML error, an unknown key, a
     wrong type). `--helpfull`, which lists TensorFlow's flags too, is left to `driver.main`.
@@ -37,7 +38,12 @@ def check_command_line(config_class=None, extra_flags=()):
     flags_lib.define_flags(extra_flags)
     argv = errors.parse_command_line(known_only=True)
     try:
-        if flags_lib.unknown_flags(argv[1:]):  # flags TensorFlow may define
+        unknown = flags_lib.unknown_flags(argv[1:])
+        for argument in unknown if config_class else ():  # a config key given as a flag
+            problem = config_help.config_key_given_as_flag(argument, config_class)
+            if problem:
+                raise errors.UserError(problem)
+        if unknown:  # flags TensorFlow may define
             return
         options = flags_lib.read_options(argv, extra_flags)
     except errors.UserError as error:
