@@ -50,6 +50,9 @@ def test_files_layer_in_order_then_override_wins(tmp_path):
         ("train.stepz=5", "unknown config key 'train.stepz'; did you mean train.steps? "
                           "known keys under train: end_learning_rate, jit_compile,"),
         ("trian.steps=5", "unknown config key 'trian'; did you mean train? known keys: "),
+        # a key without its section (was: only the sections listed)
+        ("steps=5", "unknown config key 'steps'; did you mean train.steps? known keys: name, "
+                    "train"),
         ("train.zzz=5", "unknown config key 'train.zzz'; known keys under train: "),
         ("train.steps=abc", "'train.steps' must be int, got 'abc'"),
         ("train.steps=2.5", "'train.steps' must be int, got 2.5"),
@@ -75,6 +78,25 @@ def test_bad_override_is_one_line_naming_the_key(override, fragment):
         load_config(_Schema, [], override)
     assert fragment in str(error.value)
     assert "\n" not in str(error.value)
+
+
+@dataclasses.dataclass
+class _Eval:
+    steps: int = 0
+
+
+@dataclasses.dataclass
+class _TwoSections:
+    train: _Train = dataclasses.field(default_factory=_Train)
+    eval: _Eval = dataclasses.field(default_factory=_Eval)
+
+
+def test_a_key_without_its_section_names_every_section_that_has_it(tmp_path):
+    flat = _write(tmp_path, "flat.yaml", "steps: 3\n")
+    with pytest.raises(UserError) as error:
+        load_config(_TwoSections, [flat])
+    assert str(error.value) == (f"{flat}: unknown config key 'steps'; did you mean train.steps "
+                                "or eval.steps? known keys: eval, train")
 
 
 def test_a_number_for_a_string_key_says_how_to_quote_it_and_the_quoted_one_loads():

@@ -264,6 +264,13 @@ def unknown_keys(updates, schema_cls, prefix=""):
     return unknown
 
 
+def _keys_in_sections(name, fields):
+    """The dotted keys `section.name` of the sections among `fields` (a key given without
+    its section: `learning_rate` for `optimizer.learning_rate`)."""
+    return [f"{section}.{name}" for section, field_type in fields.items()
+            if dataclasses.is_dataclass(field_type) and name in _fields(field_type)]
+
+
 def _fields(schema_cls):
     hints = typing.get_type_hints(schema_cls)
     return {field.name: hints[field.name] for field in dataclasses.fields(schema_cls)}
@@ -280,8 +287,9 @@ def _merge(values, updates, schema_cls, source, prefix, renamed):
             )
         if key not in fields:
             known = ", ".join(sorted(fields))
-            close = difflib.get_close_matches(str(key), list(fields), n=1)
-            guess = f"did you mean {prefix}{close[0]}? " if close else ""
+            close = [f"{prefix}{name}" for name in difflib.get_close_matches(
+                str(key), list(fields), n=1)] or _keys_in_sections(key, fields)
+            guess = f"did you mean {' or '.join(close)}? " if close else ""
             raise UserError(
                 f"{source}: unknown config key {dotted!r}; {guess}"
                 f"known keys{' under ' + prefix[:-1] if prefix else ''}: {known}"
