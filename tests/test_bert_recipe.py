@@ -180,7 +180,9 @@ def test_resume_is_a_no_op_when_the_run_is_complete(trained_runs, config_file):
     result = run_pretrain(f"--config_file={config_file}", f"--model_dir={model_dir}",
                           "--mode=train")
     assert result.returncode == 0, result.stderr[-3000:]
-    assert "restored" in result.stdout and "already trained to step 2" in result.stdout
+    assert "restored" in result.stdout and (
+        "already trained to step 2 of train.steps=2: nothing left to train (a larger "
+        "train.steps trains it further)") in result.stdout
 
 
 def test_resume_with_a_changed_key_prints_it_and_keeps_the_old_config(trained_runs,

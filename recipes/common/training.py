@@ -129,7 +129,8 @@ def train(
     history = tf_keras.callbacks.History()
     history.last_logs = {}
     if first_step >= total_steps:
-        print(f"already trained to step {first_step} >= train.steps={total_steps}", flush=True)
+        print(f"already trained to step {first_step} of train.steps={total_steps}: nothing left "
+              "to train (a larger train.steps trains it further)", flush=True)
         if config is not None:
             config_lib.save_config(config, model_dir)
         return history
