@@ -77,7 +77,10 @@ def unit_interval(name, value):
 
 
 def boolean(name, value):
-    """A real bool (not a truthy string such as "False")."""
+    """A real bool (not a truthy string such as "False"); NumPy's bool (a comparison of
+    arrays, say), which Keras takes, as the Python bool."""
+    if type(value).__name__ == "bool" and type(value).__module__ == "numpy":
+        return bool(value)
     if not isinstance(value, bool):
         raise TypeError(f"{name} must be True or False, got {value!r} ({type(value).__name__}).")
     return value

@@ -764,19 +764,31 @@ def test_corpus_without_sentence_pairs_is_a_user_error_and_leaves_no_shards(tmp_
 def test_a_preparation_into_a_directory_another_one_is_writing_is_refused(tmp_path):
     """Two runs preparing into one data.data_dir at once replaced each other's shards: the
     first trained on a mix and the damage stayed (its metadata.json marked it finished)."""
-    from recipes.common import storage
+    from lock_holder import held_by_another_process
 
     corpus_path = write_corpus(str(tmp_path / "corpus"), synthetic_documents(8))
     out = tmp_path / "out"
-    with storage.exclusive_use(str(out), str(out), "unused"):  # the first preparation's hold
+    out.mkdir()
+    with held_by_another_process(out):  # the first preparation's hold
         with pytest.raises(UserError) as raised:
             prepare_small(corpus_path, str(out))
         assert os.listdir(out) == []  # the first one's directory: left as it is
     assert str(raised.value) == (
-        f"{out} is in use by another process of this program, which still writes there; "
-        "wait for that preparation to finish (a run then reuses it), or give another "
+        f"the preparation directory {out} is in use by another lamb_tf process, which still "
+        "writes there; wait for that preparation to finish (a run then reuses it), or give another "
         "directory")
     assert prepare_small(corpus_path, str(out)).num_train_sequences > 0  # released
+
+
+def test_a_run_preparing_into_its_own_model_dir_is_not_refused_by_its_own_hold(tmp_path):
+    """data.data_dir=<model_dir>: the run's hold on its --model_dir (the driver's) refused
+    its own preparation there ("... is in use by another process")."""
+    from recipes.common import storage
+
+    corpus_path = write_corpus(str(tmp_path / "corpus"), synthetic_documents(8))
+    model_dir = str(tmp_path / "run")
+    with storage.exclusive_use(f"--model_dir={model_dir}", model_dir, "unused"):
+        assert prepare_small(corpus_path, model_dir).num_train_sequences > 0
 
 
 def test_heldout_split_without_pairs_is_a_user_error(tmp_path):
@@ -1139,6 +1151,27 @@ def test_a_preparation_without_recorded_inputs_is_reused_comparing_its_lengths_o
                               str(tmp_path / "run"))
 
 
+def test_an_evaluation_compares_a_reused_preparations_lengths_only(tmp_path, monkeypatch):
+    """`--model_dir=RUN --mode=eval` from another working directory than the run's, whose
+    config.yaml names a relative data.corpus, was refused: the relative path names another
+    directory there, though an evaluation reads no corpus."""
+    from recipes.bert import data as data_lib
+    from recipes.bert.config import DataConfig
+
+    inputs = {**RECORDED["inputs"], "corpus": str(tmp_path / "texts")}
+    _finished_preparation(tmp_path / "run", {**RECORDED, "inputs": inputs})
+    (tmp_path / "elsewhere").mkdir()
+    monkeypatch.chdir(tmp_path / "elsewhere")
+    as_trained = DataConfig(**{**RECIPE_DEFAULTS, "corpus": "texts"})  # relative to tmp_path
+    with pytest.raises(UserError, match=r"data.corpus='texts'; keep data.corpus='/"):
+        data_lib.check_corpus(as_trained, str(tmp_path / "run"))  # training: refused
+    data_lib.check_corpus(as_trained, str(tmp_path / "run"), compare_inputs=False)
+    with pytest.raises(UserError, match=r"holds a preparation of data.seq_length=64, but "
+                                        r"data.seq_length=128;"):
+        data_lib.check_corpus(DataConfig(**{**vars(as_trained), "seq_length": 128}),
+                              str(tmp_path / "run"), compare_inputs=False)
+
+
 def test_the_data_line_after_a_preparation_has_thousands_separators(
         tmp_path, monkeypatch, capsys):
     """As the rest of the console: the counts of the embedded corpus' preparation."""
@@ -1151,7 +1184,7 @@ def test_the_data_line_after_a_preparation_has_thousands_separators(
         train_files="t", eval_files="e", vocab_file="v", num_train_sequences=49224,
         num_eval_sequences=259, num_words=313671, vocab_size=2026)
     monkeypatch.setattr(prepare_data, "prepare_pretraining_data", lambda *_, **__: prepared)
-    data_lib._locate_or_prepare(DataConfig(data_dir=str(tmp_path / "data")), "unused")
+    data_lib._prepare(DataConfig(data_dir=str(tmp_path / "data")), str(tmp_path / "data"))
     assert capsys.readouterr().out.splitlines()[-1] == (
         "data: 49,224 training and 259 held-out sequences from 313,671 words, vocabulary of "
         "2,026 pieces")

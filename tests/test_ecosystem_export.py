@@ -154,3 +154,22 @@ def test_the_command_without_a_model_dir_is_one_line_saying_what_it_is(args):
     assert done.returncode == 2
     assert done.stderr.splitlines() == ["error: --model_dir is required: the --model_dir of the "
                                         "pretraining run to export (see --help)"]
+
+
+def test_the_command_into_a_run_another_process_writes_is_one_line(tmp_path):
+    """Run while the pretraining run trained or exported, it wrote model_garden/ and hub/
+    beside the run's own export of them."""
+    from lock_holder import held_by_another_process
+
+    with open(os.path.join(REPO_ROOT, "configs", "bert", "tiny_cpu.yaml"), encoding="utf-8") as f:
+        (tmp_path / "config.yaml").write_text(f.read())
+    env = {key: value for key, value in os.environ.items() if key != "TF_CPP_MIN_LOG_LEVEL"}
+    with held_by_another_process(tmp_path):  # as the run's own process holds it
+        done = subprocess.run([sys.executable, "-m", "recipes.bert.ecosystem_export",
+                               f"--model_dir={tmp_path}"], cwd=REPO_ROOT, env=env,
+                              capture_output=True, text=True, timeout=300)
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert done.stderr.splitlines() == [
+        f"error: --model_dir={tmp_path} is in use by another lamb_tf process, which still "
+        "writes there; wait for it to finish, then export again"]
+    assert sorted(os.listdir(tmp_path)) == ["config.yaml"]

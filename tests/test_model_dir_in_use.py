@@ -8,25 +8,64 @@ import sys
 
 import pytest
 
+from lock_holder import held_by_another_process
 from recipes.common import storage
 from recipes.common.errors import UserError
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def test_a_second_hold_on_a_directory_is_a_user_error_until_the_first_ends(tmp_path):
+def test_a_hold_on_a_directory_another_process_holds_is_a_user_error_until_it_ends(
+        tmp_path):
     directory = str(tmp_path / "run")
     label = f"--model_dir={directory}"
-    with storage.exclusive_use(label, directory, "give another --model_dir"):
+    with storage.exclusive_use(label, directory, "advice"):
         assert os.path.isdir(directory)  # made if missing
+    with held_by_another_process(directory):
         with pytest.raises(UserError) as raised:
             with storage.exclusive_use(label, directory, "give another --model_dir"):
                 pass
         assert str(raised.value) == (
-            f"--model_dir={directory} is in use by another process of this program, which "
-            "still writes there; give another --model_dir")
+            f"--model_dir={directory} is in use by another lamb_tf process, which still "
+            "writes there; give another --model_dir")
+        assert storage.held_elsewhere(directory)
+    assert not storage.held_elsewhere(directory)
     with storage.exclusive_use(label, directory, "advice"):  # released: taken again
         assert os.listdir(directory) == []  # and no lock file left in it
+
+
+def test_a_process_holds_a_directory_again_as_long_as_its_first_hold(tmp_path):
+    """A run preparing its data into its own --model_dir (data.data_dir=<model_dir>) was
+    refused by its own hold on the --model_dir."""
+    directory = str(tmp_path / "run")
+    with storage.exclusive_use("--model_dir", directory, "advice"):
+        with storage.exclusive_use("data.data_dir", directory, "advice"):
+            assert not storage.held_elsewhere(directory)
+        # the inner hold ended, the outer one holds on
+        check = subprocess.run(
+            [sys.executable, "-c", "import fcntl, os, sys; fcntl.flock(os.open(sys.argv[1], "
+             "os.O_RDONLY), fcntl.LOCK_EX | fcntl.LOCK_NB)", directory],
+            capture_output=True, text=True, timeout=60)
+        assert check.returncode == 1 and "BlockingIOError" in check.stderr, check.stderr
+    assert not storage.held_elsewhere(directory)
+
+
+def test_a_file_system_without_flock_runs_unlocked_and_says_so(tmp_path, monkeypatch, capsys):
+    """Some NFS mounts refuse flock on a directory opened for reading (EBADF): every run
+    ended in an OSError traceback."""
+    import errno
+    import fcntl
+
+    def refused(descriptor, operation):
+        raise OSError(errno.EBADF, os.strerror(errno.EBADF))
+
+    monkeypatch.setattr(fcntl, "flock", refused)
+    directory = str(tmp_path / "run")
+    with storage.exclusive_use(f"--model_dir={directory}", directory, "advice"):
+        pass
+    assert capsys.readouterr().out == (
+        f"note: --model_dir={directory} cannot be locked on its file system (Bad file "
+        "descriptor): a second run into it at the same time is not refused\n")
 
 
 def test_a_remote_directory_is_not_locked_or_made(tmp_path):
@@ -42,15 +81,15 @@ def test_a_run_into_a_model_dir_in_use_is_one_line_and_touches_nothing(tmp_path)
     with open(os.path.join(model_dir, "notes.txt"), "w", encoding="utf-8") as f:
         f.write("the other run's")
     env = {key: value for key, value in os.environ.items() if key != "TF_CPP_MIN_LOG_LEVEL"}
-    with storage.exclusive_use(model_dir, model_dir, "unused"):  # as a running run does
+    with held_by_another_process(model_dir):  # as a running run does
         result = subprocess.run(
             [sys.executable, "-m", "recipes.resnet.train",
              "--config_file=configs/resnet/tiny_cpu.yaml", f"--model_dir={model_dir}"],
             cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert result.returncode == 2, result.stderr[-3000:]
     assert result.stderr.strip().splitlines() == [
-        f"error: --model_dir={model_dir} is in use by another process of this program, which "
-        "still writes there; wait for it to finish or stop it (a training run resumes from "
+        f"error: --model_dir={model_dir} is in use by another lamb_tf process, which still "
+        "writes there; wait for it to finish or stop it (a training run resumes from "
         "its newest checkpoint), or give another --model_dir"]
     assert os.listdir(model_dir) == ["notes.txt"]
 

@@ -120,6 +120,10 @@ def test_scalar_tensors_and_arrays_are_taken_as_numbers(flavour_name):
     assert config["weight_decay_rate"] == pytest.approx(0.01)
     with pytest.raises(TypeError, match="beta_1 must be a real number"):
         module.LAMB(beta_1=tf.constant([0.9, 0.9]))
+    # NumPy's bools as Keras takes them (was: "use_ema must be True or False, got np.True_")
+    config = module.LAMB(use_ema=np.bool_(True), bias_correction=np.bool_(False)).get_config()
+    assert (config["use_ema"], config["bias_correction"]) == (True, False)
+    assert type(config["bias_correction"]) is bool
 
 
 @pytest.mark.parametrize("flavour_name", FLAVOURS)

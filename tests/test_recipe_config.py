@@ -491,3 +491,11 @@ def test_a_config_write_that_fails_half_way_leaves_config_yaml_whole(tmp_path, m
     with pytest.raises(OSError, match="No space left"):
         save_config(_Schema(train=_Train(steps=11)), str(tmp_path))
     assert (tmp_path / "config.yaml").read_text() == before
+
+
+def test_a_config_file_given_as_a_file_url_is_read(tmp_path):
+    """A run into --model_dir=file:///... wrote its config.yaml, then every resume and
+    evaluation read it back with open('file:///...'): 'its config.yaml is damaged (... does
+    not exist)'."""
+    path = _write(tmp_path, "run.yaml", "train:\n  steps: 7\n")
+    assert load_config(_Schema, [f"file://{path}"]).train.steps == 7

@@ -54,3 +54,24 @@ def test_other_errors_keep_their_traceback(error, capsys):
 
     with pytest.raises(type(error)):
         errors.run(main)
+
+
+@pytest.mark.parametrize("error, words", [
+    (tf.errors.FailedPreconditionError(None, None, UNREACHABLE + "\n\t when reading"),
+     "cannot reach remote storage: Error executing an HTTP request"),
+    (tf.errors.InternalError(None, None, "a backend error\n\tmore"),
+     "config file 'gs://bucket/run.yaml' cannot be read (a backend error)"),
+], ids=["unreachable", "other"])
+def test_a_remote_config_file_that_cannot_be_read_is_one_line(monkeypatch, error, words):
+    """Was two lines (TensorFlow's message goes on after a newline), ending in "check its
+    permissions" for a host that was not reached."""
+    from recipes.common import config as config_lib
+    from recipes.resnet.config import ResNetConfig
+
+    def unreadable(*args, **kwargs):
+        raise error
+
+    monkeypatch.setattr(tf.io.gfile, "GFile", unreadable)
+    with pytest.raises(errors.UserError) as raised:
+        config_lib.load_config(ResNetConfig, ["gs://bucket/run.yaml"])
+    assert str(raised.value).startswith(words) and "\n" not in str(raised.value)

@@ -167,6 +167,31 @@ def test_worker_directory_of_a_non_chief_is_private_and_removed(monkeypatch, tmp
     assert list(tmp_path.iterdir()) == []
 
 
+def test_the_same_worker_of_a_second_run_into_a_model_dir_is_refused_and_removes_nothing(
+        monkeypatch, tmp_path):
+    """A multi-worker command started twice into one model_dir: the second run's worker 1
+    removed the first run's worker-1 directory as a killed run's, and the first run died
+    ("the training file ... went missing", then the chief lost contact)."""
+    from lock_holder import held_by_another_process
+
+    monkeypatch.setenv("TF_CONFIG", json.dumps(
+        {"cluster": {"worker": ["h:1", "h:2"]}, "task": {"type": "worker", "index": 1}}))
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    run = str(tmp_path / "run")
+    running = strategy_lib.WorkerDirectory(run, _ClusterStrategy())
+    open(os.path.join(running.path, "ckpt-1.index"), "w").close()
+    running._hold.__exit__(None, None, None)  # its hold: another process's, below
+    with held_by_another_process(running.path):
+        with pytest.raises(UserError) as raised:
+            strategy_lib.WorkerDirectory(run, _ClusterStrategy())
+    assert str(raised.value) == (
+        f"--model_dir={run} is in use by another run: its worker 1 still runs on this machine "
+        f"(its directory {running.path}); wait for it to finish or stop it (a training run "
+        "resumes from its newest checkpoint), or give another --model_dir")
+    assert os.listdir(tmp_path) == [os.path.basename(running.path)]
+    assert os.listdir(running.path) == ["ckpt-1.index"]
+
+
 def test_a_killed_workers_directory_goes_when_that_worker_starts_again(monkeypatch, tmp_path):
     """A worker killed outright leaves its directory (checkpoints of the whole model); the
     next start of that worker of a run into the same model_dir removes it, and no other's."""

@@ -123,16 +123,19 @@ def data_directory(data_config, model_dir):
     return data_config.data_dir or os.path.join(model_dir, "data")
 
 
-def check_corpus(data_config, model_dir):
+def check_corpus(data_config, model_dir, compare_inputs=True):
     """Without writing: a finished preparation in the data directory was made from the
-    config's data.* values (`check_preparation_inputs`), and then its corpus is not read;
+    config's data.* values (`check_preparation_inputs`; with `compare_inputs` False, as in
+    an evaluation or export, which read its held-out files and vocabulary and no corpus,
+    only its lengths), and then its corpus is not read;
     otherwise the corpus and vocabulary a new preparation would read are usable (data.corpus
     names text files, data.vocab_file reads). A one-line UserError naming the key."""
     data_dir = data_directory(data_config, model_dir)
     metadata_path = finished_preparation(data_dir)
     if metadata_path:  # (its required keys: read when the run locates the preparation)
         check_preparation_inputs(data_config, data_dir,
-                                 storage.read_mapping(metadata_path, advice=_PREPARE_AGAIN))
+                                 storage.read_mapping(metadata_path, advice=_PREPARE_AGAIN),
+                                 compare_inputs)
         return
     if not storage.all_local([data_dir]):  # prepare_data writes with Python's own files
         raise UserError(
@@ -159,7 +162,7 @@ def finished_preparation(data_dir):
     return metadata_path if tf.io.gfile.exists(metadata_path) else None
 
 
-def check_preparation_inputs(data_config, data_dir, metadata):
+def check_preparation_inputs(data_config, data_dir, metadata, compare_inputs=True):
     """A one-line UserError when the finished preparation in `data_dir` (its metadata.json,
     `metadata`) was made from other values of the data.* keys that decide a preparation
     than the config's: reused, it would train on data other than the config (and the run's
@@ -168,9 +171,11 @@ def check_preparation_inputs(data_config, data_dir, metadata):
     preparation learned matches it (the same pieces); data.vocab_size is compared only when
     both learn the vocabulary. The arguments no data.* key sets (lower_case, masked_lm_prob,
     num_shards, ...) are not compared: a preparation of `python -m recipes.bert.prepare_data`
-    with its own may be reused."""
+    with its own may be reused. With `compare_inputs` False, only the lengths are (the data
+    its records hold: an evaluation of a run from another working directory, whose relative
+    data.corpus names another path there, reads the preparation as it is)."""
     for key, recorded, configured in _recorded_and_configured(data_config, data_dir, metadata):
-        if recorded != configured:
+        if recorded != configured and (compare_inputs or key in _LENGTHS):
             shown = _SHOWN.get(key, lambda value: value)
             raise UserError(
                 f"{data_dir} holds a preparation of data.{key}={shown(recorded)!r}, but "
@@ -184,11 +189,15 @@ _SHOWN = {"corpus": lambda path: "stdlib" if path is None else path,
           "vocab_file": lambda path: path or ""}
 
 
+# The data.* keys of the records' shapes.
+_LENGTHS = ("seq_length", "max_predictions_per_seq")
+
+
 def _recorded_and_configured(data_config, data_dir, metadata):
     """(key, the preparation's value, the config's in the form the preparation records)
     for each data.* key that decides a preparation and that its `metadata` records."""
     pairs = [(key, metadata[key], getattr(data_config, key))
-             for key in ("seq_length", "max_predictions_per_seq") if key in metadata]
+             for key in _LENGTHS if key in metadata]
     inputs = metadata.get("inputs")
     if not isinstance(inputs, dict):
         # A preparation from before metadata.json recorded its inputs: accepted as it is
@@ -240,37 +249,46 @@ def _check_preparation(data_config, setting, data_dir, metadata, pieces):
             f"give that one ({os.path.join(data_dir, 'vocab.txt')})")
 
 
-def locate_or_prepare_data(data_config, model_dir, listed=None):
+def locate_or_prepare_data(data_config, model_dir, listed=None, compare_inputs=True):
     """The `DataFiles` of the run, its TFRecords listed once: the configured files
     (`listed`: `list_data_files`' result; listed here if None; their first records are
     `check_first_records`' to check, once the vocabulary is read), a finished preparation in
-    the data directory, or a new preparation of the corpus there."""
+    the data directory (`compare_inputs`: as `check_corpus`), or a new preparation of the
+    corpus there."""
     if data_config.train_files:
         listed = listed or list_data_files(data_config)
         return DataFiles(data_config.train_files, data_config.eval_files,
                          listed["train_files"], listed["eval_files"], data_config.vocab_file,
                          None)
-    train_pattern, eval_pattern, vocab_file, eval_sequences = _locate_or_prepare(data_config,
-                                                                                 model_dir)
+    train_pattern, eval_pattern, vocab_file, eval_sequences = _locate_or_prepare(
+        data_config, model_dir, compare_inputs)
     return DataFiles(train_pattern, eval_pattern, input_lib.list_files(train_pattern),
                      input_lib.list_files(eval_pattern), vocab_file, eval_sequences)
 
 
-def _locate_or_prepare(data_config, model_dir):
+def _locate_or_prepare(data_config, model_dir, compare_inputs):
     """(train glob, held-out glob, vocabulary, held-out sequences) of a finished
     preparation in the data directory, or of a new preparation of the corpus there."""
     data_dir = data_directory(data_config, model_dir)
     metadata_path = finished_preparation(data_dir)
-    if metadata_path:
-        metadata = storage.read_mapping(metadata_path, ("seq_length", "max_predictions_per_seq",
-                                                        *_PREPARED), _PREPARE_AGAIN)
-        check_preparation_inputs(data_config, data_dir, metadata)  # (check_corpus did too)
-        print(f"data: reusing the preparation in {data_dir}", flush=True)
-        # A preparation writes every file into its directory; its metadata names them as
-        # they were given then (relative to that run's working directory), so they are
-        # found in `data_dir` itself: from any working directory, and after a move or copy.
-        return (*(os.path.join(data_dir, os.path.basename(metadata[key])) for key in _PREPARED),
-                metadata.get("num_eval_sequences"))
+    if not metadata_path:
+        with prepare_data.held_for_preparation(data_dir):
+            metadata_path = finished_preparation(data_dir)  # another run's, finished meanwhile
+            if not metadata_path:
+                return _prepare(data_config, data_dir)
+    metadata = storage.read_mapping(metadata_path, ("seq_length", "max_predictions_per_seq",
+                                                    *_PREPARED), _PREPARE_AGAIN)
+    check_preparation_inputs(data_config, data_dir, metadata, compare_inputs)  # (as check_corpus)
+    print(f"data: reusing the preparation in {data_dir}", flush=True)
+    # A preparation writes every file into its directory; its metadata names them as they
+    # were given then (relative to that run's working directory), so they are found in
+    # `data_dir` itself: from any working directory, and after a move or copy.
+    return (*(os.path.join(data_dir, os.path.basename(metadata[key])) for key in _PREPARED),
+            metadata.get("num_eval_sequences"))
+
+
+def _prepare(data_config, data_dir):
+    """`_locate_or_prepare`'s new preparation of the corpus into `data_dir`."""
     print(f"data: preparing {data_config.corpus} into {data_dir}", flush=True)
     try:
         prepared = prepare_data.prepare_pretraining_data(

@@ -233,8 +233,12 @@ def _main(argv):
     # TensorFlow's and Keras' INFO and WARNING lines of loading and writing SavedModels
     absl_logging.set_verbosity(absl_logging.ERROR)
     tf.get_logger().setLevel("ERROR")
-    with errors.doing("while exporting"):  # what a SIGTERM's line says
-        export_pretraining_run(flags.FLAGS.model_dir)
+    model_dir = flags.FLAGS.model_dir
+    pretraining_config(model_dir)  # not a run: refused before the hold makes the directory
+    # the run's own hold (recipes.common.driver): not while it trains or exports itself
+    with storage.exclusive_use(f"--model_dir={model_dir}", model_dir, "wait for it to "
+                               "finish, then export again"), errors.doing("while exporting"):
+        export_pretraining_run(model_dir)
 
 
 if __name__ == "__main__":

@@ -180,7 +180,7 @@ def prepare_pretraining_data(
     beam = _Beam(beam_options, output_dir) if beam_options is not None else None
     tokens = vocabulary.read_vocabulary(vocab_file) if vocab_file is not None else None
     started = time.time()
-    with _held_for_preparation(output_dir):  # one preparation at a time; none left if refused
+    with held_for_preparation(output_dir):  # one preparation at a time; none left if refused
         _check_no_vocabulary_of_the_users(output_dir, vocab_file)
         files, source = _corpus_files(input_path, output_dir)  # a bad path: before any file
         _check_no_earlier_shards(output_dir, num_shards)
@@ -250,23 +250,25 @@ def _remove_finished_mark(output_dir):
 
 
 @contextlib.contextmanager
-def _held_for_preparation(output_dir):
+def held_for_preparation(output_dir):
     """Holds `output_dir` (made if missing) for this preparation alone
     (`storage.exclusive_use`): a second one into it at the same time, which would replace
-    the shards the first is writing, is a UserError. On a UserError, removes `output_dir`
-    with what is in it if this run made it (all of it is this run's: the embedded corpus's
-    text, no finished shard), so that a refused preparation leaves no directory behind; an
+    the shards the first is writing, is a UserError, and leaves the directory as it is (the
+    other preparation's). On a UserError while it holds it, removes `output_dir` with what
+    is in it if this run made it (all of it is this run's: the embedded corpus's text, no
+    finished shard), so that a refused preparation leaves no directory behind; an
     `output_dir` that existed is left as it is (`_write_shards` removes its unfinished
     shards)."""
     made = not os.path.exists(output_dir)
-    try:
-        with storage.exclusive_use(output_dir, output_dir, "wait for that preparation to "
-                                   "finish (a run then reuses it), or give another directory"):
+    with storage.exclusive_use(f"the preparation directory {output_dir}", output_dir,
+                               "wait for that preparation to finish (a run then reuses it), "
+                               "or give another directory"):
+        try:
             yield
-    except errors.UserError:
-        if made and os.path.isdir(output_dir):
-            shutil.rmtree(output_dir)
-        raise
+        except errors.UserError:
+            if made and os.path.isdir(output_dir):
+                shutil.rmtree(output_dir)
+            raise
 
 
 def _corpus_files(input_path, output_dir):

@@ -36,6 +36,12 @@ from recipes.common import corrupt_data, driver, storage, task  # noqa: E402
 from recipes.common.errors import UserError  # noqa: E402
 
 
+def _trains(mode):
+    """Whether `mode` trains: only then is a reused preparation's every data.* input
+    compared with the config (`data_lib.check_preparation_inputs`)."""
+    return mode in driver.TRAIN_MODES
+
+
 class BertPretraining(task.Task):
     """Masked-LM + next-sentence pretraining of Model Garden's BertEncoderV2."""
 
@@ -60,12 +66,12 @@ class BertPretraining(task.Task):
     def check_data(self, mode, model_dir):
         self.listed_files = data_lib.list_data_files(self.config.data)
         if self.listed_files is None:  # a corpus to prepare, unless prepared already
-            data_lib.check_corpus(self.config.data, model_dir)
+            data_lib.check_corpus(self.config.data, model_dir, _trains(mode))
 
     def prepare(self, model_dir, mode):
         self.model_dir = model_dir
         self.data = data_lib.locate_or_prepare_data(self.config.data, model_dir,
-                                                    self.listed_files)
+                                                    self.listed_files, _trains(mode))
         self.vocab_size = len(vocabulary.read_vocabulary(self.data.vocab_file))
         if self.config.data.train_files:
             data_lib.check_first_records(self.config.data, self.data, self.vocab_size,

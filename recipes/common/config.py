@@ -21,7 +21,7 @@ import typing
 
 import yaml
 
-from recipes.common import storage
+from recipes.common import errors, storage
 from recipes.common.errors import UserError
 
 _SCALARS = (int, float, bool, str)
@@ -140,8 +140,8 @@ def _read_text(path):
     """The text of the file at `path`: local, or remote (gs://: a run's config.yaml on Cloud
     Storage, which the driver reads back to resume, evaluate or export it) through
     TensorFlow's file systems, imported only then (this module is imported before it)."""
-    if storage.all_local([path]):
-        with open(path, encoding="utf-8") as f:
+    if storage.all_local([path]):  # file:// too: a --model_dir given as a file:// URL
+        with open(path.removeprefix("file://"), encoding="utf-8") as f:
             return f.read()
     import tensorflow as tf  # pylint: disable=import-outside-toplevel
 
@@ -150,8 +150,9 @@ def _read_text(path):
             return f.read().decode("utf-8")
     except tf.errors.NotFoundError:
         raise FileNotFoundError(path) from None
-    except tf.errors.OpError as error:
-        raise OSError(0, error.message) from None
+    except tf.errors.OpError as error:  # a host not reached, access refused: one line
+        raise UserError(errors.cloud_storage_problem(error) or (
+            f"config file {path!r} cannot be read ({error.message.splitlines()[0]})")) from None
 
 
 def _read_yaml_file(path):

@@ -126,7 +126,7 @@ def run(main):
             print(f"stopped: {stopped}", file=sys.stderr, flush=True)
             sys.exit(EXIT_PREEMPTED)
         except Exception as error:  # pylint: disable=broad-except
-            problem = _cloud_storage_problem(error)
+            problem = cloud_storage_problem(error)
             if problem is None:
                 raise
             print(f"error: {problem}", file=sys.stderr, flush=True)
@@ -168,7 +168,7 @@ def stopped_line(how, note=None):
             f"from its newest checkpoint{notes})")
 
 
-def _cloud_storage_problem(error):
+def cloud_storage_problem(error):
     """One line for a TensorFlow file-system error on a remote path (gs://, ...): a host
     that cannot be reached, or access refused; None for any other error."""
     if not type(error).__module__.startswith("tensorflow"):

@@ -19,6 +19,8 @@ import os
 import sys
 import tempfile
 
+from recipes.common import storage
+
 LOG_FILE = "tensorflow.log"
 _last_log = None  # the file `to_file` last wrote to, for `keep_for_exit`
 
@@ -32,11 +34,11 @@ def to_file(model_dir, verbose=False):
     if verbose:
         yield None
         return
-    if "://" in model_dir:
+    if not storage.all_local([model_dir]):
         directory = tempfile.mkdtemp(prefix="lamb_tf_log_")
         print(f"TensorFlow's log: {os.path.join(directory, LOG_FILE)}", flush=True)
     else:
-        directory = model_dir
+        directory = model_dir.removeprefix("file://")
         os.makedirs(directory, exist_ok=True)
     path = os.path.join(directory, LOG_FILE)
     global _last_log

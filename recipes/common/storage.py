@@ -57,29 +57,68 @@ def check_writable(setting, directory):
                         "if missing)")
 
 
+# The directories this process holds (`exclusive_use`): (device, inode) -> holds.
+_HELD = {}
+
+
 @contextlib.contextmanager
 def exclusive_use(label, directory, advice):
     """Holds an exclusive lock on the local `directory` (made if missing) while the block
-    runs, so that a second process of the project's programs that asks for it at the same
+    runs, so that another process of the project's programs that asks for it at the same
     time gets a UserError naming it as `label` (`--model_dir=<directory>`, say), with
     `advice` (what to do), instead of writing its files over the first one's. The lock is
     the operating system's (`flock` on the directory itself: no lock file, and none left
-    behind by a killed process); a remote URL (gs://) is not locked."""
+    behind by a killed process) and this process's: a hold it asks for again (a run that
+    prepares its data into its own --model_dir) is granted. A remote URL (gs://) is not
+    locked, nor a file system that refuses the lock (some NFS mounts: one line says so)."""
     if not all_local([directory]):
         yield
         return
     path = str(directory).removeprefix("file://")
     os.makedirs(path, exist_ok=True)
     descriptor = os.open(path, os.O_RDONLY)
+    key = (os.fstat(descriptor).st_dev, os.fstat(descriptor).st_ino)
     try:
+        if key not in _HELD:
+            _lock(descriptor, label, advice)
+        _HELD[key] = _HELD.get(key, 0) + 1
         try:
-            fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise UserError(f"{label} is in use by another process of this program, which "
-                            f"still writes there; {advice}") from None
-        yield
+            yield
+        finally:
+            _HELD[key] -= 1
+            if not _HELD[key]:
+                del _HELD[key]
     finally:
-        os.close(descriptor)  # (releases the lock)
+        os.close(descriptor)  # (releases the lock this descriptor took)
+
+
+def _lock(descriptor, label, advice):
+    """`flock` for `exclusive_use`: a UserError if another process holds it."""
+    try:
+        fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        raise UserError(f"{label} is in use by another lamb_tf process, which still writes "
+                        f"there; {advice}") from None
+    except OSError as error:  # EBADF, ENOLCK, EOPNOTSUPP: a file system without flock
+        print(f"note: {label} cannot be locked on its file system ({error.strerror}): a "
+              "second run into it at the same time is not refused", flush=True)
+
+
+def held_elsewhere(directory):
+    """Whether another process holds the local `directory` (`exclusive_use`) now."""
+    descriptor = os.open(directory, os.O_RDONLY)
+    if (os.fstat(descriptor).st_dev, os.fstat(descriptor).st_ino) in _HELD:
+        os.close(descriptor)
+        return False
+    try:
+        fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return False
+    except BlockingIOError:
+        return True
+    except OSError:  # no flock on its file system: nobody can hold it
+        return False
+    finally:
+        os.close(descriptor)
 
 
 def check_no_earlier_shards(setting, output_dir, pattern, shards):

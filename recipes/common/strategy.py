@@ -5,6 +5,7 @@ Guess order (an explicit `--strategy` overrides it): `--tpu` given → TPUStrate
 otherwise the default (single-device) strategy.
 """
 
+import contextlib
 import hashlib
 import json
 import os
@@ -14,6 +15,7 @@ import threading
 
 import tensorflow as tf
 
+from recipes.common import storage
 from recipes.common.errors import UserError
 
 TPU_INIT_TIMEOUT_SECONDS = 300
@@ -169,23 +171,31 @@ class WorkerDirectory:
     collectives), but only the chief's files are kept. A worker killed outright (SIGKILL,
     out of memory) cannot remove its directory, which holds the model's checkpoints: the
     same worker of a run into the same `model_dir` removes it when it starts again, so
-    killed runs do not pile up in the temporary directory.
+    killed runs do not pile up in the temporary directory. A worker holds its directory
+    while it runs (`storage.exclusive_use`): the same worker of a second run into the same
+    `model_dir` on this machine (a command started twice) is refused in one line and removes
+    nothing, as the chief of that run is (`driver._exclusive_use`).
     """
 
     def __init__(self, model_dir, strategy):
         self.model_dir = model_dir
         self.chief = is_chief(strategy)
+        self._hold = contextlib.nullcontext()
         if self.chief:
             self.path = model_dir
-        else:
-            task_type, task_id = task(strategy)
-            prefix = f"lamb_tf_{task_type}{task_id}_{_digest(model_dir)}_"
-            _remove_own_directories(tempfile.gettempdir(), prefix)  # a killed run's
-            self.path = tempfile.mkdtemp(prefix=prefix)
+            return
+        task_type, task_id = task(strategy)
+        prefix = f"lamb_tf_{task_type}{task_id}_{_digest(model_dir)}_"
+        _remove_killed_runs_directories(tempfile.gettempdir(), prefix, model_dir,
+                                        f"{task_type} {task_id}")
+        self.path = tempfile.mkdtemp(prefix=prefix)
+        self._hold = storage.exclusive_use(self.path, self.path, "unused")  # new: not held
+        self._hold.__enter__()
 
     def cleanup(self):
         if not self.chief:
             shutil.rmtree(self.path, ignore_errors=True)
+            self._hold.__exit__(None, None, None)
 
     def __enter__(self):
         return self
@@ -200,11 +210,20 @@ def _digest(model_dir):
     return hashlib.sha256(name.encode("utf-8")).hexdigest()[:12]
 
 
-def _remove_own_directories(parent, prefix):
+def _remove_killed_runs_directories(parent, prefix, model_dir, worker):
     """Removes the directories in `parent` whose names start with `prefix` and that this
-    user owns (never a symbolic link: the temporary directory is shared)."""
-    for name in os.listdir(parent):
-        path = os.path.join(parent, name)
-        if name.startswith(prefix) and not os.path.islink(path) and os.path.isdir(path) \
-                and os.stat(path).st_uid == os.getuid():
-            shutil.rmtree(path, ignore_errors=True)
+    user owns (never a symbolic link: the temporary directory is shared), those of killed
+    runs; a UserError, before any is removed, if a live process holds one (the same
+    `worker` of another run into `model_dir`)."""
+    paths = [os.path.join(parent, name) for name in os.listdir(parent)
+             if name.startswith(prefix)]
+    paths = [path for path in paths if not os.path.islink(path) and os.path.isdir(path)
+             and os.stat(path).st_uid == os.getuid()]
+    for path in paths:
+        if storage.held_elsewhere(path):
+            raise UserError(
+                f"--model_dir={model_dir} is in use by another run: its {worker} still runs on "
+                f"this machine (its directory {path}); wait for it to finish or stop it (a "
+                "training run resumes from its newest checkpoint), or give another --model_dir")
+    for path in paths:
+        shutil.rmtree(path, ignore_errors=True)
