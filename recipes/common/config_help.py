@@ -90,4 +90,3 @@ def config_key_given_as_flag(argument, schema_cls):
     return (f"--{name} is not a flag of this program; config keys are set with "
             f"--params_override: --params_override={matches[0]}={value or 'VALUE'}{others}; "
             "--help_config lists them")
-

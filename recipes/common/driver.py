@@ -327,7 +327,8 @@ def run(task_class, options):
     check_model_dir(options.model_dir, options.mode)
     # Ctrl-C and SIGTERM outside training name the checkpoint a rerun goes on from
     errors.name_newest_checkpoint(lambda: checkpoints.latest_checkpoint(options.model_dir))
-    check_same_program(task, options.model_dir, options.mode)  # before what would be said of its run
+    # before what would be said of its run
+    check_same_program(task, options.model_dir, options.mode)
     if exports(task.config, options.mode):
         check_export_dir(task, options.model_dir)
     if options.mode in TRAIN_MODES:

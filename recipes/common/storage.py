@@ -105,8 +105,12 @@ def _lock(descriptor, label, advice):
 
 
 def held_elsewhere(directory):
-    """Whether another process holds the local `directory` (`exclusive_use`) now."""
-    descriptor = os.open(directory, os.O_RDONLY)
+    """Whether another process holds the local `directory` (`exclusive_use`) now (not if
+    it is gone)."""
+    try:
+        descriptor = os.open(directory, os.O_RDONLY)
+    except FileNotFoundError:  # removed by its process as it ended
+        return False
     if (os.fstat(descriptor).st_dev, os.fstat(descriptor).st_ino) in _HELD:
         os.close(descriptor)
         return False

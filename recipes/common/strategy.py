@@ -217,8 +217,7 @@ def _remove_killed_runs_directories(parent, prefix, model_dir, worker):
     `worker` of another run into `model_dir`)."""
     paths = [os.path.join(parent, name) for name in os.listdir(parent)
              if name.startswith(prefix)]
-    paths = [path for path in paths if not os.path.islink(path) and os.path.isdir(path)
-             and os.stat(path).st_uid == os.getuid()]
+    paths = [path for path in paths if _own_directory(path)]
     for path in paths:
         if storage.held_elsewhere(path):
             raise UserError(
@@ -227,3 +226,13 @@ def _remove_killed_runs_directories(parent, prefix, model_dir, worker):
                 "training run resumes from its newest checkpoint), or give another --model_dir")
     for path in paths:
         shutil.rmtree(path, ignore_errors=True)
+
+
+def _own_directory(path):
+    """Whether `path` is a directory (not a symbolic link) this user owns; not if it is
+    gone (removed by its process as it ended)."""
+    try:
+        return (not os.path.islink(path) and os.path.isdir(path)
+                and os.stat(path).st_uid == os.getuid())
+    except FileNotFoundError:
+        return False
