@@ -8,6 +8,8 @@ these, so the same mistake reads the same everywhere.
 import math
 import numbers
 
+import numpy as np
+
 # Keywords of the legacy (pre-2.11) Keras optimizers that the flavours' new base classes
 # do not take; the optimizers name the replacement instead of Keras' generic error.
 LEGACY_KEYWORDS = {
@@ -79,7 +81,7 @@ def unit_interval(name, value):
 def boolean(name, value):
     """A real bool (not a truthy string such as "False"); NumPy's bool (a comparison of
     arrays, say), which Keras takes, as the Python bool."""
-    if type(value).__name__ == "bool" and type(value).__module__ == "numpy":
+    if isinstance(value, np.bool_):  # (np.bool in NumPy 2, np.bool_ in 1.x: both names)
         return bool(value)
     if not isinstance(value, bool):
         raise TypeError(f"{name} must be True or False, got {value!r} ({type(value).__name__}).")

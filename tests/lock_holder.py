@@ -25,3 +25,13 @@ def held_by_another_process(directory):
     finally:
         holder.stdin.close()
         holder.wait(timeout=30)
+
+
+def held_by_some_process(directory):
+    """Whether a process holds `directory` now, as another process finds out."""
+    probe = subprocess.run(
+        [sys.executable, "-c", "import fcntl, os, sys; fcntl.flock(os.open(sys.argv[1], "
+         "os.O_RDONLY), fcntl.LOCK_EX | fcntl.LOCK_NB)", str(directory)],
+        capture_output=True, text=True, timeout=60)
+    assert probe.returncode == 0 or "BlockingIOError" in probe.stderr, probe.stderr
+    return probe.returncode != 0

@@ -292,6 +292,13 @@ def test_a_dropout_change_on_resume_is_refused_as_a_model_key(trained_runs, conf
         "model.* keys from its first step to its last (they define what it trains); keep "
         "model.dropout_rate=0.0 or use a new --model_dir")
     assert sorted(os.listdir(model_dir)) == before
+    with pytest.raises(UserError) as raised:  # a new --model_dir holds nothing to evaluate
+        pretrain_main(f"--config_file={config_file}", f"--model_dir={model_dir}",
+                      "--mode=eval", "--params_override=model.dropout_rate=0.1")
+    assert str(raised.value).endswith(
+        ": a run keeps its model.* keys from its first step to its last (they define what it "
+        "trains); keep model.dropout_rate=0.0 to evaluate the run (without --config_file, its "
+        "own config.yaml is the config)")
 
 
 def test_a_change_the_data_check_refuses_is_not_announced_before_it(

@@ -134,10 +134,15 @@ def test_a_runs_checkpoints_directory_given_as_model_dir_names_the_run(tmp_path)
     assert checkpoints.require_checkpoint(run).endswith("ckpt-2")
 
 
-@pytest.mark.parametrize("mode, verb", [("train", "resume"), ("train_and_eval", "resume"),
-                                        ("eval", "evaluate"), ("export", "export")])
-def test_another_programs_run_is_named_for_what_the_mode_does_with_it(tmp_path, mode, verb):
-    """Was: 'cannot resume' for --mode=eval and --mode=export too."""
+@pytest.mark.parametrize("mode, verb, advice", [
+    ("train", "resume", "Give a new --model_dir"),
+    ("train_and_eval", "resume", "Give a new --model_dir"),
+    ("eval", "evaluate", "Evaluate it with the program that trained it"),
+    ("export", "export", "Export it with the program that trained it")])
+def test_another_programs_run_is_named_for_what_the_mode_does_with_it(tmp_path, mode, verb,
+                                                                      advice):
+    """Was: 'cannot resume' for --mode=eval and --mode=export too, and 'Give a new
+    --model_dir' (which holds no checkpoint to evaluate)."""
     run = tmp_path / "run"
     _save_two_checkpoints(str(run))
     (run / "config.yaml").write_text("data:\n  corpus: stdlib\n")  # a BERT run's key
@@ -147,4 +152,4 @@ def test_another_programs_run_is_named_for_what_the_mode_does_with_it(tmp_path, 
     assert str(error.value) == (
         f"--model_dir {run} holds a run this program cannot {verb}: its config.yaml does not "
         "load as this program's (unknown config key 'data.corpus'); is it another program's "
-        "run? Give a new --model_dir")
+        f"run? {advice}")

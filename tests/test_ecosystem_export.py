@@ -173,3 +173,22 @@ def test_the_command_into_a_run_another_process_writes_is_one_line(tmp_path):
         f"error: --model_dir={tmp_path} is in use by another lamb_tf process, which still "
         "writes there; wait for it to finish, then export again"]
     assert sorted(os.listdir(tmp_path)) == ["config.yaml"]
+
+
+def test_the_learned_vocabulary_is_found_in_the_runs_data_directory_from_anywhere(
+        tmp_path, monkeypatch):
+    """metadata.json names vocab.txt as the preparation was given its directory (relative
+    to that run's working directory): the command from another one said "vocabulary file
+    runs/b1/data/vocab.txt does not exist"."""
+    import json
+
+    run = tmp_path / "run"
+    (run / "data").mkdir(parents=True)
+    with open(os.path.join(REPO_ROOT, "configs", "bert", "tiny_cpu.yaml"), encoding="utf-8") as f:
+        (run / "config.yaml").write_text(f.read())
+    recorded = {"vocab_file": "runs/b1/data/vocab.txt"}
+    (run / "data" / "metadata.json").write_text(json.dumps(recorded))
+    (tmp_path / "elsewhere").mkdir()
+    monkeypatch.chdir(tmp_path / "elsewhere")
+    vocab_file = ecosystem_export.read_pretraining_run(str(run))[1]
+    assert vocab_file == str(run / "data" / "vocab.txt")

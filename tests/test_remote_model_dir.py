@@ -75,3 +75,25 @@ def test_a_bert_preparation_into_a_remote_data_dir_is_refused_and_one_there_is_r
     data_lib.check_corpus(data_config, "ram://bert_run")  # reused: nothing to refuse
     assert data_lib.finished_preparation("ram://bert_run/data") == (
         "ram://bert_run/data/metadata.json")
+
+
+def test_a_file_url_model_dir_is_the_local_path_it_names(monkeypatch):
+    """--model_dir=file:///... (a URL of this machine's file system) is the local path for the
+    whole run: a BERT run with one prepared its corpus into ./file:/... and stopped on Beam's
+    "Unable to get filesystem" traceback, and a refused run left its directory behind."""
+    import sys
+
+    from absl import flags
+
+    if "model_dir" not in flags.FLAGS:
+        flags_lib.define_flags()
+    monkeypatch.setattr(sys, "argv", ["program", "--model_dir=file:///tmp/a_run"])
+    flags.FLAGS(sys.argv)
+    try:
+        assert flags_lib.read_options(["program"]).model_dir == "/tmp/a_run"
+    finally:
+        flags.FLAGS.unparse_flags()
+    from recipes.bert import data as data_lib
+    from recipes.bert.config import DataConfig
+
+    assert data_lib.data_directory(DataConfig(data_dir="file:///tmp/d"), "/unused") == "/tmp/d"

@@ -2,6 +2,8 @@
 through `recipes.common.errors.run`, as every other mistake, not TensorFlow's traceback;
 any other TensorFlow error keeps its traceback."""
 
+import types
+
 import pytest
 import tensorflow as tf
 
@@ -75,3 +77,25 @@ def test_a_remote_config_file_that_cannot_be_read_is_one_line(monkeypatch, error
     with pytest.raises(errors.UserError) as raised:
         config_lib.load_config(ResNetConfig, ["gs://bucket/run.yaml"])
     assert str(raised.value).startswith(words) and "\n" not in str(raised.value)
+
+
+def test_a_runs_remote_config_yaml_out_of_reach_is_not_called_damaged(monkeypatch):
+    """A 403 reading a gs:// run's config.yaml was "its config.yaml is damaged (...); put
+    the run's config back ..., or give a new --model_dir", advice that replaces a sound run."""
+    from recipes.common import checkpoints, driver
+    from recipes.common import config as config_lib
+    from recipes.resnet import train as resnet_train
+
+    task = resnet_train.ResNetClassification(config_lib.load_config(resnet_train.ResNetConfig))
+
+    def forbidden(*args, **kwargs):
+        raise tf.errors.PermissionDeniedError(None, None, "gs://b/run/config.yaml: 403")
+
+    monkeypatch.setattr(checkpoints, "latest_checkpoint", lambda model_dir: "gs://b/run/ckpt-2")
+    monkeypatch.setattr(tf.io.gfile, "exists", lambda path: True)
+    monkeypatch.setattr(tf.io.gfile, "GFile", forbidden)
+    with pytest.raises(errors.UnreachableStorage, match=r"^cannot reach remote storage: .*403"):
+        driver.check_same_program(task, "gs://b/run", "eval")
+    options = types.SimpleNamespace(config_files=(), model_dir="gs://b/run")
+    with pytest.raises(errors.UnreachableStorage):  # was: () (the schema's defaults)
+        driver.runs_own_config(resnet_train.ResNetClassification, options)

@@ -172,7 +172,7 @@ def test_the_same_worker_of_a_second_run_into_a_model_dir_is_refused_and_removes
     """A multi-worker command started twice into one model_dir: the second run's worker 1
     removed the first run's worker-1 directory as a killed run's, and the first run died
     ("the training file ... went missing", then the chief lost contact)."""
-    from lock_holder import held_by_another_process
+    from lock_holder import held_by_another_process, held_by_some_process
 
     monkeypatch.setenv("TF_CONFIG", json.dumps(
         {"cluster": {"worker": ["h:1", "h:2"]}, "task": {"type": "worker", "index": 1}}))
@@ -180,7 +180,9 @@ def test_the_same_worker_of_a_second_run_into_a_model_dir_is_refused_and_removes
     run = str(tmp_path / "run")
     running = strategy_lib.WorkerDirectory(run, _ClusterStrategy())
     open(os.path.join(running.path, "ckpt-1.index"), "w").close()
+    assert held_by_some_process(running.path)  # while the worker runs
     running._hold.__exit__(None, None, None)  # its hold: another process's, below
+    assert not held_by_some_process(running.path)
     with held_by_another_process(running.path):
         with pytest.raises(UserError) as raised:
             strategy_lib.WorkerDirectory(run, _ClusterStrategy())
@@ -188,7 +190,7 @@ def test_the_same_worker_of_a_second_run_into_a_model_dir_is_refused_and_removes
         f"--model_dir={run} is in use by another run: its worker 1 still runs on this machine "
         f"(its directory {running.path}); wait for it to finish or stop it (a training run "
         "resumes from its newest checkpoint), or give another --model_dir")
-    assert os.listdir(tmp_path) == [os.path.basename(running.path)]
+    assert os.listdir(tmp_path) == [os.path.basename(running.path)]  # the refused one's: gone
     assert os.listdir(running.path) == ["ckpt-1.index"]
 
 

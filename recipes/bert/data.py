@@ -119,8 +119,9 @@ def describe_unparsable_record(setting, files, data_config, error):
 
 
 def data_directory(data_config, model_dir):
-    """Where the run's corpus is prepared: data.data_dir, or `<model_dir>/data`."""
-    return data_config.data_dir or os.path.join(model_dir, "data")
+    """Where the run's corpus is prepared: data.data_dir (a file:// URL as its local path:
+    a preparation writes with Python's own files), or `<model_dir>/data`."""
+    return data_config.data_dir.removeprefix("file://") or os.path.join(model_dir, "data")
 
 
 def check_corpus(data_config, model_dir, compare_inputs=True):

@@ -198,13 +198,16 @@ def read_pretraining_run(model_dir):
     model_config = types.SimpleNamespace(**{key: model[key] for key in MODEL_KEYS})
     vocab_file = data.get("vocab_file") or ""
     if not vocab_file:  # learned by the preparation, in the data directory
-        metadata = os.path.join(data.get("data_dir") or os.path.join(model_dir, "data"),
-                                "metadata.json")
+        data_dir = data.get("data_dir") or os.path.join(model_dir, "data")
+        metadata = os.path.join(data_dir, "metadata.json")
         if not tf.io.gfile.exists(metadata):
             raise UserError(f"{metadata} does not exist: the data preparation that learned "
                             "the run's vocabulary is not there; give the --model_dir of a "
                             "pretraining run with its data")
-        vocab_file = storage.read_mapping(metadata, ("vocab_file",), GIVE_A_RUN)["vocab_file"]
+        recorded = storage.read_mapping(metadata, ("vocab_file",), GIVE_A_RUN)["vocab_file"]
+        # named as given then, relative to that run's working directory: found in data_dir
+        # itself, from any working directory (as recipes.bert.data finds the preparation's)
+        vocab_file = os.path.join(data_dir, os.path.basename(recorded))
     export = config.get("export", {})
     export_dir = export.get("dir") or export.get("export_dir") or os.path.join(model_dir,
                                                                               "export")

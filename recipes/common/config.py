@@ -151,8 +151,11 @@ def _read_text(path):
     except tf.errors.NotFoundError:
         raise FileNotFoundError(path) from None
     except tf.errors.OpError as error:  # a host not reached, access refused: one line
-        raise UserError(errors.cloud_storage_problem(error) or (
-            f"config file {path!r} cannot be read ({error.message.splitlines()[0]})")) from None
+        unreachable = errors.cloud_storage_problem(error)
+        if unreachable:
+            raise errors.UnreachableStorage(unreachable) from None
+        raise UserError(f"config file {path!r} cannot be read "
+                        f"({error.message.splitlines()[0]})") from None
 
 
 def _read_yaml_file(path):
@@ -191,9 +194,11 @@ def _read_yaml_file(path):
 
 def yaml_problem(path):
     """Why the config file at `path` is no YAML mapping of keys (empty, not YAML, not a
-    mapping, unreadable), in one line, or None."""
+    mapping, unreadable), in one line, or None; an `UnreachableStorage` is raised."""
     try:
         _read_yaml_file(path)
+    except errors.UnreachableStorage:  # no problem of the file's
+        raise
     except UserError as error:
         return str(error)
     return None

@@ -100,6 +100,8 @@ def runs_own_config(task_class, options):
         return ()
     try:
         config_lib.load_config(task_class.config_class, [saved])
+    except errors.UnreachableStorage:
+        raise
     except UserError:  # another program's, or damaged: check_same_program names it
         return ()
     return (saved,)
@@ -214,6 +216,8 @@ def _not_this_programs(config_class, saved_path):
         return None
     try:
         config_lib.load_config(config_class, [saved_path])
+    except errors.UnreachableStorage:
+        raise
     except UserError as error:
         return str(error).removeprefix(saved_path + ": ").split("; ")[0]
     return None
@@ -243,7 +247,9 @@ def check_same_program(task, model_dir, mode):
         raise UserError(
             f"--model_dir {model_dir} holds a run this program cannot "
             f"{_WITH_THE_RUN[mode][0]}: its config.yaml does not load as this program's "
-            f"({reason}); is it another program's run? Give a new --model_dir")
+            f"({reason}); is it another program's run? "
+            + ("Give a new --model_dir" if mode in TRAIN_MODES else
+               f"{_WITH_THE_RUN[mode][0].capitalize()} it with the program that trained it"))
 
 
 def _check_no_runs_inside(model_dir):
@@ -277,25 +283,30 @@ def compare_with_saved_config(task, model_dir, mode):
         if key == "optimizer.name":  # every recipe: the slots are the optimizer's own
             raise UserError(
                 f"{key} was {old!r} in the run in {model_dir}, now {new!r}: its checkpoint "
-                f"holds the state of another optimizer; keep {key}={old!r} or use a new "
-                "--model_dir")
+                f"holds the state of another optimizer; {_keep(key, old, mode)}")
         if key == "runtime.precision" and new == "mixed_float16":  # its LossScaleOptimizer's
             raise UserError(
                 f"{key} was {old!r} in the run in {model_dir}, now {new!r}: its checkpoint "
-                "holds no loss scale, which mixed_float16 restores; keep "
-                f"{key}={old!r} or use a new --model_dir")
+                f"holds no loss scale, which mixed_float16 restores; {_keep(key, old, mode)}")
         fixed = [f for f in task.fixed_on_resume
                  if key == f or (f.endswith(".") and key.startswith(f))]
         if fixed:  # model.dropout_rate too: no variable, but another model to go on with
             keys = f"its {fixed[0]}* keys" if fixed[0].endswith(".") else fixed[0]
             raise UserError(
                 f"{key} was {old!r} in the run in {model_dir}, now {new!r}: a run keeps "
-                f"{keys} from its first step to its last (they define what it trains); keep "
-                f"{key}={old!r} or use a new --model_dir"
-            )
+                f"{keys} from its first step to its last (they define what it trains); "
+                f"{_keep(key, old, mode)}")
         lines.append(f"config: {key} {old!r} -> {new!r} ({_WITH_THE_RUN[mode][1]} the run "
                      f"in {model_dir})")
     return lines
+
+
+def _keep(key, old, mode):
+    """What to do about a change of `key` from `old` that `mode` refuses on a run."""
+    if mode in TRAIN_MODES:
+        return f"keep {key}={old!r} or use a new --model_dir"
+    return (f"keep {key}={old!r} to {_WITH_THE_RUN[mode][0]} the run (without --config_file, "
+            "its own config.yaml is the config)")
 
 
 def plan_batch(config, num_replicas):

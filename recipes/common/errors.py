@@ -22,6 +22,11 @@ class UserError(Exception):
     """Bad input. The message is one line: what is wrong, where, and what to do."""
 
 
+class UnreachableStorage(UserError):
+    """A remote file system (gs://) not reached, or refusing access: said as it is, never
+    taken for a file that is damaged or another program's (`cloud_storage_problem`)."""
+
+
 class TrainingDiverged(UserError):
     """The loss became NaN or Inf; the last good checkpoint is kept."""
 

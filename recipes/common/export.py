@@ -46,6 +46,7 @@ def export_saved_model(export_dir, obj, signatures=None, options=None):
     and puts the earlier export back; what a killed export left is removed first
     (`remove_leftovers`).
     """
+    export_dir = export_dir.removeprefix("file://")  # the local path: what Python's files name
     problem = replace_problem(export_dir)
     if problem:
         raise UserError(f"export to {export_dir}: {problem}")

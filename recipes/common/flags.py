@@ -196,7 +196,9 @@ def read_options(argv, extra_flags=()):
     return RunOptions(
         config_files=tuple(FLAGS.config_file),
         params_override=FLAGS.params_override,
-        model_dir=FLAGS.model_dir,
+        # a file:// URL as the local path it names: every local file of the run (a BERT
+        # preparation's too) is written with Python's own files
+        model_dir=FLAGS.model_dir and FLAGS.model_dir.removeprefix("file://"),
         mode=FLAGS.mode,
         tpu=FLAGS.tpu,
         strategy=FLAGS.strategy,

@@ -62,7 +62,7 @@ _HELD = {}
 
 
 @contextlib.contextmanager
-def exclusive_use(label, directory, advice):
+def exclusive_use(label, directory, advice, wait=False):
     """Holds an exclusive lock on the local `directory` (made if missing) while the block
     runs, so that another process of the project's programs that asks for it at the same
     time gets a UserError naming it as `label` (`--model_dir=<directory>`, say), with
@@ -70,7 +70,9 @@ def exclusive_use(label, directory, advice):
     the operating system's (`flock` on the directory itself: no lock file, and none left
     behind by a killed process) and this process's: a hold it asks for again (a run that
     prepares its data into its own --model_dir) is granted. A remote URL (gs://) is not
-    locked, nor a file system that refuses the lock (some NFS mounts: one line says so)."""
+    locked, nor a file system that refuses the lock (some NFS mounts: one line says so).
+    With `wait`, a lock held elsewhere is waited for (a directory just made, which another
+    process's `held_elsewhere` may be trying for a moment)."""
     if not all_local([directory]):
         yield
         return
@@ -80,7 +82,7 @@ def exclusive_use(label, directory, advice):
     key = (os.fstat(descriptor).st_dev, os.fstat(descriptor).st_ino)
     try:
         if key not in _HELD:
-            _lock(descriptor, label, advice)
+            _lock(descriptor, label, advice, wait)
         _HELD[key] = _HELD.get(key, 0) + 1
         try:
             yield
@@ -92,10 +94,10 @@ def exclusive_use(label, directory, advice):
         os.close(descriptor)  # (releases the lock this descriptor took)
 
 
-def _lock(descriptor, label, advice):
-    """`flock` for `exclusive_use`: a UserError if another process holds it."""
+def _lock(descriptor, label, advice, wait):
+    """`flock` for `exclusive_use`: a UserError if another process holds it (unless `wait`)."""
     try:
-        fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        fcntl.flock(descriptor, fcntl.LOCK_EX if wait else fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
         raise UserError(f"{label} is in use by another lamb_tf process, which still writes "
                         f"there; {advice}") from None

@@ -131,7 +131,7 @@ def _tpu_strategy(tpu, given_tpu=True):
 def log_batch_plan(strategy, plan):
     """Prints the batch arithmetic: global = replicas × micro-batch × accumulation steps."""
     print(
-        f"batch: global {plan.global_batch_size:,} = {strategy.num_replicas_in_sync} "
+        f"batch: global {plan.global_batch_size:,} = {strategy.num_replicas_in_sync:,} "
         f"replica(s) × micro-batch {plan.micro_batch_size:,} × {plan.accumulation_steps} "
         "accumulation step(s)",
         flush=True,
@@ -141,7 +141,7 @@ def log_batch_plan(strategy, plan):
 def log_eval_batch(strategy, global_batch_size):
     """Prints an evaluation's batch: global = replicas × examples per replica."""
     replicas = strategy.num_replicas_in_sync
-    print(f"batch: eval.global_batch_size {global_batch_size:,} = {replicas} replica(s) × "
+    print(f"batch: eval.global_batch_size {global_batch_size:,} = {replicas:,} replica(s) × "
           f"{global_batch_size // replicas:,}", flush=True)
 
 
@@ -186,11 +186,16 @@ class WorkerDirectory:
             return
         task_type, task_id = task(strategy)
         prefix = f"lamb_tf_{task_type}{task_id}_{_digest(model_dir)}_"
-        _remove_killed_runs_directories(tempfile.gettempdir(), prefix, model_dir,
-                                        f"{task_type} {task_id}")
-        self.path = tempfile.mkdtemp(prefix=prefix)
-        self._hold = storage.exclusive_use(self.path, self.path, "unused")  # new: not held
+        self.path = tempfile.mkdtemp(prefix=prefix)  # held before any other is looked at
+        self._hold = storage.exclusive_use(f"the worker directory {self.path}", self.path,
+                                           "unused (a new directory)", wait=True)
         self._hold.__enter__()
+        try:
+            _remove_killed_runs_directories(tempfile.gettempdir(), prefix, model_dir,
+                                            f"{task_type} {task_id}", self.path)
+        except UserError:
+            self.cleanup()
+            raise
 
     def cleanup(self):
         if not self.chief:
@@ -210,13 +215,13 @@ def _digest(model_dir):
     return hashlib.sha256(name.encode("utf-8")).hexdigest()[:12]
 
 
-def _remove_killed_runs_directories(parent, prefix, model_dir, worker):
+def _remove_killed_runs_directories(parent, prefix, model_dir, worker, own):
     """Removes the directories in `parent` whose names start with `prefix` and that this
-    user owns (never a symbolic link: the temporary directory is shared), those of killed
-    runs; a UserError, before any is removed, if a live process holds one (the same
-    `worker` of another run into `model_dir`)."""
+    user owns (never a symbolic link: the temporary directory is shared), but `own`: those
+    of killed runs; a UserError, before any is removed, if a live process holds one (the
+    same `worker` of another run into `model_dir`)."""
     paths = [os.path.join(parent, name) for name in os.listdir(parent)
-             if name.startswith(prefix)]
+             if name.startswith(prefix) and os.path.join(parent, name) != own]
     paths = [path for path in paths if _own_directory(path)]
     for path in paths:
         if storage.held_elsewhere(path):
