@@ -57,6 +57,11 @@ CASES = {
                                  "program's keys"]),
     "unknown-override": (BERT, FRESH, ["--params_override=train.stepz=3"],
                          ["--params_override", "unknown config key 'train.stepz'"]),
+    # answered before TensorFlow loads (recipes.common.startup)
+    "config-key-as-flag": (BERT, FRESH, ["--learning_rate=0.1"],
+                           ["--learning_rate is not a flag of this program; config keys are "
+                            "set with --params_override: "
+                            "--params_override=optimizer.learning_rate=0.1"]),
     "wrong-type": (BERT, FRESH, ["--params_override=train.steps=two"],
                    ["config key 'train.steps' must be int"]),
     "batch-does-not-divide": (BERT, FRESH, ["--params_override=train.micro_batch_size=5"],
@@ -630,6 +635,7 @@ README_ROWS = {
     "unknown key in a config file": ["unknown-key-in-file"],
     "another program's config": ["another-programs-config"],
     "unknown override": ["unknown-override"],
+    "a config key given as a flag (answered before TensorFlow loads)": ["config-key-as-flag"],
     "wrong type": ["wrong-type"],
     "batch arithmetic that does not divide": ["batch-does-not-divide"],
     "missing data files / empty glob": ["missing-data-files", "resnet-empty-glob"],
