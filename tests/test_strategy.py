@@ -181,7 +181,7 @@ def test_the_same_worker_of_a_second_run_into_a_model_dir_is_refused_and_removes
     running = strategy_lib.WorkerDirectory(run, _ClusterStrategy())
     open(os.path.join(running.path, "ckpt-1.index"), "w").close()
     assert held_by_some_process(running.path)  # while the worker runs
-    running._hold.__exit__(None, None, None)  # its hold: another process's, below
+    running.held.close()  # its hold: another process's, below
     assert not held_by_some_process(running.path)
     with held_by_another_process(running.path):
         with pytest.raises(UserError) as raised:

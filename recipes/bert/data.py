@@ -121,7 +121,7 @@ def describe_unparsable_record(setting, files, data_config, error):
 def data_directory(data_config, model_dir):
     """Where the run's corpus is prepared: data.data_dir (a file:// URL as its local path:
     a preparation writes with Python's own files), or `<model_dir>/data`."""
-    return data_config.data_dir.removeprefix("file://") or os.path.join(model_dir, "data")
+    return storage.local_path(data_config.data_dir) or os.path.join(model_dir, "data")
 
 
 def check_corpus(data_config, model_dir, compare_inputs=True):
@@ -277,8 +277,7 @@ def _locate_or_prepare(data_config, model_dir, compare_inputs):
             metadata_path = finished_preparation(data_dir)  # another run's, finished meanwhile
             if not metadata_path:
                 return _prepare(data_config, data_dir)
-    metadata = storage.read_mapping(metadata_path, ("seq_length", "max_predictions_per_seq",
-                                                    *_PREPARED), _PREPARE_AGAIN)
+    metadata = storage.read_mapping(metadata_path, (*_LENGTHS, *_PREPARED), _PREPARE_AGAIN)
     check_preparation_inputs(data_config, data_dir, metadata, compare_inputs)  # (as check_corpus)
     print(f"data: reusing the preparation in {data_dir}", flush=True)
     # A preparation writes every file into its directory; its metadata names them as they

@@ -141,7 +141,7 @@ def _read_text(path):
     Storage, which the driver reads back to resume, evaluate or export it) through
     TensorFlow's file systems, imported only then (this module is imported before it)."""
     if storage.all_local([path]):  # file:// too: a --model_dir given as a file:// URL
-        with open(path.removeprefix("file://"), encoding="utf-8") as f:
+        with open(storage.local_path(path), encoding="utf-8") as f:
             return f.read()
     import tensorflow as tf  # pylint: disable=import-outside-toplevel
 
@@ -270,11 +270,23 @@ def unknown_keys(updates, schema_cls, prefix=""):
     return unknown
 
 
-def _keys_in_sections(name, fields):
-    """The dotted keys `section.name` of the sections among `fields` (a key given without
-    its section: `learning_rate` for `optimizer.learning_rate`)."""
-    return [f"{section}.{name}" for section, field_type in fields.items()
-            if dataclasses.is_dataclass(field_type) and name in _fields(field_type)]
+def keys_named(name, schema_cls):
+    """The dotted keys of `schema_cls` that `name` may mean: the key itself (`train.steps`),
+    else the keys it is the last part of (`learning_rate`: optimizer.learning_rate; `steps`:
+    train.steps, eval.steps), else those whose last part ends with `_<name>` (`batch_size`):
+    a key given without its section, or as a flag."""
+    keys = list(_dotted_keys(schema_cls))
+    last = {key: key.rsplit(".", 1)[-1] for key in keys}
+    return ([key for key in keys if name in (key, last[key])]
+            or [key for key in keys if last[key].endswith("_" + name)])
+
+
+def _dotted_keys(schema_cls, prefix=""):
+    for name, field_type in _fields(schema_cls).items():
+        if dataclasses.is_dataclass(field_type):
+            yield from _dotted_keys(field_type, f"{prefix}{name}.")
+        else:
+            yield f"{prefix}{name}"
 
 
 def _fields(schema_cls):
@@ -294,7 +306,8 @@ def _merge(values, updates, schema_cls, source, prefix, renamed):
         if key not in fields:
             known = ", ".join(sorted(fields))
             close = [f"{prefix}{name}" for name in difflib.get_close_matches(
-                str(key), list(fields), n=1)] or _keys_in_sections(key, fields)
+                str(key), list(fields), n=1)] or [
+                    f"{prefix}{name}" for name in keys_named(str(key), schema_cls)]
             guess = f"did you mean {' or '.join(close)}? " if close else ""
             raise UserError(
                 f"{source}: unknown config key {dotted!r}; {guess}"

@@ -10,6 +10,8 @@ import inspect
 import re
 import typing
 
+from recipes.common import config as config_lib
+
 _FIELD = re.compile(r"(\w+)\s*:")
 
 
@@ -81,10 +83,8 @@ def config_key_given_as_flag(argument, schema_cls):
     a key's last part, or the end of one such as `batch_size`): how to set them. None when
     it names none."""
     name, _, value = argument.lstrip("-").partition("=")
-    keys = [key for key, *_ in config_keys(schema_cls())]
-    matches = ([key for key in keys if name in (key, key.rsplit(".", 1)[-1])]
-               or [key for key in keys if key.rsplit(".", 1)[-1].endswith("_" + name)])
-    if not name or not matches:
+    matches = name and config_lib.keys_named(name, schema_cls)
+    if not matches:
         return None
     others = f" (or {', '.join(matches[1:])})" if matches[1:] else ""
     return (f"--{name} is not a flag of this program; config keys are set with "

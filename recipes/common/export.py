@@ -6,7 +6,7 @@ import uuid
 
 import tensorflow as tf
 
-from recipes.common import fault_injection
+from recipes.common import fault_injection, storage
 from recipes.common.errors import UserError
 
 
@@ -46,7 +46,7 @@ def export_saved_model(export_dir, obj, signatures=None, options=None):
     and puts the earlier export back; what a killed export left is removed first
     (`remove_leftovers`).
     """
-    export_dir = export_dir.removeprefix("file://")  # the local path: what Python's files name
+    export_dir = storage.local_path(export_dir)  # what Python's own files name
     problem = replace_problem(export_dir)
     if problem:
         raise UserError(f"export to {export_dir}: {problem}")
@@ -108,7 +108,7 @@ def remove_leftovers(export_dir):
     found = leftovers(export_dir)
     moved_aside = [path for path in found if ".old-" in os.path.basename(path)
                    and os.path.isfile(os.path.join(path, "saved_model.pb"))]
-    if moved_aside and not tf.io.gfile.exists(export_dir) and "://" not in export_dir:
+    if moved_aside and not tf.io.gfile.exists(export_dir) and storage.all_local([export_dir]):
         earlier = max(moved_aside, key=os.path.getmtime)  # a local rename: complete
         os.rename(earlier, export_dir.rstrip("/"))
         found.remove(earlier)

@@ -198,7 +198,7 @@ def read_options(argv, extra_flags=()):
         params_override=FLAGS.params_override,
         # a file:// URL as the local path it names: every local file of the run (a BERT
         # preparation's too) is written with Python's own files
-        model_dir=FLAGS.model_dir and FLAGS.model_dir.removeprefix("file://"),
+        model_dir=FLAGS.model_dir and storage.local_path(FLAGS.model_dir),
         mode=FLAGS.mode,
         tpu=FLAGS.tpu,
         strategy=FLAGS.strategy,

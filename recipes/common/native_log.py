@@ -38,7 +38,7 @@ def to_file(model_dir, verbose=False):
         directory = tempfile.mkdtemp(prefix="lamb_tf_log_")
         print(f"TensorFlow's log: {os.path.join(directory, LOG_FILE)}", flush=True)
     else:
-        directory = model_dir.removeprefix("file://")
+        directory = storage.local_path(model_dir)
         os.makedirs(directory, exist_ok=True)
     path = os.path.join(directory, LOG_FILE)
     global _last_log

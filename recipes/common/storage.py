@@ -24,6 +24,12 @@ import tempfile
 from recipes.common.errors import UserError
 
 
+def local_path(path):
+    """`path` as Python's own files name it: a file:// URL (this machine's file system, which
+    TensorFlow's files also take) as its path; any other path as it is."""
+    return str(path).removeprefix("file://")
+
+
 def all_local(paths):
     """True when every path is on this machine's file system: no URL scheme, or file://."""
     return all("://" not in path or path.startswith("file://") for path in map(str, paths))
@@ -36,7 +42,7 @@ def local_directory_problem(directory):
     remote URL (gs://) is not checked."""
     if not all_local([directory]):
         return None
-    path = os.path.abspath(str(directory).removeprefix("file://"))
+    path = os.path.abspath(local_path(directory))
     while not os.path.exists(path):
         path = os.path.dirname(path)
     if not os.path.isdir(path):
@@ -76,7 +82,7 @@ def exclusive_use(label, directory, advice, wait=False):
     if not all_local([directory]):
         yield
         return
-    path = str(directory).removeprefix("file://")
+    path = local_path(directory)
     os.makedirs(path, exist_ok=True)
     descriptor = os.open(path, os.O_RDONLY)
     key = (os.fstat(descriptor).st_dev, os.fstat(descriptor).st_ino)

@@ -180,16 +180,16 @@ class WorkerDirectory:
     def __init__(self, model_dir, strategy):
         self.model_dir = model_dir
         self.chief = is_chief(strategy)
-        self._hold = contextlib.nullcontext()
+        self.held = contextlib.ExitStack()  # the non-chief's hold on its directory
         if self.chief:
             self.path = model_dir
             return
         task_type, task_id = task(strategy)
         prefix = f"lamb_tf_{task_type}{task_id}_{_digest(model_dir)}_"
         self.path = tempfile.mkdtemp(prefix=prefix)  # held before any other is looked at
-        self._hold = storage.exclusive_use(f"the worker directory {self.path}", self.path,
-                                           "unused (a new directory)", wait=True)
-        self._hold.__enter__()
+        self.held.enter_context(storage.exclusive_use(
+            f"the worker directory {self.path}", self.path, "unused (a new directory)",
+            wait=True))
         try:
             _remove_killed_runs_directories(tempfile.gettempdir(), prefix, model_dir,
                                             f"{task_type} {task_id}", self.path)
@@ -200,7 +200,7 @@ class WorkerDirectory:
     def cleanup(self):
         if not self.chief:
             shutil.rmtree(self.path, ignore_errors=True)
-            self._hold.__exit__(None, None, None)
+        self.held.close()
 
     def __enter__(self):
         return self
