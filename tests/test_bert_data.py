@@ -780,6 +780,24 @@ def test_a_preparation_into_a_directory_another_one_is_writing_is_refused(tmp_pa
     assert prepare_small(corpus_path, str(out)).num_train_sequences > 0  # released
 
 
+def test_a_preparation_into_a_directory_a_run_reads_is_refused_and_leaves_it_whole(tmp_path):
+    """It removed metadata.json and wrote new shards and a new vocab.txt over the ones a
+    running training read."""
+    from lock_holder import held_by_another_process
+
+    corpus_path = write_corpus(str(tmp_path / "corpus"), synthetic_documents(8))
+    out = tmp_path / "out"
+    prepare_small(corpus_path, str(out))
+    before = {name: (out / name).read_bytes() for name in os.listdir(out)}
+    with held_by_another_process(out, shared=True):  # the run's hold while it reads them
+        with pytest.raises(UserError) as raised:
+            prepare_small(corpus_path, str(out), seed=1)
+    assert str(raised.value) == (
+        f"the preparation directory {out} holds the data of another lamb_tf process, which "
+        "reads it now; wait for the run reading it to end, or give another directory")
+    assert {name: (out / name).read_bytes() for name in os.listdir(out)} == before
+
+
 def test_a_run_preparing_into_its_own_model_dir_is_not_refused_by_its_own_hold(tmp_path):
     """data.data_dir=<model_dir>: the run's hold on its --model_dir (the driver's) refused
     its own preparation there ("... is in use by another process")."""

@@ -1,7 +1,8 @@
 """A run lists its data globs once, when it starts: every checkpoint chunk's pipeline and
 every evaluation reads the files listed then, and a listed file that goes missing mid-run
 is one line naming it and the checkpoint to resume from (both recipes, through the
-driver, in this process); a BERT file of another kind is one line too."""
+driver, in this process); a BERT file of another kind is one line too. While a run reads
+its files, their directories are refused to a preparation or conversion into them."""
 
 import collections
 import os
@@ -99,6 +100,30 @@ def test_a_run_lists_each_glob_once_for_its_chunks_and_evaluations(
     monkeypatch.setattr(training, "CHUNKS_PER_FIT", 1)
     train_recipe(str(tmp_path / "run"), 3)
     assert listed[train_glob] == 1 and listed[eval_glob] == 1, dict(listed)
+
+
+@pytest.mark.parametrize("recipe", ["resnet", "bert"])
+def test_a_run_holds_the_directories_it_reads_from_another_writer_until_it_ends(
+        recipe, resnet_files, bert_files, tmp_path, monkeypatch):
+    """`python -m recipes.bert.prepare_data` or `recipes.resnet.convert` into the data of a
+    running training wrote new files over the ones it read, without a word."""
+    from lock_holder import held_by_some_process
+
+    train_recipe, train_glob, eval_glob = runs(recipe, resnet_files, bert_files, tmp_path)
+    directories = {os.path.dirname(train_glob), os.path.dirname(eval_glob)}
+    seen = []
+    real_train = driver._Run.train  # pylint: disable=protected-access
+
+    def train_seeing_the_holds(run_self):
+        seen.extend((held_by_some_process(directory),  # a writer: refused
+                     held_by_some_process(directory, shared=True))  # a reader: not
+                    for directory in sorted(directories))
+        return real_train(run_self)
+
+    monkeypatch.setattr(driver._Run, "train", train_seeing_the_holds)
+    train_recipe(str(tmp_path / "run"), 2)
+    assert seen == [(True, False)] * len(directories)
+    assert not any(held_by_some_process(directory) for directory in directories)  # ended
 
 
 def line_when_a_file_goes(train_recipe, gone, at_step, tmp_path, monkeypatch):

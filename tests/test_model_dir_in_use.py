@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from lock_holder import held_by_another_process
+from lock_holder import held_by_another_process, held_by_some_process
 from recipes.common import storage
 from recipes.common.errors import UserError
 
@@ -48,6 +48,52 @@ def test_a_process_holds_a_directory_again_as_long_as_its_first_hold(tmp_path):
             capture_output=True, text=True, timeout=60)
         assert check.returncode == 1 and "BlockingIOError" in check.stderr, check.stderr
     assert not storage.held_elsewhere(directory)
+
+
+def test_a_directory_a_run_reads_is_refused_to_a_writer_and_shared_with_other_readers(
+        tmp_path):
+    """A preparation into the data directory of a running training replaced the shards and
+    the vocabulary it was reading, without a word."""
+    directory = str(tmp_path / "data")
+    os.makedirs(directory)
+    label = f"the preparation directory {directory}"
+    with held_by_another_process(directory, shared=True):  # a run reading it
+        with pytest.raises(UserError) as raised:
+            with storage.exclusive_use(label, directory, "wait for that preparation",
+                                       advice_if_read="wait for the run reading it to end"):
+                pass
+        assert str(raised.value) == (
+            f"{label} holds the data of another lamb_tf process, which reads it now; wait for "
+            "the run reading it to end")
+        with storage.shared_use("the data directory", directory, "advice"):  # a second run
+            assert held_by_some_process(directory)  # (a writer still refused)
+            assert not held_by_some_process(directory, shared=True)  # (another reader not)
+    with storage.exclusive_use(label, directory, "advice"):  # released: written again
+        pass
+
+
+def test_a_run_reading_a_directory_another_process_writes_is_refused(tmp_path):
+    directory = str(tmp_path / "data")
+    os.makedirs(directory)
+    with held_by_another_process(directory):  # a preparation writing there
+        with pytest.raises(UserError) as raised:
+            with storage.shared_use(f"the data directory {directory}", directory,
+                                    "wait for it to finish, then run again"):
+                pass
+    assert str(raised.value) == (
+        f"the data directory {directory} is in use by another lamb_tf process, which still "
+        "writes there; wait for it to finish, then run again")
+
+
+def test_a_process_reads_a_directory_it_holds_and_no_missing_one_is_made(tmp_path):
+    directory = str(tmp_path / "run")
+    with storage.exclusive_use("--model_dir", directory, "advice"):
+        with storage.shared_use("the data directory", directory, "advice"):
+            pass
+        assert held_by_some_process(directory, shared=True)  # still exclusively
+    with storage.shared_use("the data directory", str(tmp_path / "missing"), "advice"):
+        with storage.shared_use("the data directory", "gs://bucket/data", "advice"):
+            assert not os.path.exists(tmp_path / "missing")
 
 
 def test_a_file_system_without_flock_runs_unlocked_and_says_so(tmp_path, monkeypatch, capsys):
@@ -111,3 +157,23 @@ def test_evaluating_a_run_in_a_read_only_directory_says_to_copy_it(tmp_path, mon
         "the run to a directory you can write (cp -r) and give that")
     with pytest.raises(UserError, match="give a directory you can write"):  # a new run
         driver.check_model_dir(str(tmp_path), "train")
+
+
+@pytest.mark.parametrize("mode, held", [("train", ["train"]), ("train_and_eval", ["eval", "train"]),
+                                        ("eval", ["eval"]), ("export", [])])
+def test_a_run_holds_the_directories_of_the_files_its_mode_reads(tmp_path, mode, held):
+    from recipes.common import driver
+
+    for name in ("train", "eval"):
+        (tmp_path / name).mkdir()
+
+    class Task:  # (the driver's only question here: `input_files`)
+        @staticmethod
+        def input_files(split):
+            return [str(tmp_path / split / "a"), str(tmp_path / split / "b"),
+                    f"gs://bucket/{split}/c"]
+
+    with driver.held_inputs(Task(), mode):
+        assert [name for name in ("eval", "train")
+                if held_by_some_process(tmp_path / name)] == held
+    assert not held_by_some_process(tmp_path / "train")

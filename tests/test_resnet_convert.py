@@ -367,3 +367,25 @@ def test_an_earlier_conversion_of_another_shard_count_is_refused_before_writing(
     # the same shard count again replaces them
     convert.convert_arrays(images, labels, str(tmp_path), num_shards=4, image_format="png")
     assert sorted(os.listdir(tmp_path)) == before
+
+
+def test_a_conversion_into_a_directory_a_run_reads_or_another_writes_is_refused(tmp_path):
+    """A conversion wrote new shards over the ones a running training read (each checkpoint
+    chunk opens its files again), and two conversions into one directory mixed their shards."""
+    from lock_holder import held_by_another_process
+
+    images, labels = np.zeros((8, 4, 4), np.uint8), np.arange(8) % 2
+    convert.convert_arrays(images, labels, str(tmp_path), num_shards=2, image_format="png")
+    before = {name: (tmp_path / name).read_bytes() for name in os.listdir(tmp_path)}
+    for shared, problem, advice in [
+            (True, "holds the data of another lamb_tf process, which reads it now",
+             "wait for the run reading it to end"),
+            (False, "is in use by another lamb_tf process, which still writes there",
+             "wait for that conversion to finish")]:
+        with held_by_another_process(tmp_path, shared=shared):
+            with pytest.raises(UserError) as raised:
+                convert.convert_arrays(images, 1 - labels, str(tmp_path), num_shards=2,
+                                       image_format="png")
+        assert str(raised.value) == (
+            f"output_dir={tmp_path} {problem}; {advice}, or give another output_dir")
+        assert {name: (tmp_path / name).read_bytes() for name in os.listdir(tmp_path)} == before

@@ -381,6 +381,27 @@ def _exclusive_use(model_dir, strategy):
         "run resumes from its newest checkpoint), or give another --model_dir")
 
 
+def held_inputs(task, mode):
+    """The run's hold on the local directories of the files `mode` reads (`task.input_files`:
+    `storage.shared_use`), as a context manager: until it ends, a preparation or conversion
+    into one of them, which would write new files over the ones the run reads, is refused
+    (`storage.exclusive_use`), and other runs may read them too."""
+    splits = [split for split, modes in (("train", TRAIN_MODES), ("eval", EVAL_MODES))
+              if mode in modes]
+    directories = sorted({os.path.dirname(storage.local_path(path))
+                          for split in splits for path in task.input_files(split)})
+    holds = contextlib.ExitStack()
+    try:
+        for directory in directories:
+            holds.enter_context(storage.shared_use(
+                f"the data directory {directory}", directory, "wait for it to finish, then "
+                "run again"))
+    except BaseException:
+        holds.close()
+        raise
+    return holds
+
+
 def describe_noise_scale(global_batch_size, noise_scale):
     """The console's line for the run's last gradient-noise-scale estimate: a negative (or
     not finite) one is no scale yet, while |G|² or tr(Σ) is below its noise."""
@@ -432,6 +453,11 @@ class _Run:
         tf_keras.mixed_precision.set_global_policy(self.config.runtime.precision)
         with errors.doing("while preparing the data"):
             self.task.prepare(self.model_dir, mode)
+        with held_inputs(self.task, mode):  # no preparation writes over them until the end
+            return self.execute_prepared(mode)
+
+    def execute_prepared(self, mode):
+        """`execute` once the task's data is prepared."""
         with errors.doing("while building the model"):
             rows = self.build()
         print(exclusion_report.summary(rows, self.layer_adaptation), flush=True)

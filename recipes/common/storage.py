@@ -63,53 +63,102 @@ def check_writable(setting, directory):
                         "if missing)")
 
 
-# The directories this process holds (`exclusive_use`): (device, inode) -> holds.
+# The directories this process holds (`exclusive_use`, `shared_use`): (device, inode) ->
+# holds.
 _HELD = {}
 
 
 @contextlib.contextmanager
-def exclusive_use(label, directory, advice, wait=False):
+def exclusive_use(label, directory, advice, wait=False, advice_if_read=None):
     """Holds an exclusive lock on the local `directory` (made if missing) while the block
     runs, so that another process of the project's programs that asks for it at the same
     time gets a UserError naming it as `label` (`--model_dir=<directory>`, say), with
-    `advice` (what to do), instead of writing its files over the first one's. The lock is
+    `advice` (what to do), instead of writing its files over the first one's; a process
+    that reads it (`shared_use`: a run reading the data there) refuses it too. The lock is
     the operating system's (`flock` on the directory itself: no lock file, and none left
     behind by a killed process) and this process's: a hold it asks for again (a run that
     prepares its data into its own --model_dir) is granted. A remote URL (gs://) is not
     locked, nor a file system that refuses the lock (some NFS mounts: one line says so).
     With `wait`, a lock held elsewhere is waited for (a directory just made, which another
-    process's `held_elsewhere` may be trying for a moment)."""
+    process's `held_elsewhere` may be trying for a moment). `advice_if_read`: what to do
+    when only processes that read it hold it (default `advice`)."""
+    if all_local([directory]):
+        os.makedirs(local_path(directory), exist_ok=True)
+    with _held(label, directory, (advice, advice_if_read or advice), fcntl.LOCK_EX, wait):
+        yield
+
+
+@contextlib.contextmanager
+def shared_use(label, directory, advice):
+    """Holds a shared lock on the existing local `directory` while the block runs: for a
+    process that reads the files there (a run, its data). Any number of processes hold a
+    directory so at once; one that asks for it exclusively (`exclusive_use`: a preparation
+    that would write new files over them) is refused while they do, and one that asks for
+    it while another holds it exclusively gets a UserError naming it as `label`, with
+    `advice`. A hold of this process, of either kind, is granted again. Not locked: a
+    remote URL, a missing directory, or a file system without `flock` (silently: reading
+    changes nothing there)."""
+    if all_local([directory]) and not os.path.isdir(local_path(directory)):
+        yield
+        return
+    with _held(label, directory, (advice, advice), fcntl.LOCK_SH, wait=False):
+        yield
+
+
+@contextlib.contextmanager
+def _held(label, directory, advice, kind, wait):
+    """`exclusive_use` or `shared_use` (`kind`: fcntl.LOCK_EX or LOCK_SH) of `directory`;
+    `advice`: (what to do if a writer holds it, if only readers do)."""
     if not all_local([directory]):
         yield
         return
     path = local_path(directory)
-    os.makedirs(path, exist_ok=True)
     descriptor = os.open(path, os.O_RDONLY)
     key = (os.fstat(descriptor).st_dev, os.fstat(descriptor).st_ino)
     try:
         if key not in _HELD:
-            _lock(descriptor, label, advice, wait)
+            _lock(descriptor, kind, wait, f"{label} cannot be locked on its file system")
         _HELD[key] = _HELD.get(key, 0) + 1
-        try:
-            yield
-        finally:
-            _HELD[key] -= 1
-            if not _HELD[key]:
-                del _HELD[key]
+    except BlockingIOError:
+        os.close(descriptor)
+        if kind == fcntl.LOCK_EX and _only_read(path):
+            raise UserError(f"{label} holds the data of another lamb_tf process, which reads "
+                            f"it now; {advice[1]}") from None
+        raise UserError(f"{label} is in use by another lamb_tf process, which still writes "
+                        f"there; {advice[0]}") from None
+    try:
+        yield
     finally:
+        _HELD[key] -= 1
+        if not _HELD[key]:
+            del _HELD[key]
         os.close(descriptor)  # (releases the lock this descriptor took)
 
 
-def _lock(descriptor, label, advice, wait):
-    """`flock` for `exclusive_use`: a UserError if another process holds it (unless `wait`)."""
+def _lock(descriptor, kind, wait, unlockable):
+    """`flock` for `_held` (BlockingIOError: another process holds it, unless `wait`). On a
+    file system without it, an exclusive hold says so (`unlockable`, a line's start)."""
     try:
-        fcntl.flock(descriptor, fcntl.LOCK_EX if wait else fcntl.LOCK_EX | fcntl.LOCK_NB)
+        fcntl.flock(descriptor, kind if wait else kind | fcntl.LOCK_NB)
     except BlockingIOError:
-        raise UserError(f"{label} is in use by another lamb_tf process, which still writes "
-                        f"there; {advice}") from None
+        raise
     except OSError as error:  # EBADF, ENOLCK, EOPNOTSUPP: a file system without flock
-        print(f"note: {label} cannot be locked on its file system ({error.strerror}): a "
-              "second run into it at the same time is not refused", flush=True)
+        if kind == fcntl.LOCK_EX:
+            print(f"note: {unlockable} ({error.strerror}): a second run into it at the same "
+                  "time is not refused", flush=True)
+
+
+def _only_read(path):
+    """Whether the processes that hold `path` so that this one cannot have it exclusively
+    all read it (`shared_use`): a shared lock on it is had."""
+    probe = os.open(path, os.O_RDONLY)  # (its own lock: another open file description)
+    try:
+        fcntl.flock(probe, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        return True
+    except OSError:
+        return False
+    finally:
+        os.close(probe)
 
 
 def held_elsewhere(directory):

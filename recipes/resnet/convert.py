@@ -322,19 +322,31 @@ def convert(
         order = np.random.default_rng(seed).permutation(len(sources))
         splits = {split: [sources[i] for i in order]}
     shard_counts = {name: min(num_shards, max(1, len(members))) for name, members in splits.items()}
-    for name, shards in shard_counts.items():
-        storage.check_no_earlier_shards("output_dir", output_dir, f"{name}-*",
-                                        shard_paths(output_dir, name, shards))
-    tf.io.gfile.makedirs(output_dir)
-    info = _read_info(output_dir, class_names)
-    for name, members in splits.items():
-        shards = shard_counts[name]
-        write_split(members, output_dir, name, shards, class_names, image_format, jpeg_quality)
-        info["splits"][name] = {
-            "num_examples": len(members),
-            "file_pattern": f"{name}-*-of-{shards:05d}",
-        }
-    write_info(output_dir, info)
+    return _write_splits(splits, shard_counts, output_dir, class_names, image_format,
+                         jpeg_quality)
+
+
+def _write_splits(splits, shard_counts, output_dir, class_names, image_format, jpeg_quality):
+    """`convert`'s writing: each split's shards, then dataset_info.json and labels.txt; one
+    conversion into `output_dir` at a time, and none while a run reads the files there."""
+    with storage.exclusive_use(f"output_dir={output_dir}", output_dir,
+                               "wait for that conversion to finish, or give another output_dir",
+                               advice_if_read="wait for the run reading it to end, or give "
+                               "another output_dir"):
+        for name, shards in shard_counts.items():
+            storage.check_no_earlier_shards("output_dir", output_dir, f"{name}-*",
+                                            shard_paths(output_dir, name, shards))
+        tf.io.gfile.makedirs(output_dir)
+        info = _read_info(output_dir, class_names)
+        for name, members in splits.items():
+            shards = shard_counts[name]
+            write_split(members, output_dir, name, shards, class_names, image_format,
+                        jpeg_quality)
+            info["splits"][name] = {
+                "num_examples": len(members),
+                "file_pattern": f"{name}-*-of-{shards:05d}",
+            }
+        write_info(output_dir, info)
     return info
 
 
