@@ -96,10 +96,10 @@ def shared_use(label, directory, advice):
     that would write new files over them) is refused while they do, and one that asks for
     it while another holds it exclusively gets a UserError naming it as `label`, with
     `advice`. A hold of this process, of either kind, is granted again. Not locked: a
-    remote URL, a missing directory, or a file system without `flock` (silently: reading
-    changes nothing there)."""
-    if all_local([directory]) and not os.path.isdir(local_path(directory)):
-        yield
+    remote URL, a directory that is missing or cannot be listed, or one on a file system
+    without `flock` (silently: reading changes nothing there)."""
+    if all_local([directory]) and not os.access(local_path(directory), os.R_OK | os.X_OK):
+        yield  # (missing, or not to be opened: its files are read by name)
         return
     with _held(label, directory, (advice, advice), fcntl.LOCK_SH, wait=False):
         yield
