@@ -254,11 +254,11 @@ def held_for_preparation(output_dir):
     """Holds `output_dir` (made if missing) for this preparation alone
     (`storage.exclusive_use`): a second one into it at the same time, which would replace
     the shards the first is writing, or one while a run reads the shards there, is a
-    UserError, and leaves the directory as it is (the other process's). On a UserError while it holds it, removes `output_dir` with what
-    is in it if this run made it (all of it is this run's: the embedded corpus's text, no
-    finished shard), so that a refused preparation leaves no directory behind; an
-    `output_dir` that existed is left as it is (`_write_shards` removes its unfinished
-    shards)."""
+    UserError, and leaves the directory as it is (the other process's). On a UserError while
+    it holds it, removes `output_dir` with what is in it if this run made it (all of it is
+    this run's: the embedded corpus's text, no finished shard), so that a refused
+    preparation leaves no directory behind; an `output_dir` that existed is left as it is
+    (`_write_shards` removes its unfinished shards)."""
     made = not os.path.exists(output_dir)
     with storage.exclusive_use(f"the preparation directory {output_dir}", output_dir,
                                "wait for that preparation to finish (a run then reuses it), "
