@@ -112,7 +112,8 @@ class Task:
     def input_files(self, split):
         """The files `split` ("train" or "eval") reads, as listed when the run started (after
         `prepare`): a `NotFoundError` that names one of them is the driver's one line
-        for a file that went missing mid-run. Empty: such an error goes through."""
+        for a file that went missing mid-run, and the driver holds their directories while
+        the run reads them (`held_inputs`). Empty: such an error goes through."""
         return ()
 
 
