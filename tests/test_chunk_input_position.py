@@ -233,6 +233,24 @@ def test_bert_resumed_with_two_replicas_per_pipeline_skips_two_batches_a_step(tm
     np.testing.assert_array_equal(np.stack(word_ids(2, 2)), np.stack(fresh[4:6]))
 
 
+def test_resnet_resumed_with_two_replicas_per_pipeline_skips_two_batches_a_step(digits_pattern):
+    """A ResNet run resumed mid-chunk with 2 replicas per input pipeline (several GPUs, a TPU
+    host's cores) skipped one batch per trained step, not one per replica, and so trained
+    again on batches the interrupted run had already used."""
+    task = _resnet_task(digits_pattern)
+
+    def batch_labels(steps_to_skip, batches):
+        dataset = task.train_replica_dataset(TWO_REPLICAS_ONE_PIPELINE, PLAN, 7, steps_to_skip)
+        return [labels.numpy() for _, labels in dataset.take(batches)]
+
+    fresh = batch_labels(0, 8)  # 8 batches of 4: the 32 images once
+    assert fresh[0].shape == (4,)
+    # 3 steps trained: 6 per-replica batches read; the resumed run starts at batch 6
+    np.testing.assert_array_equal(np.stack(batch_labels(3, 2)), np.stack(fresh[6:8]))
+    # and not at batch 3, whose labels differ: the check can tell the two apart
+    assert not np.array_equal(np.stack(fresh[3:5]), np.stack(fresh[6:8]))
+
+
 def test_benchmarks_one_pipeline_loop_reads_on_through_chunks_where_the_recipe_starts_anew(
         tmp_path):
     """benchmarks/chunk_boundaries.py's ONE_PIPELINE_LOOP (what exact resume costs) reads the

@@ -196,3 +196,18 @@ def test_a_bert_training_file_of_another_kind_found_while_training_is_one_line(
         f"data.train_files: {mixed}/* holds a record that is not a BERT pretraining example "
         f"of data.seq_length={tiny_bert_data.SEQ_LENGTH} and data.max_predictions_per_seq="
         f"{tiny_bert_data.MAX_PREDICTIONS_PER_SEQ} (Feature: input_ids"), message
+
+
+def test_a_resumed_train_and_eval_run_does_not_evaluate_before_training_again(
+        resnet_files, tmp_path, capsys):
+    """Every resume evaluated the whole held-out set once more, labelled "[before training]",
+    before going on."""
+    model_dir = str(tmp_path / "run")
+
+    def held_out_lines(steps):
+        resnet_run(resnet_files, model_dir, steps)
+        return [line.rsplit("  ", 1)[-1] for line in capsys.readouterr().out.splitlines()
+                if line.startswith("held-out ")]
+
+    assert held_out_lines(2) == ["[before training]", "[after training]"]
+    assert held_out_lines(3) == ["[after training]"]  # resumed from step 2

@@ -112,3 +112,35 @@ def test_leftovers_of_a_relative_export_dir(tmp_path, monkeypatch):
     os.makedirs("export.tmp-0123abcd")
     assert export_lib.leftovers("export/") == ["export.tmp-0123abcd"]
     assert export_lib.leftovers("elsewhere/export") == []
+
+
+HOLDS_THE_RUN = ("it holds --model_dir {model_dir}, whose checkpoints the export would replace; "
+                 "give a directory of its own (by default it is export/ in --model_dir)")
+
+
+@pytest.mark.parametrize("export_dir, model_dir, problem", [
+    ("new", "runs/a", None),  # made by the export
+    ("empty", "runs/a", None),  # an empty directory: replaced
+    ("earlier", "runs/a", None),  # an earlier SavedModel: replaced
+    ("runs/a/export", "runs/a", None),  # the default, in the run's directory
+    ("runs/ab", "runs/a", None),  # a sibling whose name begins with the run's
+    ("runs/a", "runs/a", HOLDS_THE_RUN),
+    ("runs/a/", "runs/a", HOLDS_THE_RUN),
+    ("runs", "runs/a", HOLDS_THE_RUN),  # a parent of the run's directory
+    ("notes", "runs/a", "{export_dir} holds files that are not a SavedModel (notes.txt, ...), "
+                        "which the export would replace; give a new or empty directory, or an "
+                        "earlier export"),
+    ("a_file", "runs/a", "{export_dir} is a file, not a directory"),
+])
+def test_an_export_dir_is_refused_when_it_would_replace_the_run_or_other_files(
+        tmp_path, export_dir, model_dir, problem):
+    """An export.dir above --model_dir passed the check made before any work and was only
+    refused after the training; an empty export.dir ended in an IndexError."""
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "notes").mkdir()
+    (tmp_path / "notes" / "notes.txt").write_text("mine")
+    (tmp_path / "a_file").write_text("mine")
+    export_lib.export_saved_model(str(tmp_path / "earlier"), _module(1.0))
+    export_dir, model_dir = str(tmp_path / export_dir), str(tmp_path / model_dir)
+    expected = problem and problem.format(export_dir=export_dir, model_dir=model_dir)
+    assert export_lib.replace_problem(export_dir, model_dir) == expected

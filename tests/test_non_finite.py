@@ -123,3 +123,51 @@ def test_the_finite_check_names_the_first_nan_or_inf_variable_and_skips_integers
     huge = tf.Variable([3e38, 3e38], name="huge")
     assert first_non_finite([finite, huge, huge]) is None
     assert first_non_finite([huge, tf.Variable(np.array([6e4, 6e4], "float16"))]) is None
+
+
+@pytest.mark.parametrize("loss", [float("nan"), float("inf"), float("-inf")])
+def test_a_held_out_loss_that_is_not_finite_stops_the_run(tmp_path, monkeypatch, loss):
+    """An infinite held-out loss was taken as a result: results.json and the export were
+    written for a model that had diverged."""
+    import contextlib
+    import types
+
+    from recipes.common import driver
+
+    monkeypatch.setattr(training, "input_iterator_deleted_in_background",
+                        lambda model, function: contextlib.nullcontext())
+    run = object.__new__(driver._Run)  # pylint: disable=protected-access
+    run.model_dir = str(tmp_path)
+    run.model = types.SimpleNamespace(
+        optimizer=types.SimpleNamespace(iterations=tf.Variable(3, dtype=tf.int64)))
+    run.task = types.SimpleNamespace(
+        evaluate=lambda model, strategy: {"loss": loss, "accuracy": 0.5},
+        describe_evaluation=lambda results: f"loss {results['loss']}")
+    run.strategy = None
+    with pytest.raises(training.TrainingDiverged) as raised:
+        run.evaluate("after training")
+    assert str(raised.value) == f"eval loss is {loss}; the model diverged"
+    run.task.evaluate = lambda model, strategy: {"loss": 1.5, "accuracy": 0.5}
+    assert run.evaluate("after training") == {"loss": 1.5, "accuracy": 0.5}
+
+
+def test_a_stopped_runs_save_skips_weights_that_are_not_finite(tmp_path):
+    """A SIGTERM right after the weights became NaN saved them as the newest checkpoint,
+    which the rerun resumed from."""
+    from recipes.common import preemption
+
+    model = _absolute_value_model()
+    checkpoint = tf.train.Checkpoint(model=model, optimizer=model.optimizer)
+    manager = tf.train.CheckpointManager(checkpoint, str(tmp_path), max_to_keep=3)
+    preemption.save_unless_saved(model, manager, 2)
+    assert manager.latest_checkpoint == str(tmp_path / "ckpt-2")
+    model.layers[0].kernel.assign([[np.nan], [1.0], [1.0]])
+    preemption.save_unless_saved(model, manager, 3)
+    assert manager.latest_checkpoint == str(tmp_path / "ckpt-2")  # not ckpt-3
+    model.layers[0].kernel.assign([[1.0], [1.0], [1.0]])
+    preemption.save_unless_saved(model, manager, 3)
+    assert manager.latest_checkpoint == str(tmp_path / "ckpt-3")
+    saves = []
+    manager.save = lambda checkpoint_number: saves.append(checkpoint_number)
+    preemption.save_unless_saved(model, manager, 3)  # saved already: not again
+    assert saves == []

@@ -499,3 +499,19 @@ def test_a_config_file_given_as_a_file_url_is_read(tmp_path):
     not exist)'."""
     path = _write(tmp_path, "run.yaml", "train:\n  steps: 7\n")
     assert load_config(_Schema, [f"file://{path}"]).train.steps == 7
+
+
+@pytest.mark.parametrize("eval_batch, replicas", [(3, 2), (6, 4), (1, 2)])
+def test_an_eval_batch_off_a_multiple_of_the_replicas_is_refused(eval_batch, replicas):
+    """A held-out batch of 3 on 2 replicas was evaluated as 2 a step, without a word."""
+    from recipes.common import driver
+
+    config = types.SimpleNamespace(
+        train=types.SimpleNamespace(global_batch_size=8 * replicas, micro_batch_size=8),
+        eval=types.SimpleNamespace(global_batch_size=eval_batch))
+    with pytest.raises(UserError) as raised:
+        driver.plan_batch(config, replicas)
+    assert str(raised.value) == (f"eval.global_batch_size={eval_batch} is not a multiple of the "
+                                 f"{replicas} replicas")
+    config.eval.global_batch_size = 2 * replicas  # a multiple: planned
+    assert driver.plan_batch(config, replicas).num_replicas == replicas

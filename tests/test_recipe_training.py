@@ -301,12 +301,18 @@ def test_non_finite_loss_stops_and_keeps_the_last_good_checkpoint(tmp_path):
     weights.assert_restores_step(good, _model(), step=2)
 
 
-def test_checkpoint_of_another_model_shape_is_one_line(tmp_path):
+@pytest.mark.parametrize("widths, words", [
+    ([5, 1], "Received incompatible tensor with shape"),
+    ([4, 1, 1], "of this model's variables are not in it"),
+], ids=["another-shape", "more-layers"])
+def test_checkpoint_of_another_model_is_one_line(tmp_path, widths, words):
+    """A resume (a run without the config.yaml that names its model.* keys) from a
+    checkpoint that lacks some of the model's variables left them freshly initialised."""
     _train(_model(), str(tmp_path), steps=2)
-    other = tf_keras.Sequential([tf_keras.layers.Dense(5), tf_keras.layers.Dense(1)])
+    other = tf_keras.Sequential([tf_keras.layers.Dense(width) for width in widths])
     other.build((None, 3))
     other.compile(optimizer=tf_keras.optimizers.Adam(0.05), loss="mse")
-    with pytest.raises(UserError, match="does not fit this model"):
+    with pytest.raises(UserError, match=f"does not fit this model \\(.*{words}"):
         _train(other, str(tmp_path), steps=4)
 
 
@@ -382,3 +388,36 @@ def test_training_file_deleted_mid_run_is_one_line_naming_the_checkpoint(tmp_pat
     last = training.latest_checkpoint(model_dir)
     assert last.endswith(("ckpt-2", "ckpt-4")), last  # the next passes need the file
     assert "resume from the last checkpoint" in message and last in message
+
+
+def test_results_json_is_the_newest_trainings_and_an_evaluation_only_adds_its_eval(tmp_path):
+    """A run trained further kept the first training's record (its steps, mode and losses)
+    beside an eval_mode_wall_time_seconds, as if it had only been evaluated."""
+    import json
+    import types
+
+    from recipes.common import driver
+
+    run = object.__new__(driver._Run)  # pylint: disable=protected-access
+    run.model_dir, run.start = str(tmp_path), 0.0
+    run.plan = accumulation.plan_batch(8, 4, 1)
+    steps = tf.Variable(2, dtype=tf.int64)
+    run.model = types.SimpleNamespace(optimizer=types.SimpleNamespace(iterations=steps))
+
+    def write(mode, train_logs, eval_results):
+        run.options = types.SimpleNamespace(mode=mode)
+        run.write_results(train_logs, eval_results)
+        with open(tmp_path / "results.json", encoding="utf-8") as f:
+            return json.load(f)
+
+    trained = write("train", {"loss": 2.0}, {})
+    assert (trained["mode"], trained["steps"], trained["train"]) == ("train", 2, {"loss": 2.0})
+    assert trained["accumulation_steps"] == 2 and trained["global_batch_size"] == 8
+    evaluated = write("eval", {}, {"accuracy": 0.5})
+    assert {**evaluated, "eval": {}} == {**trained, "eval_mode_wall_time_seconds":
+                                         evaluated["eval_mode_wall_time_seconds"]}
+    steps.assign(4)
+    further = write("train_and_eval", {"loss": 1.0}, {"accuracy": 0.75})
+    assert (further["mode"], further["steps"], further["train"], further["eval"]) == (
+        "train_and_eval", 4, {"loss": 1.0}, {"accuracy": 0.75})
+    assert "eval_mode_wall_time_seconds" not in further

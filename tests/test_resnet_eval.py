@@ -96,6 +96,21 @@ def test_two_replicas_count_the_real_examples_once(held_out_digits, tmp_path, tw
     assert f"({count:,} examples, step 0)" in task.describe_evaluation(results)
 
 
+def test_two_input_pipelines_scale_the_loss_by_every_pipelines_slots(
+        held_out_digits, tmp_path, two_cpu_strategy, monkeypatch):
+    """With several input pipelines (multi-worker, TPU pods) the padding correction counted
+    one pipeline's batch slots, not all of them: the held-out loss came out divided by the
+    number of hosts. Here the 2 replicas are counted as 2 pipelines of 1 replica each:
+    3 steps of 2 x 4 slots, as the one pipeline of 2 replicas reads; 20 of them real."""
+    task, model = _task_and_model(held_out_digits, str(tmp_path), two_cpu_strategy, 0)
+    monkeypatch.setattr(input_lib, "num_input_pipelines", lambda strategy: 2)
+    results = task.evaluate(model, two_cpu_strategy)
+    loss, top_1, count = _expected(task, 3)
+    assert count == HELD_OUT
+    np.testing.assert_allclose(results["loss"], loss, rtol=1e-5)
+    np.testing.assert_allclose(results["top_1_accuracy"], top_1, rtol=1e-6)
+
+
 def test_an_eval_num_examples_above_the_files_evaluates_and_counts_the_real_ones(
         held_out_digits, tmp_path, capsys):
     # 50 configured, 20 in the files: 7 steps of 8, the 36 slots after the 20 real ones
@@ -111,6 +126,37 @@ def test_an_eval_num_examples_above_the_files_evaluates_and_counts_the_real_ones
     assert f"({HELD_OUT:,} examples, step 0)" in task.describe_evaluation(results)
     assert ("data.eval_num_examples=50 is more than the held-out files hold: evaluated their "
             f"{HELD_OUT} examples") in capsys.readouterr().out
+
+
+def test_a_corrupt_held_out_record_is_named_from_the_held_out_files(
+        held_out_digits, tmp_path, capsys):
+    """An input error while evaluating was looked for in the training files: the one-line
+    error named no file (the training files decode) instead of the held-out record."""
+    import shutil
+
+    from recipes.common.errors import UserError
+
+    data_dir = tmp_path / "digits"
+    shutil.copytree(held_out_digits, data_dir)
+    path = sorted(tf.io.gfile.glob(str(data_dir / "validation-*")))[0]
+    records = [record.numpy() for record in tf.data.TFRecordDataset(path)]
+    example = tf.train.Example.FromString(records[1])
+    jpeg = example.features.feature["image/encoded"].bytes_list.value[0]
+    example.features.feature["image/encoded"].bytes_list.value[0] = jpeg[:len(jpeg) // 3]
+    records[1] = example.SerializeToString()
+    with tf.io.TFRecordWriter(path) as writer:
+        for record in records:
+            writer.write(record)
+    config = config_lib.load_config(resnet_train.ResNetConfig, [TINY_CONFIG], ",".join([
+        "data.embedded_digits=false", f"data.train_file_pattern={data_dir}/train-*",
+        f"data.eval_file_pattern={data_dir}/validation-*"]))
+    task = resnet_train.ResNetClassification(config)
+    task.prepare(str(tmp_path), "eval")
+    error = tf.errors.InvalidArgumentError(None, None, "jpeg decode failed")
+    explained = task.explain_input_error(error, "eval")
+    assert isinstance(explained, UserError)
+    assert str(explained).startswith(f"corrupt record 1 (0-based) in {path}: ")
+    assert f"scanning {data_dir}/validation-* for the corrupt record" in capsys.readouterr().out
 
 
 def test_an_eval_set_without_records_is_refused_before_any_evaluation(tmp_path):
