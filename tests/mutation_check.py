@@ -688,6 +688,113 @@ MUTATIONS = [
         "        if data is None or not data.input_path:",
         ["tests/test_model_garden.py::test_a_tfds_name_is_data_without_an_input_path"],
         [r"test_a_tfds_name_is_data_without_an_input_path"]),
+    # ---- the recipes' driver and ResNet task (a mutation search, 2026-12-06) ---------------
+    Mutation(
+        "resnet_resume_skips_a_batch_per_step", "a ResNet run resumed mid-chunk with 2 replicas "
+        "per input pipeline skips one batch per trained step, not one per replica",
+        "recipes/resnet/train.py",
+        "            skip_batches=steps_to_skip * replicas,",
+        "            skip_batches=steps_to_skip,",
+        ["tests/test_chunk_input_position.py::"
+         "test_resnet_resumed_with_two_replicas_per_pipeline_skips_two_batches_a_step"],
+        [r"test_resnet_resumed_with_two_replicas_per_pipeline_skips_two_batches_a_step"]),
+    Mutation(
+        "resnet_eval_loss_one_pipelines_slots", "ResNet's held-out loss counts one input "
+        "pipeline's batch slots (divided by the number of hosts)",
+        "recipes/resnet/train.py",
+        "        results[\"loss\"] *= steps * pipeline_batch * pipelines / self.evaluated_examples",
+        "        results[\"loss\"] *= steps * pipeline_batch / self.evaluated_examples",
+        ["tests/test_resnet_eval.py::"
+         "test_two_input_pipelines_scale_the_loss_by_every_pipelines_slots"],
+        [r"test_two_input_pipelines_scale_the_loss_by_every_pipelines_slots"]),
+    Mutation(
+        "resnet_corrupt_eval_record_sought_in_training_files", "a corrupt held-out record is "
+        "looked for in the training files",
+        "recipes/resnet/train.py",
+        "        pattern = self.data.train_pattern if split == \"train\" else "
+        "self.data.eval_pattern",
+        "        pattern = self.data.train_pattern",
+        ["tests/test_resnet_eval.py::"
+         "test_a_corrupt_held_out_record_is_named_from_the_held_out_files"],
+        [r"test_a_corrupt_held_out_record_is_named_from_the_held_out_files"]),
+    Mutation(
+        "results_json_trained_further_keeps_the_old_training", "a run trained further keeps "
+        "the first training's record in results.json",
+        "recipes/common/driver.py",
+        "        if not train_logs and tf.io.gfile.exists(path):  # --mode=eval: the training's "
+        "stays",
+        "        if tf.io.gfile.exists(path):  # --mode=eval: the training's stays",
+        ["tests/test_recipe_training.py::"
+         "test_results_json_is_the_newest_trainings_and_an_evaluation_only_adds_its_eval"],
+        [r"test_results_json_is_the_newest_trainings_and_an_evaluation_only_adds_its_eval"]),
+    Mutation(
+        "infinite_eval_loss_accepted", "an infinite held-out loss is taken as a result",
+        "recipes/common/driver.py",
+        "        if not math.isfinite(results.get(\"loss\", 0.0)):",
+        "        if math.isnan(results.get(\"loss\", 0.0)):",
+        ["tests/test_non_finite.py::test_a_held_out_loss_that_is_not_finite_stops_the_run"],
+        [r"test_a_held_out_loss_that_is_not_finite_stops_the_run\[inf",
+         r"test_a_held_out_loss_that_is_not_finite_stops_the_run\[-inf"]),
+    Mutation(
+        "eval_batch_off_the_replicas_accepted", "an eval.global_batch_size that is no multiple "
+        "of the replicas passes (3 on 2 replicas is evaluated as 2 a step)",
+        "recipes/common/driver.py",
+        "    if config.eval.global_batch_size % num_replicas:",
+        "    if config.eval.global_batch_size < num_replicas:",
+        ["tests/test_recipe_config.py::"
+         "test_an_eval_batch_off_a_multiple_of_the_replicas_is_refused"],
+        [r"test_an_eval_batch_off_a_multiple_of_the_replicas_is_refused\[3-2",
+         r"test_an_eval_batch_off_a_multiple_of_the_replicas_is_refused\[6-4"]),
+    Mutation(
+        "resume_from_a_checkpoint_lacking_variables", "a resume from a checkpoint that lacks "
+        "some of the model's variables leaves them freshly initialised",
+        "recipes/common/checkpoints.py",
+        "        manager.checkpoint.restore(path).assert_existing_objects_matched()",
+        "        manager.checkpoint.restore(path).expect_partial()",
+        ["tests/test_recipe_training.py::test_checkpoint_of_another_model_is_one_line"],
+        [r"test_checkpoint_of_another_model_is_one_line\[more-layers"]),
+    Mutation(
+        "export_dir_above_the_run_passes", "an export.dir that is a parent of --model_dir "
+        "passes the check before any work",
+        "recipes/common/export.py",
+        "        if run_dir == target or run_dir.startswith(target.rstrip(\"/\") + \"/\"):",
+        "        if run_dir == target:",
+        ["tests/test_interrupted_export.py::"
+         "test_an_export_dir_is_refused_when_it_would_replace_the_run_or_other_files"],
+        [r"test_an_export_dir_is_refused_when_it_would_replace_the_run_or_other_files\[runs-"]),
+    Mutation(
+        "empty_export_dir_refused", "an empty export.dir ends in an IndexError",
+        "recipes/common/export.py",
+        "    if entries and \"saved_model.pb\" not in entries:",
+        "    if \"saved_model.pb\" not in entries:",
+        ["tests/test_interrupted_export.py::"
+         "test_an_export_dir_is_refused_when_it_would_replace_the_run_or_other_files"],
+        [r"test_an_export_dir_is_refused_when_it_would_replace_the_run_or_other_files\[empty"]),
+    Mutation(
+        "stopped_run_saves_non_finite_weights", "a SIGTERM right after the weights became NaN "
+        "saves them as the newest checkpoint",
+        "recipes/common/preemption.py",
+        "    if first_non_finite(variables) is None and not latest.endswith(f\"-{step}\"):",
+        "    if not latest.endswith(f\"-{step}\"):",
+        ["tests/test_non_finite.py::test_a_stopped_runs_save_skips_weights_that_are_not_finite"],
+        [r"test_a_stopped_runs_save_skips_weights_that_are_not_finite"]),
+    Mutation(
+        "tf_config_index_one_past_the_last_worker", "a TF_CONFIG task index equal to the "
+        "number of workers is accepted",
+        "recipes/common/strategy.py",
+        '            0 <= index < len(members)):',
+        '            0 <= index <= len(members)):',
+        ["tests/test_strategy.py::test_a_tf_config_that_cannot_make_a_cluster_is_one_line"],
+        [r"test_a_tf_config_that_cannot_make_a_cluster_is_one_line\[index-one-past"]),
+    Mutation(
+        "every_worker_exports_into_export_dir", "every worker of a multi-worker run exports "
+        "into the shared export.dir",
+        "recipes/common/driver.py",
+        "        if self.config.export.dir and strategy_lib.is_chief(self.strategy):",
+        "        if self.config.export.dir:",
+        ["tests/test_strategy.py::"
+         "test_only_the_chief_exports_into_export_dir_the_others_into_their_own_directory"],
+        [r"test_only_the_chief_exports_into_export_dir_the_others_into_their_own_directory\[1"]),
 ]
 
 

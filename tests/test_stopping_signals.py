@@ -32,9 +32,18 @@ errors.run(main)
 """
 
 
+def _default_sigint():
+    """In the child before it starts: SIGINT at its default, whatever pytest inherited. A
+    pytest started in the background of a non-interactive shell ignores SIGINT; its child
+    then did too (Python installs no KeyboardInterrupt handler for an ignored SIGINT) and
+    slept through the Ctrl-C to exit 0, failing the test with no bug in the program."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _run_program(signal_name, *args):
     return subprocess.run([sys.executable, "-c", PROGRAM.format(signal=signal_name), *args],
-                          capture_output=True, text=True, cwd=REPO_ROOT, timeout=120)
+                          capture_output=True, text=True, cwd=REPO_ROOT, timeout=120,
+                          preexec_fn=_default_sigint)
 
 
 def test_sigterm_outside_training_cleans_up_then_one_line_and_exit_143():

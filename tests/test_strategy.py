@@ -11,11 +11,13 @@ import os
 import tempfile
 import threading
 import time
+import types
 
 import pytest
 import tensorflow as tf
 
 from lamb_tf import accumulation
+from recipes.common import driver
 from recipes.common import strategy as strategy_lib
 from recipes.common.errors import UserError
 
@@ -211,6 +213,23 @@ def test_a_killed_workers_directory_goes_when_that_worker_starts_again(monkeypat
     assert sorted(os.listdir(tmp_path)) == [os.path.basename(other.path)]
 
 
+@pytest.mark.parametrize("index, chief", [(0, True), (1, False)])
+def test_only_the_chief_exports_into_export_dir_the_others_into_their_own_directory(
+        monkeypatch, tmp_path, index, chief):
+    """Every worker of a multi-worker run exported into the shared export.dir, where one
+    worker's export could remove another's still being written as its leftovers."""
+    monkeypatch.setenv("TF_CONFIG", json.dumps(
+        {"cluster": {"worker": ["h:1", "h:2"]}, "task": {"type": "worker", "index": index}}))
+    shared = str(tmp_path / "shared_export")
+    worker_dir = str(tmp_path / f"worker{index}")
+    task = types.SimpleNamespace(export_subdir="saved_model_here", config=types.SimpleNamespace(
+        export=types.SimpleNamespace(dir=shared)))
+    run = driver._Run(  # pylint: disable=protected-access
+        task, options=None, strategy=_ClusterStrategy(), plan=None, model_dir=worker_dir)
+    expected = shared if chief else str(tmp_path / f"worker{index}" / "saved_model_here")
+    assert run.export_dir() == expected
+
+
 def test_log_batch_plan_prints_the_arithmetic(capsys, two_cpu_strategy):
     plan = accumulation.plan_batch(global_batch_size=64, micro_batch_size=8, num_replicas=2)
     strategy_lib.log_batch_plan(two_cpu_strategy, plan)
@@ -235,12 +254,19 @@ def test_log_eval_batch_prints_the_examples_per_replica(capsys, two_cpu_strategy
     ('{"cluster": {"worker": ["localhost:1"]', "TF_CONFIG is not JSON (Expecting ',' delimiter"),
     ('{"cluster": {"worker": ["localhost:1"]}, "task": {"type": "worker", "index": 3}}',
      "TF_CONFIG's task {'type': 'worker', 'index': 3} is not in its cluster"),
+    ('{"cluster": {"worker": ["h:1", "h:2"]}, "task": {"type": "worker", "index": 2}}',
+     "TF_CONFIG's task {'type': 'worker', 'index': 2} is not in its cluster"),
     ('{"cluster": {"worker": ["localhost:1"]}}', 'TF_CONFIG needs a "cluster" mapping'),
-], ids=["not-json", "index-past-the-workers", "no-task"])
-def test_a_tf_config_that_cannot_make_a_cluster_is_one_line(monkeypatch, tf_config, words):
+], ids=["not-json", "index-past-the-workers", "index-one-past-the-last-worker", "no-task"])
+def test_a_tf_config_that_cannot_make_a_cluster_is_one_line(monkeypatch, recorders, tf_config,
+                                                             words):
+    """A bad TF_CONFIG went on to the strategy (TensorFlow's long error, or a hang waiting
+    for a worker that does not exist); an index equal to the number of workers (one past the
+    last) was accepted. `recorders`: a TF_CONFIG let through builds no real strategy."""
     monkeypatch.setenv("TF_CONFIG", tf_config)
-    with pytest.raises(UserError, match=re.escape(words)):
+    with pytest.raises(UserError, match=re.escape(words)) as raised:
         strategy_lib.make_strategy("multi_worker_mirrored")
+    assert "\n" not in str(raised.value)
 
 
 def test_strategy_tpu_without_a_tpu_names_the_flag_given():
