@@ -390,16 +390,12 @@ def held_inputs(task, mode):
               if mode in modes]
     directories = sorted({os.path.dirname(storage.local_path(path))
                           for split in splits for path in task.input_files(split)})
-    holds = contextlib.ExitStack()
-    try:
+    with contextlib.ExitStack() as holds:  # (a refusal lets go of the ones taken)
         for directory in directories:
             holds.enter_context(storage.shared_use(
                 f"the data directory {directory}", directory, "wait for it to finish, then "
                 "run again"))
-    except BaseException:
-        holds.close()
-        raise
-    return holds
+        return holds.pop_all()
 
 
 def describe_noise_scale(global_batch_size, noise_scale):

@@ -121,7 +121,7 @@ def _held(label, directory, advice, kind, wait):
         _HELD[key] = _HELD.get(key, 0) + 1
     except BlockingIOError:
         os.close(descriptor)
-        if kind == fcntl.LOCK_EX and _only_read(path):
+        if kind == fcntl.LOCK_EX and not _held_against(path, fcntl.LOCK_SH):  # readers only
             raise UserError(f"{label} holds the data of another lamb_tf process, which reads "
                             f"it now; {advice[1]}") from None
         raise UserError(f"{label} is in use by another lamb_tf process, which still writes "
@@ -140,7 +140,7 @@ def _lock(descriptor, kind, wait, unlockable):
     file system without it, an exclusive hold says so (`unlockable`, a line's start)."""
     try:
         fcntl.flock(descriptor, kind if wait else kind | fcntl.LOCK_NB)
-    except BlockingIOError:
+    except BlockingIOError:  # (an OSError too): `_held`'s to say
         raise
     except OSError as error:  # EBADF, ENOLCK, EOPNOTSUPP: a file system without flock
         if kind == fcntl.LOCK_EX:
@@ -148,38 +148,35 @@ def _lock(descriptor, kind, wait, unlockable):
                   "time is not refused", flush=True)
 
 
-def _only_read(path):
-    """Whether the processes that hold `path` so that this one cannot have it exclusively
-    all read it (`shared_use`): a shared lock on it is had."""
-    probe = os.open(path, os.O_RDONLY)  # (its own lock: another open file description)
-    try:
-        fcntl.flock(probe, fcntl.LOCK_SH | fcntl.LOCK_NB)
-        return True
-    except OSError:
-        return False
-    finally:
-        os.close(probe)
-
-
 def held_elsewhere(directory):
     """Whether another process holds the local `directory` (`exclusive_use`) now (not if
     it is gone)."""
     try:
-        descriptor = os.open(directory, os.O_RDONLY)
+        directory_stat = os.stat(directory)
     except FileNotFoundError:  # removed by its process as it ended
         return False
-    if (os.fstat(descriptor).st_dev, os.fstat(descriptor).st_ino) in _HELD:
-        os.close(descriptor)
+    if (directory_stat.st_dev, directory_stat.st_ino) in _HELD:
+        return False
+    return _held_against(directory, fcntl.LOCK_EX)
+
+
+def _held_against(path, kind):
+    """Whether another process holds `path` so that this one cannot have a `kind` lock on it
+    now: tried on an open file description of its own (so not this process's holds), and let
+    go at once. False if it is gone, or on a file system without `flock`."""
+    try:
+        probe = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
         return False
     try:
-        fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        fcntl.flock(probe, kind | fcntl.LOCK_NB)
         return False
     except BlockingIOError:
         return True
     except OSError:  # no flock on its file system: nobody can hold it
         return False
     finally:
-        os.close(descriptor)
+        os.close(probe)
 
 
 def check_no_earlier_shards(setting, output_dir, pattern, shards):
