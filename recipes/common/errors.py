@@ -7,10 +7,13 @@ and exit status 2, with no traceback, before anything is written to `model_dir`.
 Stopping: Ctrl-C (KeyboardInterrupt) and SIGTERM outside training's own handler
 (`recipes.common.preemption.StopOnSigterm`, which saves the step in progress) both unwind
 the program as an exception, so that what it was writing is cleaned up (`except
-BaseException` / `finally`), and end in one line, exit status 130 or 143.
+BaseException` / `finally`), and end in one line, exit status 130 or 143. Before `run`
+starts `main` (TensorFlow loading, the command line's checks: `stop_while_starting`),
+either ends the process at once with one line, as nothing has been written yet.
 """
 
 import contextlib
+import os
 import re
 import signal
 import sys
@@ -93,6 +96,38 @@ def sigterm_raises():
         signal.signal(signal.SIGTERM, previous)
 
 
+def _stopped_while_starting(signum, frame):
+    """Ctrl-C or SIGTERM before `run` starts `main`: one line, and the process ends at once
+    (an exception raised here would unwind an import of TensorFlow into a traceback)."""
+    del frame
+    interrupted = signum == signal.SIGINT
+    sys.stdout.flush()
+    print(f"stopped: {'interrupted (Ctrl-C)' if interrupted else 'SIGTERM'} while starting, "
+          "before anything was written", file=sys.stderr, flush=True)
+    os._exit(EXIT_INTERRUPTED if interrupted else EXIT_PREEMPTED)
+
+
+_DEFAULT_HANDLERS = ((signal.SIGINT, signal.default_int_handler), (signal.SIGTERM, signal.SIG_DFL))
+
+
+def stop_while_starting():
+    """From here until `run` starts `main`, Ctrl-C and SIGTERM end the program with one line
+    and exit status 130 or 143 (`recipes.common.startup` calls it first; by default Python
+    prints a KeyboardInterrupt's traceback, and SIGTERM ends the process without a word). A
+    signal the process ignores (SIGINT in a shell's background job) stays ignored."""
+    for signum, default in _DEFAULT_HANDLERS:
+        if signal.getsignal(signum) is default:
+            signal.signal(signum, _stopped_while_starting)
+
+
+def _started():
+    """`main` starts: Ctrl-C and SIGTERM back to what `run` handles (KeyboardInterrupt, the
+    default SIGTERM that `sigterm_raises` replaces)."""
+    for signum, default in _DEFAULT_HANDLERS:
+        if signal.getsignal(signum) is _stopped_while_starting:
+            signal.signal(signum, default)
+
+
 EXIT_USER_ERROR = 2
 _HELP_FLAGS = {"--help", "-help", "-h", "-?", "--helpshort", "--helpfull", "--helpxml"}
 EXIT_PREEMPTED = 143  # 128 + SIGTERM, what a shell reports for a process stopped by it
@@ -122,6 +157,7 @@ def run(main):
 
     def guarded_main(argv):
         try:
+            _started()
             with sigterm_raises():
                 return main(argv)
         except UserError as error:

@@ -5,7 +5,9 @@
   notes, end-of-dataset notices) stay off the console unless `--verbose` is given; a value
   of `TF_CPP_MIN_LOG_LEVEL` set by the user wins.
 
-`check_command_line` answers `--help` and flag mistakes before TensorFlow loads.
+`check_command_line` answers `--help` and flag mistakes before TensorFlow loads; from it
+until the program's `main` starts, Ctrl-C or SIGTERM is one line, exit status 130 or 143
+(`errors.stop_while_starting`), not a traceback of TensorFlow's import.
 """
 
 import os
@@ -33,6 +35,7 @@ def check_command_line(config_class=None, extra_flags=()):
     from recipes.common import flags as flags_lib  # pylint: disable=import-outside-toplevel
     from recipes.common import schema  # pylint: disable=import-outside-toplevel
 
+    errors.stop_while_starting()
     if _FULL_HELP & set(sys.argv[1:]):
         return
     flags_lib.define_flags(extra_flags)
@@ -70,6 +73,7 @@ def check_program_flags(define_flags, check_flags):
 
     from recipes.common import errors  # pylint: disable=import-outside-toplevel
 
+    errors.stop_while_starting()
     if _FULL_HELP & set(sys.argv[1:]):
         return
     define_flags()
