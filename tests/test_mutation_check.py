@@ -1,6 +1,10 @@
 """tests/mutation_check.py still applies to the current source: every mutation's old line
 occurs exactly once in its file, the new line differs, and its test files exist. (Running
 the mutations is slow and not part of this suite: see docs/testing.md.)"""
+import fnmatch
+import os
+import re
+
 import pytest
 
 import mutation_check
@@ -23,3 +27,15 @@ def test_a_line_that_occurs_twice_or_not_at_all_is_refused():
     for text in ("a\nb", "x = 1\nx = 1", "  x = 1"):
         with pytest.raises(mutation_check.MutationDoesNotApply, match="occurs"):
             mutation_check.mutated_text(text, mutation)
+
+
+def test_every_mutation_is_in_the_table_of_docs_testing_md():
+    """docs/testing.md lists every mutation by name (a row may name several with `*_...`
+    for the tf_keras_ and keras3_ pair): one was planted without a row."""
+    with open(os.path.join(mutation_check.REPO_ROOT, "docs", "testing.md"),
+              encoding="utf-8") as page:
+        rows = [line.split("|")[1] for line in page if line.startswith("| `")]
+    listed = [name for row in rows for name in re.findall(r"`([*\w]+)`", row)]
+    unlisted = [m.name for m in mutation_check.MUTATIONS
+                if not any(fnmatch.fnmatchcase(m.name, name) for name in listed)]
+    assert not unlisted
