@@ -15,15 +15,31 @@ which cannot collide with Keras' own `Lamb`). `import lamb_tf` imports every suc
 """
 import importlib
 import os
+import signal
 import sys
+
+
+
+def _interrupted_while_starting(signum, frame):
+    """Ctrl-C while `python -m lamb_tf.model_garden` imports TensorFlow: one line, and the
+    process ends at once (nothing is written yet; an exception would unwind the import into
+    a traceback). The launcher puts Python's own handler back before its checks."""
+    del signum, frame
+    print("stopped: interrupted (Ctrl-C) while starting, before anything was written",
+          file=sys.stderr, flush=True)
+    os._exit(130)
+
 
 # `python -m lamb_tf.model_garden` imports this package, and TensorFlow with it, before the
 # launcher's code runs: there TensorFlow's C++ start-up lines (CUDA probing, oneDNN, CPU
-# features) stay off the console unless the user sets TF_CPP_MIN_LOG_LEVEL (as the recipes'
-# programs do, recipes/common/startup.py). Any other import of lamb_tf sets nothing.
+# features) stay off the console unless the user sets TF_CPP_MIN_LOG_LEVEL, and Ctrl-C is
+# one line (as in the recipes' programs, recipes/common/startup.py). Any other import of
+# lamb_tf sets nothing.
 if sys.argv[:1] == ["-m"] and {"lamb_tf.model_garden", "-mlamb_tf.model_garden"} & set(
         getattr(sys, "orig_argv", [])):  # (argv[0] is "-m" while `python -m` finds the module)
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    if signal.getsignal(signal.SIGINT) is signal.default_int_handler:  # (not if ignored)
+        signal.signal(signal.SIGINT, _interrupted_while_starting)
 
 from lamb_tf import accumulation  # noqa: E402,F401  (registers tf_keras' GradientAccumulationModel)
 from lamb_tf import keras3_accumulation  # noqa: E402,F401  (registers Keras 3's)

@@ -21,11 +21,14 @@ recipe's run (its `config.yaml`, `tensorflow.log` or `exclusions.txt`). TensorFl
 start-up lines (CUDA probing, oneDNN, CPU features) would come before this module runs
 (`python -m` imports the `lamb_tf` package, and TensorFlow, first): so `lamb_tf/__init__.py`
 sets `TF_CPP_MIN_LOG_LEVEL=3` when `python -m lamb_tf.model_garden` imports it, unless the
-environment sets it (`TF_CPP_MIN_LOG_LEVEL=0` shows them).
+environment sets it (`TF_CPP_MIN_LOG_LEVEL=0` shows them), and makes Ctrl-C one line until
+the checks start (`_interrupted_while_starting`); from there on, Ctrl-C is one line and exit
+status 130 too (`_check_then`).
 """
 import difflib
 import importlib
 import re
+import signal
 import sys
 import typing
 
@@ -384,11 +387,18 @@ def _check_then(driver_main, driver_name):
     from absl import flags
 
     def checked_main(argv):
+        if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:  # (lamb_tf's, while starting)
+            signal.signal(signal.SIGINT, signal.default_int_handler)
         try:
             check(flags.FLAGS, driver_name)
+            return driver_main(argv)
         except _UsageError as error:
             _usage_error(str(error))
-        return driver_main(argv)
+        except KeyboardInterrupt:  # one line, as the recipes' programs (not the traceback)
+            print("stopped: interrupted (Ctrl-C); run the same command again to go on (Model "
+                  "Garden's trainer resumes from the newest checkpoint in --model_dir)",
+                  file=sys.stderr, flush=True)
+            sys.exit(130)
 
     return checked_main
 

@@ -9,8 +9,11 @@ every config field, the exclusion lists included, reached our optimizer.
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
+import threading
+import time
 
 import numpy as np
 import pytest
@@ -231,6 +234,65 @@ def test_launcher_runs_the_shipped_tiny_experiment_with_our_lamb(tmp_path):
                  if name.endswith("_intermediate_dense/kernel/.ATTRIBUTES/VARIABLE_VALUE")]
     before, after = (tf.train.load_variable(path, kernel) for path in (first, last))
     assert np.all(np.isfinite(after)) and not np.array_equal(before, after)
+
+
+def test_launcher_interrupted_while_tensorflow_loads_is_one_line_and_exit_130(tmp_path):
+    """Ctrl-C in the launcher's first seconds (`lamb_tf` importing TensorFlow) printed the
+    KeyboardInterrupt's traceback through TensorFlow's modules."""
+    command = [sys.executable, "-m", "lamb_tf.model_garden", "nlp",
+               "--experiment=bert/pretraining", "--mode=train", f"--model_dir={tmp_path}/run",
+               f"--config_file={TINY_EXPERIMENT}"]
+    process = subprocess.Popen(
+        command, cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"},
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    try:
+        deadline = time.monotonic() + 60
+        while True:  # until TensorFlow's library is mapped: its import has begun
+            with open(f"/proc/{process.pid}/maps", encoding="ascii") as maps:
+                if "libtensorflow_framework" in maps.read():
+                    break
+            assert process.poll() is None and time.monotonic() < deadline
+            time.sleep(0.005)
+        process.send_signal(signal.SIGINT)
+        stdout, stderr = process.communicate(timeout=60)
+    finally:
+        process.kill()
+    assert process.returncode == 130, stderr
+    assert (stdout, stderr) == (
+        "", "stopped: interrupted (Ctrl-C) while starting, before anything was written\n")
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.slow  # a real command-line run of Model Garden's driver, stopped at step 3
+def test_launcher_interrupted_while_training_is_one_line_and_exit_130(tmp_path):
+    """Ctrl-C during Model Garden's training loop printed the KeyboardInterrupt's traceback
+    through Orbit's and TensorFlow's frames."""
+    command = [sys.executable, "-m", "lamb_tf.model_garden", "nlp",
+               "--experiment=bert/pretraining", "--mode=train", f"--model_dir={tmp_path}",
+               f"--config_file={TINY_EXPERIMENT}", "--params_override=trainer.train_steps=5000"]
+    process = subprocess.Popen(  # (SIGINT at its default: a background pytest ignores it)
+        command, cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"},
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    timer = threading.Timer(300, process.kill)
+    timer.start()
+    try:
+        printed = []
+        for line in process.stdout:
+            printed.append(line)
+            if line.startswith("train | step:      3 "):
+                process.send_signal(signal.SIGINT)
+                break
+        printed.append(process.communicate()[0])
+    finally:
+        timer.cancel()
+        process.kill()
+    output = "".join(printed)
+    assert process.returncode == 130, output[-3000:]
+    assert "Traceback" not in output
+    assert ("stopped: interrupted (Ctrl-C); run the same command again to go on (Model "
+            "Garden's trainer resumes from the newest checkpoint in --model_dir)\n") in output
 
 
 @pytest.mark.slow  # a real command-line run of Model Garden's driver
