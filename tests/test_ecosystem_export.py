@@ -192,3 +192,29 @@ def test_the_learned_vocabulary_is_found_in_the_runs_data_directory_from_anywher
     monkeypatch.chdir(tmp_path / "elsewhere")
     vocab_file = ecosystem_export.read_pretraining_run(str(run))[1]
     assert vocab_file == str(run / "data" / "vocab.txt")
+
+
+def test_the_command_holds_the_vocabularys_directory_while_it_exports(tmp_path, monkeypatch):
+    """It read the run's vocabulary without a hold: a preparation into the run's data
+    directory meanwhile could write another vocab.txt under the export."""
+    import json
+
+    from lock_holder import held_by_some_process
+
+    run, data = tmp_path / "run", tmp_path / "run" / "data"
+    data.mkdir(parents=True)
+    with open(os.path.join(REPO_ROOT, "configs", "bert", "tiny_cpu.yaml"), encoding="utf-8") as f:
+        (run / "config.yaml").write_text(f.read())
+    (data / "metadata.json").write_text(json.dumps({"vocab_file": str(data / "vocab.txt")}))
+    (data / "vocab.txt").write_text("".join(t + "\n" for t in VOCAB))
+    model_config = ecosystem_export.read_pretraining_run(str(run))[0]
+    encoder = ecosystem_export.create_weights(
+        model_lib.build_encoder(model_config, len(VOCAB)), SEQ_LENGTH)
+    tf.train.Checkpoint(encoder=encoder).write(str(run / "export" / "variables" / "variables"))
+    seen = []
+    monkeypatch.setattr(ecosystem_export, "export_for_ecosystem",
+                        lambda *args: seen.append((held_by_some_process(data),  # a writer: no
+                                                   held_by_some_process(data, shared=True))))
+    ecosystem_export.export_pretraining_run(str(run))
+    assert seen == [(True, False)]
+    assert not held_by_some_process(data)  # let go after

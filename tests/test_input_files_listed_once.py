@@ -211,3 +211,27 @@ def test_a_resumed_train_and_eval_run_does_not_evaluate_before_training_again(
 
     assert held_out_lines(2) == ["[before training]", "[after training]"]
     assert held_out_lines(3) == ["[after training]"]  # resumed from step 2
+
+
+def test_a_bert_run_holds_its_vocabularys_directory_while_it_exports(bert_files, tmp_path,
+                                                                     monkeypatch):
+    """The export serves the run's vocabulary, read when it exports: its directory (here
+    not the data's) was not held, and `--mode=export` held nothing."""
+    from lock_holder import held_by_some_process
+
+    vocabulary_dir = tmp_path / "vocabulary"
+    vocabulary_dir.mkdir()
+    shutil.copy(bert_files.vocab_file, vocabulary_dir / "vocab.txt")
+    config = tiny_bert_data.config(bert_files, micro_batch_size=16, steps=2,
+                                   checkpoint_every=2, dropout_rate=0.0)
+    config["data"]["vocab_file"] = str(vocabulary_dir / "vocab.txt")
+    config_file = tmp_path / "bert.yaml"
+    config_file.write_text(yaml.safe_dump(config), encoding="utf-8")
+    seen = []
+    monkeypatch.setattr(pretrain.BertPretraining, "export", lambda task, export_dir: seen.append(
+        (held_by_some_process(vocabulary_dir), held_by_some_process(vocabulary_dir, True))))
+    for mode in ("train", "export"):
+        run(pretrain.BertPretraining, str(tmp_path / "run"), f"--config_file={config_file}",
+            f"--mode={mode}")
+    assert seen == [(True, False)] * 2  # a writer refused, a reader not
+    assert not held_by_some_process(vocabulary_dir)

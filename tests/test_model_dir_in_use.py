@@ -5,6 +5,7 @@ other, and a second preparation corrupted the first one's data."""
 import os
 import subprocess
 import sys
+import types
 
 import pytest
 
@@ -159,21 +160,26 @@ def test_evaluating_a_run_in_a_read_only_directory_says_to_copy_it(tmp_path, mon
         driver.check_model_dir(str(tmp_path), "train")
 
 
-@pytest.mark.parametrize("mode, held", [("train", ["train"]), ("train_and_eval", ["eval", "train"]),
-                                        ("eval", ["eval"]), ("export", [])])
-def test_a_run_holds_the_directories_of_the_files_its_mode_reads(tmp_path, mode, held):
+@pytest.mark.parametrize("mode, exports, held", [
+    ("train", False, ["train"]), ("train", True, ["export", "train"]),
+    ("train_and_eval", True, ["eval", "export", "train"]), ("eval", True, ["eval"]),
+    ("export", False, ["export"])])
+def test_a_run_holds_the_directories_of_the_files_its_mode_reads(tmp_path, mode, exports,
+                                                                 held):
     from recipes.common import driver
 
-    for name in ("train", "eval"):
+    for name in ("train", "eval", "export"):
         (tmp_path / name).mkdir()
 
-    class Task:  # (the driver's only question here: `input_files`)
+    class Task:  # (the driver's questions here: `input_files`, and whether the run exports)
+        config = types.SimpleNamespace(export=types.SimpleNamespace(enabled=exports))
+
         @staticmethod
         def input_files(split):
             return [str(tmp_path / split / "a"), str(tmp_path / split / "b"),
                     f"gs://bucket/{split}/c"]
 
     with driver.held_inputs(Task(), mode):
-        assert [name for name in ("eval", "train")
+        assert [name for name in ("eval", "export", "train")
                 if held_by_some_process(tmp_path / name)] == held
     assert not held_by_some_process(tmp_path / "train")

@@ -221,14 +221,18 @@ def export_pretraining_run(model_dir):
     if not tf.io.gfile.exists(variables + ".index"):
         raise UserError(f"{export_dir} holds no SavedModel export; run the pretraining with "
                         "--mode=export first")
-    encoder = create_weights(
-        model_lib.build_encoder(model_config, len(vocabulary.read_vocabulary(vocab_file))),
-        seq_length)
-    # The export's root module keeps the encoder as its attribute `encoder`
-    # (recipes/bert/export.py), the same path as Checkpoint(encoder=...).
-    tf.train.Checkpoint(encoder=encoder).read(variables).expect_partial() \
-        .assert_existing_objects_matched()
-    return export_for_ecosystem(model_dir, encoder, model_config, vocab_file, seq_length)
+    # no preparation writes another vocabulary there meanwhile (as while the run exports)
+    with storage.shared_use(f"the data directory {os.path.dirname(vocab_file)}",
+                            os.path.dirname(vocab_file), "wait for it to finish, then export "
+                            "again"):
+        encoder = create_weights(
+            model_lib.build_encoder(model_config, len(vocabulary.read_vocabulary(vocab_file))),
+            seq_length)
+        # The export's root module keeps the encoder as its attribute `encoder`
+        # (recipes/bert/export.py), the same path as Checkpoint(encoder=...).
+        tf.train.Checkpoint(encoder=encoder).read(variables).expect_partial() \
+            .assert_existing_objects_matched()
+        return export_for_ecosystem(model_dir, encoder, model_config, vocab_file, seq_length)
 
 
 def _main(argv):

@@ -130,7 +130,8 @@ class BertPretraining(task.Task):
             self.config.data.seq_length)
 
     def input_files(self, split):
-        return self.data.train_files if split == "train" else self.data.eval_files
+        return {"train": self.data.train_files, "eval": self.data.eval_files,
+                "export": (self.data.vocab_file,)}[split]  # (the export serves its vocabulary)
 
     def explain_input_error(self, error, split):
         pattern = self.data.train_pattern if split == "train" else self.data.eval_pattern

@@ -382,12 +382,13 @@ def _exclusive_use(model_dir, strategy):
 
 
 def held_inputs(task, mode):
-    """The run's hold on the local directories of the files `mode` reads (`task.input_files`:
-    `storage.shared_use`), as a context manager: until it ends, a preparation or conversion
-    into one of them, which would write new files over the ones the run reads, is refused
-    (`storage.exclusive_use`), and other runs may read them too."""
+    """The run's hold on the local directories of the files `mode` reads (`task.input_files`
+    of what it trains on, evaluates and exports: `storage.shared_use`), as a context
+    manager: until it ends, a preparation or conversion into one of them, which would write
+    new files over the ones the run reads, is refused (`storage.exclusive_use`), and other
+    runs may read them too."""
     splits = [split for split, modes in (("train", TRAIN_MODES), ("eval", EVAL_MODES))
-              if mode in modes]
+              if mode in modes] + (["export"] if exports(task.config, mode) else [])
     directories = sorted({os.path.dirname(storage.local_path(path))
                           for split in splits for path in task.input_files(split)})
     with contextlib.ExitStack() as holds:  # (a refusal lets go of the ones taken)

@@ -110,10 +110,11 @@ class Task:
         return None
 
     def input_files(self, split):
-        """The files `split` ("train" or "eval") reads, as listed when the run started (after
-        `prepare`): a `NotFoundError` that names one of them is the driver's one line
-        for a file that went missing mid-run, and the driver holds their directories while
-        the run reads them (`held_inputs`). Empty: such an error goes through."""
+        """The files `split` ("train" or "eval"; "export": what `export` reads, a vocabulary)
+        reads, as listed when the run started (after `prepare`): a `NotFoundError` that
+        names one of them is the driver's one line for a file that went missing mid-run,
+        and the driver holds their directories while the run reads them (`held_inputs`).
+        Empty: such an error goes through."""
         return ()
 
 

@@ -136,7 +136,7 @@ class ResNetClassification(task.Task):
                           labels_file=self.data.labels_file)
 
     def input_files(self, split):
-        return self.data.train_files if split == "train" else self.data.eval_files
+        return {"train": self.data.train_files, "eval": self.data.eval_files}.get(split, ())
 
     def explain_input_error(self, error, split):
         pattern = self.data.train_pattern if split == "train" else self.data.eval_pattern
