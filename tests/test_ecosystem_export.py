@@ -3,6 +3,8 @@ Garden's own `bert/sentence_prediction` experiment fine-tunes from the checkpoin
 lamb_tf's LAMB through `lamb_tf.model_garden.register()`), and the TF-Hub-style
 preprocess + encoder pair reproduces the encoder's outputs."""
 import os
+import re
+import shutil
 import subprocess
 import sys
 import types
@@ -194,12 +196,11 @@ def test_the_learned_vocabulary_is_found_in_the_runs_data_directory_from_anywher
     assert vocab_file == str(run / "data" / "vocab.txt")
 
 
-def test_the_command_holds_the_vocabularys_directory_while_it_exports(tmp_path, monkeypatch):
-    """It read the run's vocabulary without a hold: a preparation into the run's data
-    directory meanwhile could write another vocab.txt under the export."""
+def _pretraining_run(tmp_path, hidden_size=None):
+    """(model_dir, data dir) of a pretraining run as ecosystem_export reads one: the tiny
+    config, a preparation's metadata.json and vocabulary, and an export's variables (of an
+    encoder with `hidden_size`, default the config's)."""
     import json
-
-    from lock_holder import held_by_some_process
 
     run, data = tmp_path / "run", tmp_path / "run" / "data"
     data.mkdir(parents=True)
@@ -208,9 +209,20 @@ def test_the_command_holds_the_vocabularys_directory_while_it_exports(tmp_path, 
     (data / "metadata.json").write_text(json.dumps({"vocab_file": str(data / "vocab.txt")}))
     (data / "vocab.txt").write_text("".join(t + "\n" for t in VOCAB))
     model_config = ecosystem_export.read_pretraining_run(str(run))[0]
+    if hidden_size:
+        model_config = types.SimpleNamespace(**{**vars(model_config), "hidden_size": hidden_size})
     encoder = ecosystem_export.create_weights(
         model_lib.build_encoder(model_config, len(VOCAB)), SEQ_LENGTH)
     tf.train.Checkpoint(encoder=encoder).write(str(run / "export" / "variables" / "variables"))
+    return run, data
+
+
+def test_the_command_holds_the_vocabularys_directory_while_it_exports(tmp_path, monkeypatch):
+    """It read the run's vocabulary without a hold: a preparation into the run's data
+    directory meanwhile could write another vocab.txt under the export."""
+    from lock_holder import held_by_some_process
+
+    run, data = _pretraining_run(tmp_path)
     seen = []
     monkeypatch.setattr(ecosystem_export, "export_for_ecosystem",
                         lambda *args: seen.append((held_by_some_process(data),  # a writer: no
@@ -218,3 +230,64 @@ def test_the_command_holds_the_vocabularys_directory_while_it_exports(tmp_path, 
     ecosystem_export.export_pretraining_run(str(run))
     assert seen == [(True, False)]
     assert not held_by_some_process(data)  # let go after
+
+
+@pytest.mark.parametrize("damage", ["cut short", "another model's"])
+def test_a_damaged_or_foreign_export_is_one_line(tmp_path, damage):
+    """A truncated variables file was an IndexError's traceback, an export of another
+    encoder shape a ValueError's."""
+    run, _ = _pretraining_run(tmp_path, hidden_size=32 if damage == "another model's" else None)
+    variables = run / "export" / "variables"
+    if damage == "cut short":
+        (data_file,) = variables.glob("variables.data-*")
+        data_file.write_bytes(data_file.read_bytes()[:100])
+    with pytest.raises(UserError) as refused:
+        ecosystem_export.export_pretraining_run(str(run))
+    again = (f"write the run's own export again with python -m recipes.bert.pretrain "
+             f"--model_dir={run} --mode=export")
+    if damage == "cut short":
+        assert re.fullmatch(rf"the export {run}/export cannot be read \(.+\): its files are "
+                            rf"damaged; {re.escape(again)}", str(refused.value))
+    else:
+        assert re.fullmatch(rf"the export {run}/export does not fit the encoder of the run's "
+                            rf"config.yaml \(.*shape.*\): it is another model's; "
+                            rf"{re.escape(again)}", str(refused.value))
+    assert sorted(os.listdir(run)) == ["config.yaml", "data", "export"]  # nothing written
+
+
+def test_an_earlier_export_is_replaced_and_other_files_are_refused_not_deleted(
+        exported, tmp_path):
+    """The export replaced model_garden/ and hub/ whole: a file of the user's there was
+    deleted without a word."""
+    output_dir = str(exported.root / "export")
+    assert ecosystem_export.replace_problem(output_dir) is None  # what an export writes
+    for name, mine in (("hub", "notes.txt"), ("model_garden", "mystuff")):
+        copy = tmp_path / name
+        shutil.copytree(os.path.join(output_dir, name), copy / name)
+        if mine == "mystuff":
+            os.makedirs(copy / name / mine)
+        else:
+            (copy / name / mine).write_text("mine")
+        with pytest.raises(UserError) as refused:
+            ecosystem_export.export_for_ecosystem(str(copy), exported.encoder, TINY_MODEL,
+                                                  str(exported.root / "vocab.txt"), SEQ_LENGTH)
+        assert str(refused.value) == (
+            f"the Model Garden and TF-Hub export: {copy / name} holds files that are not an "
+            f"earlier export's ({mine}), which the export would delete; move them away")
+        assert os.path.exists(copy / name / mine)
+        assert sorted(os.listdir(copy)) == [name]  # nothing written beside it
+
+
+def test_a_pretraining_run_that_would_delete_a_users_file_is_refused_before_any_work(
+        tmp_path):
+    (tmp_path / "model_garden").mkdir()
+    (tmp_path / "model_garden" / "notes.txt").write_text("mine")
+    env = {key: value for key, value in os.environ.items() if key != "TF_CPP_MIN_LOG_LEVEL"}
+    done = subprocess.run([sys.executable, "-m", "recipes.bert.pretrain",
+                           "--config_file=configs/bert/tiny_cpu.yaml", f"--model_dir={tmp_path}"],
+                          cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert done.stderr.splitlines() == [
+        f"error: --model_dir={tmp_path}: {tmp_path / 'model_garden'} holds files that are not "
+        "an earlier export's (notes.txt), which the export would delete; move them away"]
+    assert sorted(os.listdir(tmp_path)) == ["model_garden"]

@@ -38,6 +38,7 @@ from recipes.common import startup  # noqa: F401,E402  (before TensorFlow: legac
 import contextlib  # noqa: E402
 import logging  # noqa: E402
 import os  # noqa: E402
+import re  # noqa: E402
 import types  # noqa: E402
 import uuid  # noqa: E402
 
@@ -51,7 +52,7 @@ from official.nlp.tools import export_tfhub_lib  # noqa: E402
 from recipes.bert import ecosystem_export_flags  # noqa: E402
 from recipes.bert import model as model_lib  # noqa: E402
 from recipes.bert import vocabulary  # noqa: E402
-from recipes.common import errors  # noqa: E402
+from recipes.common import checkpoints, errors  # noqa: E402
 from recipes.common import storage  # noqa: E402
 from recipes.common.errors import UserError  # noqa: E402
 
@@ -138,9 +139,48 @@ def _reload_warnings_off():
         logger.setLevel(level)
 
 
+def _written_here(name, entry):
+    """Whether `entry` of `output_dir/name` is one this export writes (and so replaces)."""
+    if name == HUB_SUBDIR:
+        return entry.rstrip("/") in ("encoder", "preprocess")
+    return entry in ("checkpoint", ENCODER_CONFIG_FILE, "vocab.txt") or re.fullmatch(
+        r"encoder-\d+\.(index|data-\d+-of-\d+)", entry) is not None
+
+
+def replace_problem(output_dir):
+    """None if the export may replace `model_garden/` and `hub/` in `output_dir` (absent, or
+    holding only what an earlier export wrote); else why not, as words for an error line:
+    it replaces each directory whole, and would delete what else is there."""
+    for name in (CHECKPOINT_SUBDIR, HUB_SUBDIR):
+        path = os.path.join(output_dir, name)
+        if not tf.io.gfile.isdir(path):
+            if tf.io.gfile.exists(path):
+                return f"{path} is a file, where the export writes a directory; move it away"
+            continue
+        others = [entry for entry in sorted(tf.io.gfile.listdir(path))
+                  if not _written_here(name, entry)]
+        if others:
+            return (f"{path} holds files that are not an earlier export's ({others[0]}"
+                    f"{', ...' if len(others) > 1 else ''}), which the export would delete; "
+                    "move them away")
+    return None
+
+
+def check_replace(model_dir):
+    """A UserError, before any work, if the export into the run's `model_dir` would delete
+    what an earlier export did not write (`replace_problem`)."""
+    problem = replace_problem(model_dir)
+    if problem:
+        raise UserError(f"--model_dir={model_dir}: {problem}")
+
+
 def export_for_ecosystem(output_dir, encoder, model_config, vocab_file, seq_length):
     """Writes `model_garden/` and `hub/` under `output_dir`, each complete or absent (written
-    under a temporary name, then renamed into place). Returns the checkpoint prefix."""
+    under a temporary name, then renamed into place): refused (`replace_problem`) where that
+    would delete what an earlier export did not write. Returns the checkpoint prefix."""
+    problem = replace_problem(output_dir)
+    if problem:
+        raise UserError(f"the Model Garden and TF-Hub export: {problem}")
     config = encoder_config(model_config, len(vocabulary.read_vocabulary(vocab_file)))
     final = {name: os.path.join(output_dir, name) for name in (CHECKPOINT_SUBDIR, HUB_SUBDIR)}
     temporary = {name: f"{path}.tmp-{uuid.uuid4().hex[:8]}" for name, path in final.items()}
@@ -217,6 +257,7 @@ def read_pretraining_run(model_dir):
 def export_pretraining_run(model_dir):
     """Writes `model_garden/` and `hub/` into a pretraining `model_dir` from its export."""
     model_config, vocab_file, seq_length, export_dir = read_pretraining_run(model_dir)
+    check_replace(model_dir)  # (before the work)
     variables = os.path.join(export_dir, "variables", "variables")
     if not tf.io.gfile.exists(variables + ".index"):
         raise UserError(f"{export_dir} holds no SavedModel export; run the pretraining with "
@@ -228,11 +269,27 @@ def export_pretraining_run(model_dir):
         encoder = create_weights(
             model_lib.build_encoder(model_config, len(vocabulary.read_vocabulary(vocab_file))),
             seq_length)
-        # The export's root module keeps the encoder as its attribute `encoder`
-        # (recipes/bert/export.py), the same path as Checkpoint(encoder=...).
-        tf.train.Checkpoint(encoder=encoder).read(variables).expect_partial() \
-            .assert_existing_objects_matched()
+        _read_encoder(encoder, export_dir, model_dir)
         return export_for_ecosystem(model_dir, encoder, model_config, vocab_file, seq_length)
+
+
+def _read_encoder(encoder, export_dir, model_dir):
+    """The weights of the run's SavedModel export at `export_dir` into `encoder`: its root
+    module keeps the encoder as its attribute `encoder` (recipes/bert/export.py), the same
+    path as Checkpoint(encoder=...). One line if they cannot be read or do not fit."""
+    again = ("write the run's own export again with python -m recipes.bert.pretrain "
+             f"--model_dir={model_dir} --mode=export")
+    try:
+        tf.train.Checkpoint(encoder=encoder).read(
+            os.path.join(export_dir, "variables", "variables")).expect_partial() \
+            .assert_existing_objects_matched()
+    except checkpoints.UNREADABLE as error:
+        raise UserError(f"the export {export_dir} cannot be read ("
+                        f"{checkpoints.misfit(error)}): its files are damaged; {again}") from None
+    except (AssertionError, ValueError, tf.errors.InvalidArgumentError) as error:
+        raise UserError(f"the export {export_dir} does not fit the encoder of the run's "
+                        f"config.yaml ({checkpoints.misfit(error)}): it is another model's; "
+                        f"{again}") from None
 
 
 def _main(argv):

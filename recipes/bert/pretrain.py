@@ -64,6 +64,8 @@ class BertPretraining(task.Task):
             storage.check_writable(f"data.data_dir={data.data_dir}", data.data_dir)
 
     def check_data(self, mode, model_dir):
+        if driver.exports(self.config, mode):  # (and where the export writes besides export/)
+            ecosystem_export.check_replace(model_dir)
         self.listed_files = data_lib.list_data_files(self.config.data)
         if self.listed_files is None:  # a corpus to prepare, unless prepared already
             data_lib.check_corpus(self.config.data, model_dir, _trains(mode))

@@ -109,11 +109,11 @@ def restore(manager, restore_dir=None):
         return 0
     try:
         manager.checkpoint.restore(path).assert_existing_objects_matched()
-    except _UNREADABLE as error:
+    except UNREADABLE as error:
         raise UserError(_damaged(path, error)) from None
     except (ValueError, AssertionError, tf.errors.InvalidArgumentError) as error:
         raise UserError(
-            f"checkpoint {path} does not fit this model ({_misfit(error)}); it was trained with "
+            f"checkpoint {path} does not fit this model ({misfit(error)}); it was trained with "
             "other model.* settings or another vocabulary / number of classes: use the "
             "config and data it was trained with, or a new --model_dir"
         ) from None
@@ -123,7 +123,7 @@ def restore(manager, restore_dir=None):
 
 
 # A data file cut short (IndexError: "Read less bytes than requested") or unreadable.
-_UNREADABLE = (tf.errors.NotFoundError, tf.errors.DataLossError, IndexError)
+UNREADABLE = (tf.errors.NotFoundError, tf.errors.DataLossError, IndexError)
 
 
 def _damaged(path, error):
@@ -132,7 +132,7 @@ def _damaged(path, error):
             "earlier checkpoint (model_checkpoint_path in the directory's 'checkpoint' file)")
 
 
-def _misfit(error):
+def misfit(error):
     """What TensorFlow's restore error says, in a few words: how many of this model's
     variables the checkpoint lacks and the first, or the first line (a shape mismatch)."""
     text = str(error).strip()
@@ -204,11 +204,11 @@ def restore_weights_only(model, init_checkpoint):
     weights_only = tf.train.Checkpoint(model=tf.train.Checkpoint(inner_model=model.inner_model))
     try:  # a variable of another shape fails in `restore`, a missing one in the assertion
         weights_only.restore(path).expect_partial().assert_existing_objects_matched()
-    except _UNREADABLE as error:
+    except UNREADABLE as error:
         raise UserError("train.init_checkpoint: " + _damaged(path, error)) from None
     except (AssertionError, ValueError, tf.errors.InvalidArgumentError) as error:
         raise UserError(
-            f"train.init_checkpoint {path} does not fit this model ({_misfit(error)}); both runs "
+            f"train.init_checkpoint {path} does not fit this model ({misfit(error)}); both runs "
             "need the same model.* shape and vocabulary / number of classes"
         ) from None
     print(f"initialised weights from {path} (optimizer state starts fresh)", flush=True)
