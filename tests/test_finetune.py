@@ -185,6 +185,42 @@ def test_pair_classification_with_accumulation_serves_labels(pretraining_dir,
 
 
 @pytest.mark.slow  # command-line runs
+def test_a_run_given_relative_paths_is_evaluated_and_resumed_from_any_directory(
+        pretraining_dir, tmp_path):
+    """Its config.yaml kept `encoder.pretraining_dir` (and the task files) as given,
+    relative: evaluated from another directory, the run found no pretraining run there, and
+    the same directory given absolute was refused as another one (a key a run keeps)."""
+    work = tmp_path / "work"
+    work.mkdir()
+    rows = ["sentence\tlabel"] + [f"the {w} sat\t{w}" for w in ("cat", "dog")] * 4
+    (work / "train.tsv").write_text("\n".join(rows) + "\n")
+    relative = ",".join([
+        f"encoder.pretraining_dir={os.path.relpath(pretraining_dir, work)}",
+        "data.task=classification", "data.train_file=train.tsv", "data.eval_file=train.tsv",
+        "data.seq_length=16", "train.steps=2", "train.checkpoint_every=2",
+        "train.global_batch_size=8", "train.micro_batch_size=8", "optimizer.warmup_steps=1",
+        "eval.global_batch_size=8", "export.enabled=false"])
+    command = [sys.executable, "-m", "recipes.bert.finetune", "--model_dir=run",
+               f"--params_override={relative}"]
+    env = {**os.environ, "PYTHONPATH": REPO_ROOT}
+    first = subprocess.run(command, cwd=work, env=env, capture_output=True, text=True,
+                           timeout=900)
+    assert first.returncode == 0, first.stderr[-3000:]
+    saved = yaml.safe_load((work / "run" / "config.yaml").read_text())
+    assert saved["encoder"]["pretraining_dir"] == pretraining_dir
+    assert saved["data"]["train_file"] == saved["data"]["eval_file"] == str(work / "train.tsv")
+    elsewhere = subprocess.run(  # the run's own config.yaml, from the repository's root
+        [sys.executable, "-m", "recipes.bert.finetune", f"--model_dir={work / 'run'}",
+         "--mode=eval"], cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=900)
+    assert elsewhere.returncode == 0, elsewhere.stderr[-3000:]
+    again = subprocess.run(command, cwd=work, env=env, capture_output=True, text=True,
+                           timeout=900)  # the first command again: no key changed
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "already trained to step 2" in again.stdout
+    assert "config: encoder" not in again.stdout and "config: data" not in again.stdout
+
+
+@pytest.mark.slow  # command-line runs
 def test_longer_sequences_than_pretraining_are_one_line_and_exit_2(pretraining_dir, tmp_path):
     done = run_finetune(tmp_path / "x", ",".join([
         f"encoder.pretraining_dir={pretraining_dir}", "data.task=squad",

@@ -8,6 +8,7 @@ from typing import Optional
 
 import pytest
 
+from recipes.common import config as config_lib
 from recipes.common import schema
 from recipes.common.config import load_config, format_config, parse_params_override
 from recipes.common.errors import UserError
@@ -515,3 +516,16 @@ def test_an_eval_batch_off_a_multiple_of_the_replicas_is_refused(eval_batch, rep
                                  f"{replicas} replicas")
     config.eval.global_batch_size = 2 * replicas  # a multiple: planned
     assert driver.plan_batch(config, replicas).num_replicas == replicas
+
+
+@pytest.mark.parametrize("key, old, new, same", [
+    ("encoder.pretraining_dir", "runs/a", os.path.abspath("runs/a"), True),  # a run saved so
+    ("data.train_file", "runs/../t.tsv", "t.tsv", True),
+    ("data.train_file", "runs/a", "runs/b", False),
+    ("data.data_dir", "gs://b/runs/a", "gs://b/runs/a/", False),  # not a local path: as given
+    ("data.data_dir", "", os.path.abspath(""), False),  # "" is <model_dir>/data, not "."
+    ("optimizer.name", "lamb", os.path.abspath("lamb"), False)])  # not a path key
+def test_a_saved_path_spelled_otherwise_is_no_change(key, old, new, same):
+    """A run saved with a relative path, resumed with the same path made absolute, was
+    refused as if another directory were given (a key the run keeps)."""
+    assert config_lib.same_local_path(key, old, new) is same

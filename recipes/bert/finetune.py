@@ -51,6 +51,7 @@ class BertFinetuneTask(task_lib.Task):
         anything is printed or written."""
         data = self.config.data
         finetune_config.check(self.config)
+        finetune_config.make_paths_absolute(self.config)
         self.examples = (finetune_data.read_classification(data)
                          if data.task == "classification" else None)
         self.questions = finetune_data.read_squad(data) if data.task == "squad" else None

@@ -5,6 +5,7 @@ the defaults below are the embedded task's (configs/bert/finetune_stdlib.yaml se
 key with its reason; configs/bert/finetune_squad_v1.yaml carries BERT's SQuAD recipe).
 """
 import dataclasses
+import os
 from typing import Optional
 
 from recipes.common import schema
@@ -104,6 +105,19 @@ def check(config):
         if getattr(data, key) <= 0:
             raise UserError(f"data.{key}={getattr(data, key)} must be positive")
     schema.check_rates("encoder", encoder, ("dropout_rate", "attention_dropout_rate"))
+
+
+def make_paths_absolute(config):
+    """`encoder.pretraining_dir`, `data.train_file` and `data.eval_file`, when relative local
+    paths, made absolute from the current directory: the run's config.yaml keeps them so,
+    and a resumed run keeps them (`fixed_on_resume`), so that it is evaluated, exported or
+    resumed from any directory (with a relative path saved, only from the one it started
+    in, the key refusing the same path spelled from elsewhere)."""
+    for section, key in (("encoder", "pretraining_dir"), ("data", "train_file"),
+                         ("data", "eval_file")):
+        value = getattr(getattr(config, section), key)
+        if value and "://" not in value:
+            setattr(getattr(config, section), key, os.path.abspath(value))
 
 
 def check_task_keys(data):

@@ -123,6 +123,14 @@ def save_config(config, model_dir):
     return path
 
 
+def same_local_path(key, old, new):
+    """Whether `old` and `new`, values of the path key `key`, name the same local path from
+    the current directory, spelled differently (relative and absolute, `a/../b` and `b`)."""
+    return (bool(_PATH_KEY.search(key)) and isinstance(old, str) and isinstance(new, str)
+            and bool(old) and bool(new) and "://" not in old + new
+            and os.path.abspath(old) == os.path.abspath(new))
+
+
 def changed_keys(old, new, prefix=""):
     """[(dotted key, old value, new value)] where two configs (dataclasses or dicts) differ."""
     old = dataclasses.asdict(old) if dataclasses.is_dataclass(old) else old

@@ -280,6 +280,8 @@ def compare_with_saved_config(task, model_dir, mode):
     saved = config_lib.load_config(type(task.config), [saved_path])
     lines = []
     for key, old, new in config_lib.changed_keys(saved, task.config):
+        if config_lib.same_local_path(key, old, new):  # `runs/a` saved, `/work/runs/a` now
+            continue
         if key == "optimizer.name":  # every recipe: the slots are the optimizer's own
             raise UserError(
                 f"{key} was {old!r} in the run in {model_dir}, now {new!r}: its checkpoint "
