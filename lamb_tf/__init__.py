@@ -20,26 +20,30 @@ import sys
 
 
 
-def _interrupted_while_starting(signum, frame):
-    """Ctrl-C while `python -m lamb_tf.model_garden` imports TensorFlow: one line, and the
-    process ends at once (nothing is written yet; an exception would unwind the import into
-    a traceback). The launcher puts Python's own handler back before its checks."""
-    del signum, frame
-    print("stopped: interrupted (Ctrl-C) while starting, before anything was written",
-          file=sys.stderr, flush=True)
-    os._exit(130)
+def _stopped_while_starting(signum, frame):
+    """Ctrl-C or SIGTERM while `python -m lamb_tf.model_garden` imports TensorFlow: one line,
+    and the process ends at once with 130 or 143 (nothing is written yet; an exception would
+    unwind the import into a traceback). The launcher puts its own handlers in place before
+    its checks."""
+    del frame
+    how = "interrupted (Ctrl-C)" if signum == signal.SIGINT else "SIGTERM"
+    print(f"stopped: {how} while starting, before anything was written", file=sys.stderr,
+          flush=True)
+    os._exit(130 if signum == signal.SIGINT else 143)
 
 
 # `python -m lamb_tf.model_garden` imports this package, and TensorFlow with it, before the
 # launcher's code runs: there TensorFlow's C++ start-up lines (CUDA probing, oneDNN, CPU
-# features) stay off the console unless the user sets TF_CPP_MIN_LOG_LEVEL, and Ctrl-C is
-# one line (as in the recipes' programs, recipes/common/startup.py). Any other import of
-# lamb_tf sets nothing.
+# features) stay off the console unless the user sets TF_CPP_MIN_LOG_LEVEL, and Ctrl-C and
+# SIGTERM are one line (as in the recipes' programs, recipes/common/startup.py). Any other
+# import of lamb_tf sets nothing.
 if sys.argv[:1] == ["-m"] and {"lamb_tf.model_garden", "-mlamb_tf.model_garden"} & set(
         getattr(sys, "orig_argv", [])):  # (argv[0] is "-m" while `python -m` finds the module)
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-    if signal.getsignal(signal.SIGINT) is signal.default_int_handler:  # (not if ignored)
-        signal.signal(signal.SIGINT, _interrupted_while_starting)
+    for _signum, _default in ((signal.SIGINT, signal.default_int_handler),
+                              (signal.SIGTERM, signal.SIG_DFL)):
+        if signal.getsignal(_signum) is _default:  # (not if ignored)
+            signal.signal(_signum, _stopped_while_starting)
 
 from lamb_tf import accumulation  # noqa: E402,F401  (registers tf_keras' GradientAccumulationModel)
 from lamb_tf import keras3_accumulation  # noqa: E402,F401  (registers Keras 3's)

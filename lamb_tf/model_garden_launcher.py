@@ -21,9 +21,9 @@ recipe's run (its `config.yaml`, `tensorflow.log` or `exclusions.txt`). TensorFl
 start-up lines (CUDA probing, oneDNN, CPU features) would come before this module runs
 (`python -m` imports the `lamb_tf` package, and TensorFlow, first): so `lamb_tf/__init__.py`
 sets `TF_CPP_MIN_LOG_LEVEL=3` when `python -m lamb_tf.model_garden` imports it, unless the
-environment sets it (`TF_CPP_MIN_LOG_LEVEL=0` shows them), and makes Ctrl-C one line until
-the checks start (`_interrupted_while_starting`); from there on, Ctrl-C is one line and exit
-status 130 too (`_check_then`).
+environment sets it (`TF_CPP_MIN_LOG_LEVEL=0` shows them), and makes Ctrl-C and SIGTERM one
+line until the checks start (`_stopped_while_starting`); from there on, they are one line
+and exit status 130 or 143 too (`_check_then`).
 """
 import difflib
 import importlib
@@ -382,23 +382,37 @@ def _check_input_paths(params, mode):
                                   "check the path")
 
 
+class _Terminated(BaseException):
+    """SIGTERM while the checks or Model Garden's trainer run: raised between two Python
+    lines (a checkpoint being written in TensorFlow's C++ is finished first), so that the
+    program unwinds as for Ctrl-C instead of ending without a word."""
+
+
+def _raise_terminated(signum, frame):
+    del signum, frame
+    raise _Terminated()
+
+
 def _check_then(driver_main, driver_name):
     """`driver_main`, run only after the flags and the experiment config pass the checks."""
     from absl import flags
 
     def checked_main(argv):
-        if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:  # (lamb_tf's, while starting)
-            signal.signal(signal.SIGINT, signal.default_int_handler)
+        for signum, handler in ((signal.SIGINT, signal.default_int_handler),
+                                (signal.SIGTERM, _raise_terminated)):
+            if signal.getsignal(signum) is not signal.SIG_IGN:  # (lamb_tf's, while starting)
+                signal.signal(signum, handler)
         try:
             check(flags.FLAGS, driver_name)
             return driver_main(argv)
         except _UsageError as error:
             _usage_error(str(error))
-        except KeyboardInterrupt:  # one line, as the recipes' programs (not the traceback)
-            print("stopped: interrupted (Ctrl-C); run the same command again to go on (Model "
-                  "Garden's trainer resumes from the newest checkpoint in --model_dir)",
+        except (KeyboardInterrupt, _Terminated) as stopped:  # one line, not the traceback
+            how = "SIGTERM" if isinstance(stopped, _Terminated) else "interrupted (Ctrl-C)"
+            print(f"stopped: {how}; run the same command again to go on (Model Garden's "
+                  "trainer resumes from the newest checkpoint in --model_dir)",
                   file=sys.stderr, flush=True)
-            sys.exit(130)
+            sys.exit(143 if isinstance(stopped, _Terminated) else 130)
 
     return checked_main
 

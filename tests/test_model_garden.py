@@ -236,9 +236,12 @@ def test_launcher_runs_the_shipped_tiny_experiment_with_our_lamb(tmp_path):
     assert np.all(np.isfinite(after)) and not np.array_equal(before, after)
 
 
-def test_launcher_interrupted_while_tensorflow_loads_is_one_line_and_exit_130(tmp_path):
+@pytest.mark.parametrize("signum, how, status", [
+    (signal.SIGINT, "interrupted (Ctrl-C)", 130), (signal.SIGTERM, "SIGTERM", 143)])
+def test_launcher_stopped_while_tensorflow_loads_is_one_line(tmp_path, signum, how, status):
     """Ctrl-C in the launcher's first seconds (`lamb_tf` importing TensorFlow) printed the
-    KeyboardInterrupt's traceback through TensorFlow's modules."""
+    KeyboardInterrupt's traceback through TensorFlow's modules; SIGTERM ended it without a
+    word."""
     command = [sys.executable, "-m", "lamb_tf.model_garden", "nlp",
                "--experiment=bert/pretraining", "--mode=train", f"--model_dir={tmp_path}/run",
                f"--config_file={TINY_EXPERIMENT}"]
@@ -254,20 +257,23 @@ def test_launcher_interrupted_while_tensorflow_loads_is_one_line_and_exit_130(tm
                     break
             assert process.poll() is None and time.monotonic() < deadline
             time.sleep(0.005)
-        process.send_signal(signal.SIGINT)
+        process.send_signal(signum)
         stdout, stderr = process.communicate(timeout=60)
     finally:
         process.kill()
-    assert process.returncode == 130, stderr
+    assert process.returncode == status, stderr
     assert (stdout, stderr) == (
-        "", "stopped: interrupted (Ctrl-C) while starting, before anything was written\n")
+        "", f"stopped: {how} while starting, before anything was written\n")
     assert not (tmp_path / "run").exists()
 
 
 @pytest.mark.slow  # a real command-line run of Model Garden's driver, stopped at step 3
-def test_launcher_interrupted_while_training_is_one_line_and_exit_130(tmp_path):
+@pytest.mark.parametrize("signum, how, status", [
+    (signal.SIGINT, "interrupted (Ctrl-C)", 130), (signal.SIGTERM, "SIGTERM", 143)])
+def test_launcher_stopped_while_training_is_one_line(tmp_path, signum, how, status):
     """Ctrl-C during Model Garden's training loop printed the KeyboardInterrupt's traceback
-    through Orbit's and TensorFlow's frames."""
+    through Orbit's and TensorFlow's frames; SIGTERM ended it without a word, a checkpoint
+    being written left half-written (ckpt-N_temp)."""
     command = [sys.executable, "-m", "lamb_tf.model_garden", "nlp",
                "--experiment=bert/pretraining", "--mode=train", f"--model_dir={tmp_path}",
                f"--config_file={TINY_EXPERIMENT}", "--params_override=trainer.train_steps=5000"]
@@ -282,17 +288,18 @@ def test_launcher_interrupted_while_training_is_one_line_and_exit_130(tmp_path):
         for line in process.stdout:
             printed.append(line)
             if line.startswith("train | step:      3 "):
-                process.send_signal(signal.SIGINT)
+                process.send_signal(signum)
                 break
         printed.append(process.communicate()[0])
     finally:
         timer.cancel()
         process.kill()
     output = "".join(printed)
-    assert process.returncode == 130, output[-3000:]
+    assert process.returncode == status, output[-3000:]
     assert "Traceback" not in output
-    assert ("stopped: interrupted (Ctrl-C); run the same command again to go on (Model "
-            "Garden's trainer resumes from the newest checkpoint in --model_dir)\n") in output
+    assert (f"stopped: {how}; run the same command again to go on (Model Garden's trainer "
+            "resumes from the newest checkpoint in --model_dir)\n") in output
+    assert not list(tmp_path.glob("*_temp*"))
 
 
 @pytest.mark.slow  # a real command-line run of Model Garden's driver
