@@ -389,3 +389,97 @@ def test_a_conversion_into_a_directory_a_run_reads_or_another_writes_is_refused(
         assert str(raised.value) == (
             f"output_dir={tmp_path} {problem}; {advice}, or give another output_dir")
         assert {name: (tmp_path / name).read_bytes() for name in os.listdir(tmp_path)} == before
+
+
+def _run_convert(*flags):
+    """`python -m recipes.resnet.convert *flags` in a fresh process: (exit status, stdout
+    lines, stderr lines)."""
+    completed = subprocess.run(
+        [sys.executable, "-m", "recipes.resnet.convert", *flags],
+        cwd=REPO_ROOT, capture_output=True, text=True, timeout=300,
+        env={k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"})
+    return (completed.returncode, completed.stdout.strip().splitlines(),
+            completed.stderr.strip().splitlines())
+
+
+@pytest.mark.slow  # fresh processes
+def test_cli_an_empty_or_truncated_npz_is_one_line_naming_it(tmp_path):
+    """An empty --npz file was numpy's `EOFError: No data left in file` traceback, and the
+    first half of an np.savez archive zipfile's `BadZipFile` traceback."""
+    whole = tmp_path / "whole.npz"
+    np.savez(whole, images=np.zeros((4, 4, 4), np.uint8), labels=[0, 1, 0, 1])
+    empty, truncated = tmp_path / "empty.npz", tmp_path / "truncated.npz"
+    empty.write_bytes(b"")
+    truncated.write_bytes(whole.read_bytes()[: whole.stat().st_size // 2])
+    for npz, message in [
+            (empty, f"error: --npz='{empty}' is empty (0 bytes), not a NumPy .npz archive; "
+                    "save it with np.savez(path, images=..., labels=...)"),
+            (truncated, f"error: --npz='{truncated}' is a truncated or damaged .npz archive ("),
+    ]:
+        status, _, stderr = _run_convert(f"--npz={npz}", f"--output_dir={tmp_path / 'out'}")
+        assert status == 2, stderr[-20:]
+        (line,) = stderr
+        assert line.startswith(message), line
+        assert "np.savez(path, images=..., labels=...)" in line
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.slow  # fresh processes
+def test_cli_check_refuses_a_directory_and_files_without_records_in_one_line(tmp_path):
+    """--check=records/ (the directory the converter writes) was a FailedPreconditionError
+    traceback ("Is a directory"), and --check of an empty or a 3-byte file said "every record
+    ... decodes" (exit 0) after checking no record at all."""
+    records = tmp_path / "records"
+    records.mkdir()
+    (tmp_path / "empty.rec").write_bytes(b"")
+    (tmp_path / "short.rec").write_text("abc")
+    for check, message in [
+            (f"{records}/", f"error: --check='{records}/' is a directory, not TFRecord files; "
+                            f"give a glob of the files in it, such as --check='{records}/train-*'"),
+            (str(tmp_path / "empty.rec"),
+             f"error: --check='{tmp_path}/empty.rec' matches 1 file(s) that hold no TFRecord "
+             f"record ('{tmp_path}/empty.rec' is empty); give a glob of the files the converter "
+             f"wrote, such as --check='{tmp_path}/train-*'"),
+            (str(tmp_path / "*.rec"),
+             f"error: --check='{tmp_path}/*.rec' matches 2 file(s) that hold no TFRecord record "
+             f"('{tmp_path}/empty.rec' is empty); give a glob"),
+            (str(tmp_path / "short.rec"),
+             f"error: --check='{tmp_path}/short.rec' matches 1 file(s) that hold no TFRecord "
+             f"record ('{tmp_path}/short.rec' holds 3 byte(s)); give a glob"),
+    ]:
+        status, stdout, stderr = _run_convert(f"--check={check}")
+        assert (status, stdout) == (2, []), stderr[-20:]
+        (line,) = stderr
+        assert line.startswith(message), line
+
+
+@pytest.mark.slow  # fresh processes
+def test_cli_check_counts_the_records_it_read_and_says_when_it_stopped_at_its_limit(tmp_path):
+    """--check said "every record in ... decodes" without saying how many records it read,
+    and `error: 10 corrupt record(s)` when it stopped at 10 among more corrupt records."""
+    images = np.zeros((12, 4, 4), np.uint8)
+    convert.convert_arrays(images[:6], np.arange(6) % 2, str(tmp_path / "jpeg"), num_shards=2)
+    status, stdout, stderr = _run_convert(f"--check={tmp_path}/jpeg/train-*")
+    assert (status, stderr) == (0, []), stderr[-20:]
+    assert stdout == [f"every record in {tmp_path}/jpeg/train-* decodes: 6 record(s) in 2 "
+                      "file(s) checked"]
+    # 12 PNG records, each refused by a check of what the JPEG-only pipeline reads
+    convert.convert_arrays(images, np.arange(12) % 2, str(tmp_path / "png"), num_shards=1,
+                           image_format="png")
+    status, stdout, stderr = _run_convert(f"--check={tmp_path}/png/train-*")
+    assert (status, stdout) == (2, []), stderr[-20:]
+    listed = [line for line in stderr if line.startswith("corrupt record ")]
+    assert len(listed) == 10 and all("decode_jpeg_only" in line for line in listed)
+    assert stderr[-1].startswith(
+        f"error: at least 10 corrupt record(s) in {tmp_path}/png/train-* (the check stops at 10:"
+        " it stopped in file 1 of 1); re-create the files named above"), stderr[-1]
+
+
+def test_find_corrupt_records_stops_at_its_limit_when_a_file_is_also_truncated(tmp_path):
+    """A truncated file's own finding was not counted against `limit`: limit=1 gave 2."""
+    path = write_records_with_corrupt_jpeg(tmp_path, bad_index=1)
+    with open(path, "rb+") as f:
+        f.truncate(os.path.getsize(path) - 5)  # the last record cut short
+    found = convert.find_corrupt_records(str(tmp_path / "train-*"), limit=10)
+    assert sorted(record.index for record in found) == [1, 4]  # record 1, and the cut at 4
+    assert len(convert.find_corrupt_records(str(tmp_path / "train-*"), limit=1)) == 1

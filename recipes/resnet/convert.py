@@ -41,6 +41,7 @@ import json
 import os
 import sys
 import uuid
+import zipfile
 
 import numpy as np
 import tensorflow as tf
@@ -438,39 +439,63 @@ def find_corrupt_records(file_pattern, jpeg_only=True, limit=10):
     field, an undecodable image, a non-JPEG when `jpeg_only`, or a truncated file). Stops
     after `limit` findings.
     """
-    found = []
+    return scan_records(file_pattern, jpeg_only, limit).corrupt
+
+
+RecordScan = collections.namedtuple("RecordScan", ["corrupt", "records", "files"])
+
+
+def scan_records(file_pattern, jpeg_only=True, limit=10):
+    """RecordScan(corrupt: what `find_corrupt_records` returns, records: how many were read,
+    files: how many files were read): the files matching `file_pattern` in order, until
+    `limit` corrupt records are found (then the counts are of the files read so far)."""
+    corrupt, records, files = [], 0, 0
     for path in sorted(tf.io.gfile.glob(file_pattern)):
-        records = tf.data.TFRecordDataset(path)
-        readable = 0
-        try:
-            for _ in records:
-                readable += 1
-        except tf.errors.DataLossError as error:
-            found.append(
-                CorruptRecord(
-                    path,
-                    readable,
-                    f"the file is truncated or damaged after "
-                    f"{readable} records ({corrupt_data.first_line(error)})",
-                )
+        found, readable = _corrupt_in_file(path, jpeg_only, limit - len(corrupt))
+        corrupt += found
+        records += readable
+        files += 1
+        if len(corrupt) >= limit:
+            break
+    return RecordScan(corrupt, records, files)
+
+
+def _corrupt_in_file(path, jpeg_only, limit):
+    """(at most `limit` CorruptRecords of the TFRecord file `path`, its readable records)."""
+    records = tf.data.TFRecordDataset(path)
+    found = []
+    readable = 0
+    try:
+        for _ in records:
+            readable += 1
+    except tf.errors.DataLossError as error:
+        found.append(
+            CorruptRecord(
+                path,
+                readable,
+                f"the file is truncated or damaged after "
+                f"{readable} records ({corrupt_data.first_line(error)})",
             )
-        decoded = (
-            records.take(readable)
-            .enumerate()
-            .map(
-                lambda i, r: (i, _decodes(r, jpeg_only)),
-                num_parallel_calls=tf.data.AUTOTUNE,
-                deterministic=True,
-            )
-            .ignore_errors()
         )
-        good = {int(i) for i, _ in decoded.as_numpy_iterator()}
-        for index, serialized in enumerate(records.take(readable)):
-            if index not in good:
-                found.append(CorruptRecord(path, index, _why_undecodable(serialized, jpeg_only)))
-                if len(found) >= limit:
-                    return found
-    return found
+    if len(found) >= limit:
+        return found, readable
+    decoded = (
+        records.take(readable)
+        .enumerate()
+        .map(
+            lambda i, r: (i, _decodes(r, jpeg_only)),
+            num_parallel_calls=tf.data.AUTOTUNE,
+            deterministic=True,
+        )
+        .ignore_errors()
+    )
+    good = {int(i) for i, _ in decoded.as_numpy_iterator()}
+    for index, serialized in enumerate(records.take(readable)):
+        if index not in good:
+            found.append(CorruptRecord(path, index, _why_undecodable(serialized, jpeg_only)))
+            if len(found) >= limit:
+                break
+    return found, readable
 
 
 def _why_undecodable(serialized, jpeg_only):
@@ -506,14 +531,7 @@ def main(argv):
     FLAGS = flags.FLAGS
     convert_flags.check_flags(FLAGS, argv[1:])
     if FLAGS.check:
-        if not tf.io.gfile.glob(FLAGS.check):
-            raise UserError(f"--check={FLAGS.check!r} matches no file")
-        corrupt = find_corrupt_records(FLAGS.check, jpeg_only=FLAGS.image_format == "jpeg")
-        for record in corrupt:
-            print(describe_corrupt_record(record), file=sys.stderr)
-        if corrupt:
-            raise UserError(f"{len(corrupt)} corrupt record(s) in {FLAGS.check}")
-        print(f"every record in {FLAGS.check} decodes")
+        check_files(FLAGS.check, jpeg_only=FLAGS.image_format == "jpeg")
         return
     options = dict(
         num_shards=FLAGS.num_shards,
@@ -545,6 +563,63 @@ def main(argv):
     )
 
 
+CHECK_LIMIT = 10  # corrupt records `--check` lists before it stops
+
+
+def check_files(pattern, jpeg_only):
+    """`--check`: prints how many records of the files matching `pattern` were decoded, or
+    lists the corrupt ones (at most `CHECK_LIMIT`) on stderr and raises a UserError."""
+    paths = _refuse_check_pattern(pattern)
+    scan = scan_records(pattern, jpeg_only=jpeg_only, limit=CHECK_LIMIT)
+    for record in scan.corrupt:
+        print(describe_corrupt_record(record), file=sys.stderr)
+    redo = ("re-create the files named above with `python -m recipes.resnet.convert` (or drop "
+            "those records), then check again")
+    if len(scan.corrupt) >= CHECK_LIMIT:
+        raise UserError(
+            f"at least {len(scan.corrupt)} corrupt record(s) in {pattern} (the check stops "
+            f"at {CHECK_LIMIT}: it stopped in file {scan.files} of {len(paths)}); {redo}")
+    if scan.corrupt:
+        raise UserError(f"{len(scan.corrupt)} corrupt record(s) in {pattern} ({scan.records} "
+                        f"record(s) read from {scan.files} file(s)); {redo}")
+    print(f"every record in {pattern} decodes: {scan.records} record(s) in {scan.files} "
+          "file(s) checked")
+
+
+def _refuse_check_pattern(pattern):
+    """The files a `--check` glob matches; a UserError, before any record is decoded, for one
+    that matches no file, matches a directory (TFRecordDataset fails on it with a traceback)
+    or matches only files that hold no record (in which the check would find nothing
+    wrong)."""
+    paths = sorted(tf.io.gfile.glob(pattern))
+    if not paths:
+        raise UserError(f"--check={pattern!r} matches no file")
+    directories = [path for path in paths if tf.io.gfile.isdir(path)]
+    if directories:
+        what = ("is a directory" if os.path.normpath(pattern) == os.path.normpath(
+            directories[0]) else f"matches a directory ({directories[0]!r})")
+        raise UserError(
+            f"--check={pattern!r} {what}, not TFRecord files; give a glob of the files in "
+            f"it, such as --check='{os.path.join(directories[0], 'train-*')}'")
+    if not any(_holds_a_record(path) for path in paths):
+        size = tf.io.gfile.stat(paths[0]).length
+        example = os.path.join(os.path.dirname(pattern), "train-*")
+        raise UserError(
+            f"--check={pattern!r} matches {len(paths)} file(s) that hold no TFRecord record "
+            f"({paths[0]!r} {f'holds {size} byte(s)' if size else 'is empty'}); give a glob "
+            f"of the files the converter wrote, such as --check='{example}'")
+    return paths
+
+
+def _holds_a_record(path):
+    """Whether the TFRecord file `path` starts with a record, damaged or not (a file too
+    short for one, such as an empty file, reads as no record)."""
+    try:
+        return bool(list(tf.data.TFRecordDataset(path).take(1)))
+    except tf.errors.DataLossError:  # something is there: the scan reports its damage
+        return True
+
+
 def _open_npz(path):
     """The `np.load` of `--npz`, an archive holding `images` and `labels`; else a UserError."""
     if not os.path.exists(path):
@@ -554,6 +629,13 @@ def _open_npz(path):
     except (ValueError, OSError):  # (numpy's words for a text file: "pickled data")
         raise UserError(f"--npz={path!r} is not a NumPy .npz archive; save it with "
                         "np.savez(path, images=..., labels=...)") from None
+    except EOFError:  # numpy's words for an empty file
+        raise UserError(f"--npz={path!r} is empty (0 bytes), not a NumPy .npz archive; save "
+                        "it with np.savez(path, images=..., labels=...)") from None
+    except zipfile.BadZipFile as error:  # a zip's start, but not its end: cut short in a copy
+        raise UserError(f"--npz={path!r} is a truncated or damaged .npz archive ({error}); "
+                        "save or copy it again with np.savez(path, images=..., labels=...)"
+                        ) from None
     if not isinstance(arrays, np.lib.npyio.NpzFile):
         raise UserError(f"--npz={path!r} holds one array, not an .npz archive of named "
                         "arrays; save it with np.savez(path, images=..., labels=...)")
