@@ -184,6 +184,31 @@ def test_pair_classification_with_accumulation_serves_labels(pretraining_dir,
     assert all(abs(sum(p) - 1) < 1e-5 for p in served["probabilities"])
 
 
+def test_the_data_line_names_a_training_question_the_reader_skipped(pretraining_dir, tmp_path,
+                                                                    capsys):
+    """Model Garden's reader skipped a training question whose answer is not at its
+    answer_start with an absl warning, and the data line counted the rest as if nothing had
+    gone."""
+    with open(TINY_SQUAD) as f:
+        content = json.load(f)
+    moved = content["data"][0]["paragraphs"][0]["qas"][0]
+    moved["answers"][0]["answer_start"] = 0  # the words there ("The Eiffel") are not its
+    train_file = tmp_path / "train.json"
+    train_file.write_text(json.dumps(content))
+    data = types.SimpleNamespace(train_file=str(train_file), eval_file=TINY_SQUAD,
+                                 doc_stride=12, max_query_length=16)
+    questions = finetune_data.read_squad(data)
+    finetune_data.prepare_squad(data, finetune_data.PretrainingRun(pretraining_dir), SEQ_LENGTH,
+                                questions)
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[-1] == (
+        "data: 1 training question(s) skipped, as Model Garden's reader skips them (their "
+        "answer's words are not at its answer_start), such as data[0].paragraphs[0].qas[0] "
+        f"(id \"{moved['id']}\") of data.train_file")
+    assert lines[-2].startswith(f"data: squad, {len(questions.evaluation) - 1} training "
+                                "questions")
+
+
 @pytest.mark.slow  # command-line runs
 def test_a_run_given_relative_paths_is_evaluated_and_resumed_from_any_directory(
         pretraining_dir, tmp_path):

@@ -213,3 +213,25 @@ def test_the_well_formed_two_question_file_reads_in_both_roles(tmp_path):
     assert [e.qas_id for e in squad.read_examples(str(path), is_training=True)] == ["q0", "q1"]
     path.write_text(json.dumps(one_question(answers=[{"text": "Paris"}])))
     assert len(squad.read_examples(str(path), is_training=False)) == 2
+
+
+def test_a_training_answer_not_at_its_start_is_skipped_and_named_quietly(tmp_path, caplog):
+    """Model Garden's reader skipped such a question with an absl warning on the console
+    ("Could not find answer") and nothing of ours; all of them skipped was a line naming
+    none."""
+    path = tmp_path / "squad.json"
+    # "Paris" at 9: the words there are "the capital", not the answer's
+    path.write_text(json.dumps(one_question(answers=[{"text": "Paris", "answer_start": 9}])))
+    examples, skipped = squad.read_examples_and_skipped(str(path), is_training=True)
+    assert [e.qas_id for e in examples] == ["q0"]
+    assert skipped == [f'{SECOND} (id "q1")']
+    assert "Could not find answer" not in caplog.text  # (a WARNING: absl's default level)
+    both = one_question(answers=[{"text": "Paris", "answer_start": 9}])
+    both["data"][0]["paragraphs"][0]["qas"][0]["answers"][0]["answer_start"] = 0
+    path.write_text(json.dumps(both))
+    with pytest.raises(UserError) as error:
+        squad.read_examples(str(path), is_training=True, key="data.train_file")
+    assert str(error.value) == (
+        f"data.train_file={path}: no answer's text is found at its answer_start (such as "
+        f"data[0].paragraphs[0].qas[0] (id \"q0\")): Model Garden's reader skips such a "
+        "question; fix the answers' answer_start")

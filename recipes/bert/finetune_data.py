@@ -176,16 +176,19 @@ class SquadData:
     eval_features: list
 
 
-SquadQuestions = collections.namedtuple("SquadQuestions", ["train", "evaluation", "dataset"])
+SquadQuestions = collections.namedtuple("SquadQuestions",
+                                        ["train", "evaluation", "dataset", "skipped"])
 
 
 def read_squad(data):
-    """`SquadQuestions`: the training and held-out `squad_lib.SquadExample`s and the held-out
-    file's `data` list (what the official metric reads), each file checked whole."""
+    """`SquadQuestions`: the training and held-out `squad_lib.SquadExample`s, the held-out
+    file's `data` list (what the official metric reads), each file checked whole, and the
+    places of the training questions Model Garden's reader skipped."""
+    train, skipped = squad.read_examples_and_skipped(data.train_file, is_training=True,
+                                                     key="data.train_file")
     return SquadQuestions(
-        squad.read_examples(data.train_file, is_training=True, key="data.train_file"),
-        squad.read_examples(data.eval_file, is_training=False, key="data.eval_file"),
-        squad.read_dataset(data.eval_file, key="data.eval_file"))
+        train, squad.read_examples(data.eval_file, is_training=False, key="data.eval_file"),
+        squad.read_dataset(data.eval_file, key="data.eval_file"), skipped)
 
 
 def prepare_squad(data, run, seq_length, questions):
@@ -201,6 +204,10 @@ def prepare_squad(data, run, seq_length, questions):
     print(f"data: squad, {len(questions.train)} training questions "
           f"({len(targets['start_logits'])} windows) and {len(questions.evaluation)} held-out "
           f"questions ({len(eval_features)} windows)", flush=True)
+    if questions.skipped:
+        print(f"data: {len(questions.skipped)} training question(s) skipped, as Model Garden's "
+              "reader skips them (their answer's words are not at its answer_start), such as "
+              f"{questions.skipped[0]} of data.train_file", flush=True)
     return SquadData((arrays, targets),
                      (squad.feature_arrays(eval_features, is_training=False), None),
                      questions.dataset, questions.evaluation, eval_features)

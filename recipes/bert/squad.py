@@ -23,6 +23,7 @@ import json
 import numpy as np
 import tensorflow as tf
 import tf_keras
+from absl import logging as absl_logging
 from official.nlp.data import squad_lib
 from official.nlp.modeling import models
 from official.nlp.tools import squad_evaluate_v1_1
@@ -69,14 +70,32 @@ def read_dataset(path, key=None):
 def read_examples(path, is_training, key=None):
     """`squad_lib.SquadExample`s of a SQuAD v1.1 file, checked first by
     `squad_format.check_dataset` (a malformed file is one line naming the place)."""
-    squad_format.check_dataset(path, read_dataset(path, key), is_training, key)
-    examples = squad_lib.read_squad_examples(
-        path, is_training=is_training, version_2_with_negative=False
-    )
-    if not examples:  # squad_lib skips a training answer whose text is not at its start
+    return read_examples_and_skipped(path, is_training, key)[0]
+
+
+def read_examples_and_skipped(path, is_training, key=None):
+    """(`read_examples`, the places of the training questions Model Garden's reader skipped:
+    `data[i].paragraphs[j].qas[k] (id "...")`). It skips a question whose answer's words,
+    split on whitespace, are not the text found at its `answer_start`, with a warning per
+    question (Google BERT's run_squad skips the same: a few dozen of SQuAD v1.1's
+    training questions); those warnings go to the console only with --verbose."""
+    places = squad_format.check_dataset(path, read_dataset(path, key), is_training, key)
+    verbosity = absl_logging.get_verbosity()
+    if verbosity <= absl_logging.WARNING:  # (not --verbose, which leaves INFO)
+        absl_logging.set_verbosity(min(verbosity, absl_logging.ERROR))
+    try:
+        examples = squad_lib.read_squad_examples(
+            path, is_training=is_training, version_2_with_negative=False)
+    finally:
+        absl_logging.set_verbosity(verbosity)
+    kept = {example.qas_id for example in examples}
+    skipped = [f'{place} (id "{qid}")' for qid, place in places.items() if qid not in kept]
+    if not examples:
         raise UserError(
-            f"{squad_format.name(path, key)}: no answer's text is found at its answer_start")
-    return examples
+            f"{squad_format.name(path, key)}: no answer's text is found at its answer_start "
+            f"(such as {skipped[0]}): Model Garden's reader skips such a question; fix the "
+            "answers' answer_start")
+    return examples, skipped
 
 
 def convert_examples(examples, tokenizer, seq_length, is_training, doc_stride=DOC_STRIDE,

@@ -66,7 +66,8 @@ def _check_answers(qa, context, where, is_training):
 
 def check_dataset(path, dataset, is_training, key=None):
     """Raises `UserError` naming the first place where `dataset` (the `data` list of the
-    SQuAD file `path`, given as config key `key`) is not what the reader and metric read."""
+    SQuAD file `path`, given as config key `key`) is not what the reader and metric read;
+    returns the place of each question, by id (`data[i].paragraphs[j].qas[k]`)."""
     seen = {}
     try:
         if not isinstance(dataset, list):
@@ -88,3 +89,4 @@ def check_dataset(path, dataset, is_training, key=None):
         raise UserError(f"{name(path, key)}: {error}") from None
     if not seen:
         raise UserError(f"{name(path, key)} holds no question; SQuAD v1.1 is {SHAPE}")
+    return seen
