@@ -16,8 +16,9 @@ few fields whose absence makes Model Garden crash deep in its trainer
 (`lamb_tf.model_garden.missing_field`: a learning-rate `decay_steps`, a `warmup_steps`, the
 data's `input_path`), an optimizer argument that Model Garden's factory cannot build (ours
 refuse `beta_1=1.5`, say), an `input_path` glob that matches no file, and a `--model_dir`
-that is a file, cannot be created or written (`_check_model_dir`) or holds a lamb_tf
-recipe's run (its `config.yaml`, `tensorflow.log` or `exclusions.txt`). TensorFlow's C++
+that is a file, cannot be created or written (`_check_model_dir`), holds a lamb_tf
+recipe's run (its `config.yaml`, `tensorflow.log` or `exclusions.txt`) or a Model Garden run
+whose checkpoints hold another `task.model` (`_check_same_model`). TensorFlow's C++
 start-up lines (CUDA probing, oneDNN, CPU features) would come before this module runs
 (`python -m` imports the `lamb_tf` package, and TensorFlow, first): so `lamb_tf/__init__.py`
 sets `TF_CPP_MIN_LOG_LEVEL=3` when `python -m lamb_tf.model_garden` imports it, unless the
@@ -344,6 +345,7 @@ def check(flags_obj, driver_name):
     _check_not_a_recipe_run(flags_obj.model_dir)
     _check_experiment(flags_obj.experiment, driver_name)
     params = _parsed_config(flags_obj)
+    _check_same_model(params, flags_obj.model_dir)
     missing = missing_field(params, flags_obj.mode)
     if missing:
         raise _UsageError(f"{missing} is not set, and Model Garden's trainer crashes without "
@@ -351,6 +353,43 @@ def check(flags_obj, driver_name):
                           "(e.g. configs/model_garden/bert_tiny_lamb.yaml)")
     _check_optimizer(params.trainer.optimizer_config)
     _check_input_paths(params, flags_obj.mode)
+
+
+def _check_same_model(params, model_dir):
+    """A --model_dir holding a Model Garden run with checkpoints of another `task.model`:
+    the trainer overwrote its params.yaml with the new config, then failed to restore the
+    checkpoint into the new model with a long traceback."""
+    import os
+
+    import tensorflow as tf
+    import yaml
+
+    saved_path = os.path.join(model_dir, "params.yaml")
+    try:
+        if not tf.io.gfile.exists(saved_path) or not tf.train.latest_checkpoint(model_dir):
+            return
+        with tf.io.gfile.GFile(saved_path) as saved_file:
+            saved = yaml.safe_load(saved_file)
+    except (tf.errors.OpError, yaml.YAMLError):  # Model Garden's own handling follows
+        return
+    old = (saved or {}).get("task", {}).get("model") if isinstance(saved, dict) else None
+    change = _first_difference(old, params.task.model.as_dict(), "task.model")
+    if isinstance(old, dict) and change:
+        key, was, now = change
+        raise _UsageError(f"{key} was {was!r} in the run in {model_dir}, now {now!r}: its "
+                          "checkpoints hold that model; keep the run's value, or give another "
+                          "--model_dir")
+
+
+def _first_difference(old, new, key):
+    """(dotted key, old value, new value) of the first leaf where two dicts differ, or None."""
+    if isinstance(old, dict) and isinstance(new, dict):
+        for name in sorted(set(old) | set(new)):
+            change = _first_difference(old.get(name), new.get(name), f"{key}.{name}")
+            if change:
+                return change
+        return None
+    return None if old == new else (key, old, new)
 
 
 def _check_optimizer(optimizer_config):

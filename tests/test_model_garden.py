@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 import tf_keras
+import yaml
 from official.core import exp_factory
 from official.core import task_factory
 from official.modeling.optimization import lamb as model_garden_lamb
@@ -300,6 +301,26 @@ def test_launcher_stopped_while_training_is_one_line(tmp_path, signum, how, stat
     assert (f"stopped: {how}; run the same command again to go on (Model Garden's trainer "
             "resumes from the newest checkpoint in --model_dir)\n") in output
     assert not list(tmp_path.glob("*_temp*"))
+
+
+@pytest.mark.slow  # two real command-line runs of Model Garden's driver
+def test_launcher_refuses_another_model_in_a_runs_model_dir_before_it_writes(tmp_path):
+    """The trainer wrote the new config over the run's params.yaml, then failed to restore
+    the run's checkpoint into the new model shape (ValueError, 456 lines)."""
+    model_dir = tmp_path / "model"
+    first = _launch("--mode=train", f"--model_dir={model_dir}", f"--config_file={TINY_EXPERIMENT}")
+    assert first.returncode == 0, first.stderr[-3000:]
+    saved = (model_dir / "params.yaml").read_text()
+    hidden_size = yaml.safe_load(saved)["task"]["model"]["encoder"]["bert"]["hidden_size"]
+    again = _launch("--mode=train", f"--model_dir={model_dir}", f"--config_file={TINY_EXPERIMENT}",
+                    f"--params_override=task.model.encoder.bert.hidden_size={2 * hidden_size}")
+    assert again.returncode == 2, again.stderr[-3000:]
+    assert again.stderr.strip().splitlines()[-1] == (
+        f"error: task.model.encoder.bert.hidden_size was {hidden_size} in the run in {model_dir}, "
+        f"now {2 * hidden_size}: its checkpoints hold that model; keep the run's value, or give "
+        "another --model_dir")
+    assert "Traceback" not in again.stderr
+    assert (model_dir / "params.yaml").read_text() == saved
 
 
 @pytest.mark.slow  # a real command-line run of Model Garden's driver
