@@ -44,6 +44,14 @@ def _list(kind):
     return parse
 
 
+def _is_number(text):
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
 def _first_repeated(values):
     seen = set()
     for value in values:
@@ -54,13 +62,16 @@ def _first_repeated(values):
 
 
 def _learning_rates(text):
+    pairs = [item.split("=") for item in text.split(",")]
+    if any(len(pair) != 2 for pair in pairs):
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: expected OPTIMIZER=LR items, e.g. lamb=0.01,lars=1.0")
     try:
-        pairs = [item.split("=") for item in text.split(",")]
         rates = {name: float(value) for name, value in pairs}
     except ValueError:
+        bad = next(f"{name}={value}" for name, value in pairs if not _is_number(value))
         raise argparse.ArgumentTypeError(
-            f"{text!r}: expected OPTIMIZER=LR items, e.g. lamb=0.01,lars=1.0"
-        ) from None
+            f"{text!r}: the learning rate of {bad} is not a number, e.g. lamb=0.01") from None
     repeated = _first_repeated(name for name, _ in pairs)
     if repeated is not None:
         raise argparse.ArgumentTypeError(f"{text!r} gives {repeated} twice; give each once")
