@@ -127,7 +127,7 @@ def print_speed(speed):
     return [ours / base for ours, base in zip(speed[max(speed)], speed[1])]
 
 
-def main():
+def main(argv=None):
     parser = alternation.argument_parser(__doc__)
     parser.add_argument("--child", nargs=3, type=int, metavar=("BATCH", "MICRO", "STEPS"),
                         help="internal: one measured configuration, run in a process of "
@@ -138,7 +138,7 @@ def main():
     parser.add_argument("--rounds", type=int, default=3, help="runs of every configuration")
     parser.add_argument("--tiny", action="store_true", help="tiny batches, one round (CI)")
     parser.add_argument("--json", help="write the rows here")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     if args.child:
         print(json.dumps(run_one(*args.child)))
         return 0
@@ -148,8 +148,8 @@ def main():
         return 0
     if args.rounds < 1:
         parser.error("--rounds must be >= 1")
-    if args.json and not os.path.isdir(os.path.dirname(os.path.abspath(args.json))):
-        parser.error(f"--json {args.json}: its directory does not exist; create it first")
+    if problem := alternation.output_file_problem("--json", args.json):
+        parser.error(problem)  # before the measurement, which its write would otherwise lose
 
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", TF_USE_LEGACY_KERAS="1")
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [REPO_ROOT, env.get("PYTHONPATH")]))

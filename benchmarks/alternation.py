@@ -12,8 +12,10 @@ round's ratio can land 10-20% either side of the next, so a median alone says li
 """
 import functools
 import math
+import os
 import statistics
 import sys
+import tempfile
 import time
 
 
@@ -108,6 +110,37 @@ def argument_parser(doc):
     from recipes.common import argparse_parser
 
     return argparse_parser.OneLineParser(description=doc.splitlines()[0])
+
+
+def output_file_problem(flag, path):
+    """One line (`<flag>=<path>: <what>; <what to do>`) if the file a script writes at the end
+    (`--json`, `--output`) could not be written there, else None (also when no path was
+    given): a directory, a directory that does not exist, or one in which no file can be
+    created (probed by creating and removing one). Every script checks its output paths
+    with it before it measures, so that a run's results are never lost to its last write."""
+    if not path:
+        return None
+    if os.path.isdir(path) or path.endswith(os.sep):
+        return f"{flag}={path} names a directory; give the path of a file to write"
+    directory = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(directory):
+        return f"{flag}={path}: its directory does not exist; create it or choose another"
+    problem = cannot_write_in(directory)
+    if problem:
+        return (f"{flag}={path}: cannot create a file in {directory} ({problem}); choose a "
+                "directory you can write")
+    if os.path.exists(path) and not os.access(path, os.W_OK):
+        return f"{flag}={path}: the file is read-only; choose another path"
+    return None
+
+
+def cannot_write_in(directory):
+    """Why no file can be created in `directory` (an existing directory), or None."""
+    try:
+        with tempfile.NamedTemporaryFile(dir=directory):
+            return None
+    except OSError as error:
+        return error.strerror or str(error)
 
 
 if __name__ == "__main__":  # run alone it would do nothing: say what to run instead

@@ -65,6 +65,13 @@ def _refusal(args):
     parent = os.path.dirname(os.path.abspath(args.work_dir))
     if not os.path.isdir(parent):
         return f"--work_dir {args.work_dir}: its parent directory does not exist; create it first"
+    if os.path.exists(args.work_dir) and not os.path.isdir(args.work_dir):
+        return f"--work_dir={args.work_dir} is a file; give a directory to write in"
+    problem = alternation.cannot_write_in(
+        args.work_dir if os.path.isdir(args.work_dir) else parent)
+    if problem:
+        return (f"--work_dir={args.work_dir}: cannot write in it ({problem}); choose a "
+                "directory you can write")
     return None
 
 
@@ -116,7 +123,7 @@ def main(argv=None):
     args = _parse_arguments(sys.argv[1:] if argv is None else argv)
     refusal = _refusal(args)
     if refusal:
-        print(refusal, file=sys.stderr)
+        print(f"error: {refusal}", file=sys.stderr)
         return 2
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     import tensorflow as tf
@@ -125,8 +132,8 @@ def main(argv=None):
     try:
         os.makedirs(args.work_dir, exist_ok=True)
     except OSError as error:
-        print(f"--work_dir={args.work_dir}: cannot create it ({error.strerror}); choose a "
-              "directory you can write", file=sys.stderr)
+        print(f"error: --work_dir={args.work_dir}: cannot create it ({error.strerror}); "
+              "choose a directory you can write", file=sys.stderr)
         return 2
     directory = tempfile.mkdtemp(dir=args.work_dir)
     try:

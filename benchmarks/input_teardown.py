@@ -58,7 +58,7 @@ def _bad_arguments(args):
         return f"--trials={args.trials} must be at least 1"
     if args.seconds <= 0 or args.step_ms < 0:
         return f"--seconds={args.seconds:g} must be above 0 and --step_ms={args.step_ms:g} at least 0"
-    return recipe_throughput.json_flag_problem(args.json)
+    return alternation.output_file_problem("--json", args.json)
 
 
 def _distributed_dataset(task, plan, strategy, autotune):

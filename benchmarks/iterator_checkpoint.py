@@ -71,7 +71,7 @@ def _bad_arguments(args):
     """One line naming the first bad flag, or None."""
     if args.rounds < 1:
         return f"--rounds={args.rounds} must be at least 1"
-    return recipe_throughput.json_flag_problem(args.json)
+    return alternation.output_file_problem("--json", args.json)
 
 
 def _strategies():

@@ -141,8 +141,8 @@ def main(argv=None):
     elif not args.max_overhead >= 0:  # (inf: no bound; NaN refused)
         problem = (f"--max_overhead={args.max_overhead} must be a share of at least 0 (e.g. "
                    "0.03): the exit status compares the measured overhead with it")
-    elif args.json and not os.path.isdir(os.path.dirname(os.path.abspath(args.json))):
-        problem = f"--json={args.json}: its directory does not exist; create it or choose another"
+    else:
+        problem = alternation.output_file_problem("--json", args.json)
     if problem:
         print(f"error: {problem}", file=sys.stderr)
         return 2

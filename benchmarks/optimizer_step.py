@@ -268,8 +268,9 @@ def parse_arguments(argv):
         parser.error(f"--modes: {args.modes!r}; choose graph, jit_compile or both")
     if args.steps < 1 or args.warmup < 0:
         parser.error("--steps must be >= 1 and --warmup >= 0")
-    if args.json and not os.path.isdir(os.path.dirname(os.path.abspath(args.json))):
-        parser.error(f"--json {args.json}: its directory does not exist; create it first")
+    problem = alternation.output_file_problem("--json", args.json)
+    if problem:  # before the measurement, which its write would otherwise lose
+        parser.error(problem)
     return args
 
 

@@ -54,7 +54,22 @@ def plot(lines, output):
     axes[0].set_ylabel("median step time (ms)")
     axes[-1].legend(fontsize=8)
     figure.tight_layout()
-    figure.savefig(output, dpi=100)
+    # the format named, so that a path without an extension is written as given (matplotlib
+    # would write a PNG to `<output>.png`)
+    figure.savefig(output, dpi=100, format=os.path.splitext(output)[1][1:].lower() or "png")
+
+
+def _format_problem(output):
+    """One line if matplotlib cannot write an image of --output's extension, else None (no
+    extension: a PNG, by that name)."""
+    from matplotlib.backend_bases import FigureCanvasBase
+
+    extension = os.path.splitext(output)[1][1:].lower()
+    supported = FigureCanvasBase.get_supported_filetypes()
+    if extension and extension not in supported:
+        return (f"--output={output}: matplotlib writes no .{extension} image; use one of "
+                + ", ".join(f".{name}" for name in sorted(supported)))
+    return None
 
 
 def main(argv=None):
@@ -65,8 +80,10 @@ def main(argv=None):
     missing = [path for path in args.reports if not os.path.isfile(path)]
     if missing:
         parser.error(f"no such report: {', '.join(missing)}; run optimizer_step.py --json first")
-    if not os.path.isdir(os.path.dirname(os.path.abspath(args.output))):
-        parser.error(f"--output {args.output}: its directory does not exist; create it first")
+    problem = (alternation.output_file_problem("--output", args.output)
+               or _format_problem(args.output))
+    if problem:
+        parser.error(problem)
     try:
         lines = load(args.reports)
     except (ValueError, KeyError, TypeError) as error:  # not JSON, or not this script's rows

@@ -177,27 +177,26 @@ def add_recipe_flags(parser, name, work_dir_help=DATA_REUSED,
         parser.add_argument("--json", help=json_help)
 
 
-def json_flag_problem(path):
-    """One line if --json names a file in a directory that does not exist, else None."""
-    if path and not os.path.isdir(os.path.dirname(os.path.abspath(path))):
-        return f"--json={path}: its directory does not exist; create it or choose another"
-    return None
-
-
 def write_json(path, report):
-    """Writes `report` to --json's `path` when one was given (checked by json_flag_problem)."""
+    """Writes `report` to --json's `path` when one was given (checked before the measurement
+    by `alternation.output_file_problem`)."""
     if path:
         with open(path, "w") as f:
             json.dump(report, f, indent=1)
 
 
 def make_work_dir(path):
-    """Creates --work_dir (and its parents), or a UserError naming it."""
+    """Creates --work_dir (and its parents), or a UserError naming it, also when it is there
+    but no file can be created in it."""
     try:
         os.makedirs(path, exist_ok=True)
     except OSError as error:
         raise errors.UserError(f"--work_dir={path}: cannot create it ({error.strerror}); "
                                "choose a directory you can write") from None
+    problem = alternation.cannot_write_in(path)
+    if problem:
+        raise errors.UserError(f"--work_dir={path}: cannot write in it ({problem}); "
+                               "choose a directory you can write")
 
 
 def load_recipe_config(args, params_override=""):
@@ -361,7 +360,7 @@ def main(argv=None):
     args = _parse_arguments(argv)
     task_class, config_file, config = load_recipe_config(args, args.params_override)
     model_garden_side = RECIPES[args.recipe][2]
-    problem = _incomparable(args, config)
+    problem = _incomparable(args, config) or alternation.output_file_problem("--json", args.json)
     if problem:  # one line and exit status 2, through exit_status
         raise errors.UserError(problem)
     config.train.global_batch_size = config.train.micro_batch_size  # k = 1

@@ -79,7 +79,7 @@ def _bad_arguments(args):
         return f"--steps_after={args.steps_after} must be at least 2 (the first and another)"
     if _pauses(args.pauses) is None:
         return f"--pauses={args.pauses}: give seconds above 0, comma-separated, e.g. 0.05,0.3"
-    return recipe_throughput.json_flag_problem(args.json)
+    return alternation.output_file_problem("--json", args.json)
 
 
 def _after_pause(step, steps_before, pause_s, steps_after):

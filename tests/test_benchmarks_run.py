@@ -72,6 +72,20 @@ def test_optimizer_step_refuses_bad_arguments_with_status_2(argv, message, capsy
     assert message in capsys.readouterr().err
 
 
+def test_plot_step_time_writes_an_output_without_extension_by_its_name(tmp_path, capsys):
+    """matplotlib wrote `--output=<path>` without an extension to `<path>.png`, while the
+    script said `wrote <path>`."""
+    report = tmp_path / "step.json"
+    report.write_text(json.dumps({"parameters": 1000, "rows": [
+        {"contender": contender, "mode": mode, "median_s": 0.001}
+        for contender in ("a", "b") for mode in ("graph", "jit_compile")]}))
+    output = tmp_path / "plot"
+    assert _load("plot_step_time").main([str(report), "--output", str(output)]) == 0
+    assert output.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert not (tmp_path / "plot.png").exists()
+    assert capsys.readouterr().out == f"wrote {output}\n"
+
+
 @pytest.mark.parametrize("text", ["not json", '{"recipe": "bert"}'])
 def test_plot_step_time_refuses_a_file_that_is_no_optimizer_step_report(text, tmp_path, capsys):
     report = tmp_path / "other.json"
@@ -278,6 +292,18 @@ def test_benchmark_reports_a_work_dir_it_cannot_create_in_one_line_with_status_2
     assert err.count("\n") == 1 and work_dir in err and "Traceback" not in err
 
 
+@pytest.mark.parametrize("script", ["recipe_throughput", "input_teardown", "iterator_checkpoint",
+                                    "loop_callbacks", "step_after_pause", "checkpoint_write"])
+def test_benchmark_refuses_a_work_dir_no_file_can_be_created_in(script, capsys):
+    """A --work_dir that exists but takes no file (/proc) was accepted: the benchmark went on
+    to its work and failed at its first write there, with a traceback."""
+    argv = ["--work_dir", "/proc"] + (["--size", "tiny"] if script == "checkpoint_write" else [])
+    assert _exit_status(script, argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: --work_dir=/proc: cannot write in it") and err.count("\n") == 1
+    assert "Traceback" not in err
+
+
 @pytest.mark.parametrize("script, argv, message", [
     ("iterator_checkpoint", ["--rounds", "0"], "--rounds=0 must be at least 1"),
     ("iterator_checkpoint", ["--json", "/no/such/directory/iterator.json"],
@@ -298,6 +324,60 @@ def test_benchmark_refuses_bad_arguments_with_status_2_before_any_work(
                                            [*argv, "--work_dir", str(tmp_path / "work")])
     assert status == 2
     assert message in capsys.readouterr().err
+    assert not (tmp_path / "work").exists()  # found before any work
+
+
+# Every script that writes a file when done, its smallest run (cheap should a refusal regress)
+# and the flag naming that file, last.
+OUTPUT_FLAGS = {
+    "optimizer_step": ["--size", "tiny", "--steps", "1", "--warmup", "0", "--contenders",
+                       "lamb_tf.LAMB (tf_keras)", "--modes", "graph", "--json"],
+    "accumulation_memory": ["--tiny", "--json"],
+    "noise_scale_cost": ["--steps", "1", "--repeats", "1", "--configurations", "1x1", "--json"],
+    "plot_step_time": ["--output"],  # after a report of optimizer_step.py (the test writes it)
+    "recipe_throughput": ["--steps", "1", "--rounds", "1", "--chunks", "1",
+                          "--boundary_rounds", "1", "--json"],
+    "input_teardown": ["--seconds", "0.1", "--step_ms", "0", "--trials", "1", "--json"],
+    "iterator_checkpoint": ["--rounds", "1", "--json"],
+    "step_after_pause": ["--steps_before", "1", "--steps_after", "2", "--rounds", "1",
+                         "--pauses", "0.01", "--json"],
+}
+
+
+def _exit_status(script, argv):
+    """The status `script`'s main ends with on `argv`: returned, raised as a UserError (its
+    `__main__` prints it through exit_status) or exited with (argparse)."""
+    from benchmarks import recipe_throughput
+
+    try:
+        return recipe_throughput.exit_status(_load(script).main, argv)
+    except SystemExit as exited:
+        return exited.code
+
+
+@pytest.mark.parametrize("kind", ["a directory", "a path ending in /", "cannot create a file"])
+@pytest.mark.parametrize("script", sorted(OUTPUT_FLAGS))
+def test_benchmark_refuses_an_output_path_it_cannot_write_before_measuring(
+        script, kind, tmp_path, capsys):
+    """Only the path's directory was checked up front: `--json=/proc/x.json`, or a path that
+    is (or ends like) a directory, ran the whole benchmark, then lost its results to a
+    FileNotFoundError, IsADirectoryError or PermissionError traceback at the write
+    (recipe_throughput.py did not check --json at all)."""
+    *argv, flag = OUTPUT_FLAGS[script]
+    extension = ".png" if flag == "--output" else ".json"
+    path = {"a directory": str(tmp_path), "a path ending in /": f"{tmp_path / 'new'}{os.sep}",
+            "cannot create a file": f"/proc/benchmark_output{extension}"}[kind]
+    if script == "plot_step_time":
+        report = tmp_path / "step.json"
+        report.write_text(json.dumps({"parameters": 1, "rows": []}))
+        argv = [str(report)] + argv
+    if script in ("recipe_throughput", "input_teardown", "iterator_checkpoint",
+                  "step_after_pause"):
+        argv += ["--work_dir", str(tmp_path / "work")]
+    assert _exit_status(script, [*argv, flag, path]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: {flag}={path}") and err.count("\n") == 1, err
+    assert "Traceback" not in err
     assert not (tmp_path / "work").exists()  # found before any work
 
 

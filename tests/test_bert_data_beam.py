@@ -157,6 +157,40 @@ def test_bad_beam_options_are_user_errors(tmp_path, beam_options, message):
     assert not os.path.exists(tmp_path / "out")  # found before anything was written
 
 
+@pytest.mark.slow  # Apache Beam
+@pytest.mark.parametrize(
+    "beam_options, message",
+    [
+        (
+            ["--runner=FnApiRunner", "--direct_num_workers=two"],
+            "Beam option --direct_num_workers: invalid int value: 'two'; see Apache Beam's "
+            "pipeline options",
+        ),
+        (
+            ["--direct_running_mode=fast"],
+            "Beam option --direct_running_mode: invalid choice: 'fast' (choose from "
+            "'in_memory', 'multi_threading', 'multi_processing'); see Apache Beam's pipeline "
+            "options",
+        ),
+        (["--direct_num_workers"], "Beam option --direct_num_workers: expected one argument"),
+    ],
+    ids=["not-an-int", "not-a-choice", "no-value"],
+)
+def test_a_value_a_beam_option_refuses_is_one_user_error_naming_the_option(
+    tmp_path, capsys, beam_options, message
+):
+    """A value Beam's parser refuses printed argparse's usage block of every Beam option
+    (139 lines), then `prepare_data.py: error: argument ...`, and exited (SystemExit), where
+    an unknown option was already one line."""
+    with pytest.raises(UserError) as refused:
+        prepare_data.prepare_pretraining_data(
+            None, str(tmp_path / "out"), beam_options=beam_options, **ARGUMENTS
+        )
+    assert str(refused.value).startswith(message)
+    assert capsys.readouterr().err == ""  # not argparse's usage block
+    assert not os.path.exists(tmp_path / "out")  # found before anything was written
+
+
 BAD_USAGE = {
     "beam-option-without-runner": (
         ["--direct_num_workers=2"],
@@ -168,6 +202,10 @@ BAD_USAGE = {
         "--seq_lenght=64: not a prepare_data flag; did you mean --seq_length? (Beam pipeline "
         "options need --runner"),
     "empty-glob": (["--runner=FnApiRunner", "--input_path=/nonexistent/*.txt"], "matches no files"),
+    "beam-option-bad-value": (
+        ["--runner=FnApiRunner", "--direct_num_workers=two"],
+        "error: Beam option --direct_num_workers: invalid int value: 'two'; see Apache Beam's",
+    ),
 }
 
 

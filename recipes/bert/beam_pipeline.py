@@ -39,14 +39,34 @@ from recipes.common.errors import UserError
 _LOCAL_RUNNER = "FnApiRunner"  # What DirectRunner runs batch pipelines on, without Prism.
 
 
+_BeamArgumentParser = (
+    pipeline_options_module._BeamArgumentParser  # pylint: disable=protected-access
+)
+
+
+class _OneLineBeamParser(_BeamArgumentParser):
+    """Beam's own parser (what PipelineOptions uses), which only warns on unknown options,
+    with a value it refuses (`--direct_num_workers=two`, `--direct_running_mode=fast`) a
+    one-line `UserError` naming the option and the value, not argparse's usage block of
+    every Beam option and its exit."""
+
+    def error(self, message):
+        if message.startswith("ambiguous option: "):
+            return super().error(message)  # ignored by Beam's parser, as it is here
+        what = message.removeprefix("argument ")
+        raise UserError(
+            f"Beam option {what}; see Apache Beam's pipeline options"
+            if what != message
+            else f"Beam pipeline options: {message}; see Apache Beam's pipeline options"
+        )
+
+
 def pipeline_options(arguments: Sequence[str]) -> PipelineOptions:
     """PipelineOptions from command-line style arguments, checked: an option no Beam
-    options class knows, or an unknown runner, is a `UserError`. The runner defaults to the
-    local FnApiRunner (`--direct_num_workers=N --direct_running_mode=multi_processing` for N
-    local processes)."""
-    parser = pipeline_options_module._BeamArgumentParser(  # pylint: disable=protected-access
-        allow_abbrev=False
-    )  # Beam's own parser (what PipelineOptions uses), which only warns on unknown options.
+    options class knows, a value a Beam option refuses, or an unknown runner, is a
+    `UserError`. The runner defaults to the local FnApiRunner (`--direct_num_workers=N
+    --direct_running_mode=multi_processing` for N local processes)."""
+    parser = _OneLineBeamParser(allow_abbrev=False)
     for options_class in PipelineOptions.__subclasses__():
         options_class._add_argparse_args(parser)  # pylint: disable=protected-access
     _, unknown = parser.parse_known_args(list(arguments))
