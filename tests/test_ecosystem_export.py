@@ -158,6 +158,22 @@ def test_the_command_without_a_model_dir_is_one_line_saying_what_it_is(args):
                                         "pretraining run to export (see --help)"]
 
 
+@pytest.mark.parametrize("what", ["is a file", "does not exist"])
+def test_the_command_given_a_file_or_nothing_says_so(tmp_path, what):
+    """It said "<file>/config.yaml does not exist", after TensorFlow's import."""
+    model_dir = tmp_path / "run"
+    if what == "is a file":
+        model_dir.write_text("")
+    env = {key: value for key, value in os.environ.items() if key != "TF_CPP_MIN_LOG_LEVEL"}
+    done = subprocess.run([sys.executable, "-m", "recipes.bert.ecosystem_export",
+                           f"--model_dir={model_dir}"], cwd=REPO_ROOT, env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 2
+    assert done.stderr.splitlines() == [
+        f"error: --model_dir={model_dir} {what}: give the --model_dir of a pretraining run "
+        "(python -m recipes.bert.pretrain)"]
+
+
 def test_the_command_into_a_run_another_process_writes_is_one_line(tmp_path):
     """Run while the pretraining run trained or exported, it wrote model_garden/ and hub/
     beside the run's own export of them."""

@@ -3,6 +3,8 @@ TensorFlow: the program defines and checks its flag before TensorFlow loads
 (`recipes.common.startup.check_program_flags`), so that `--help` and a flag mistake are
 answered at once instead of after about 5 s."""
 
+import os
+
 from absl import flags
 
 from recipes.common import flags as flags_lib
@@ -32,3 +34,8 @@ def check_flags(values, arguments):
         raise UserError("--model_dir is required: the --model_dir of the pretraining run to "
                         "export (see --help)")
     storage.refuse_unexpanded_home("--model_dir", values.model_dir)
+    path = values.model_dir
+    if storage.all_local([path]) and not os.path.isdir(storage.local_path(path)):
+        what = "is a file" if os.path.exists(storage.local_path(path)) else "does not exist"
+        raise UserError(f"--model_dir={path} {what}: give the --model_dir of a pretraining run "
+                        "(python -m recipes.bert.pretrain)")
