@@ -322,15 +322,18 @@ def test_flags_without_help_finds_a_flag_without_help():
     assert flags_without_help(source) == [(2, "--b")]
 
 
-def test_ctrl_c_is_one_line_and_exit_130():
+@pytest.mark.parametrize("trains, line", [
+    (True, "stopped: interrupted (Ctrl-C); run the same command again to go on (a training run "
+           "resumes from its newest checkpoint; SIGTERM also saves the step in progress first)"),
+    # a data tool's line spoke of a training run's checkpoints
+    (False, "stopped: interrupted (Ctrl-C); run the same command again")])
+def test_ctrl_c_is_one_line_and_exit_130(trains, line):
     """KeyboardInterrupt anywhere in a program run by `errors.run` (training, data
     preparation): one line saying how to go on, the shell's status for SIGINT."""
     program = ("import sys; from recipes.common import errors\n"
                "def main(argv):\n    raise KeyboardInterrupt\n"
-               "errors.run(main)")
+               f"errors.run(main, trains={trains})")
     result = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True,
                             cwd=REPO_ROOT, timeout=120)
     assert result.returncode == 130
-    assert result.stderr.strip().splitlines() == [
-        "stopped: interrupted (Ctrl-C); run the same command again to go on (a training run "
-        "resumes from its newest checkpoint; SIGTERM also saves the step in progress first)"]
+    assert result.stderr.strip().splitlines() == [line]

@@ -307,4 +307,4 @@ def _main(argv):
 
 if __name__ == "__main__":
     ecosystem_export_flags.define_flags()
-    errors.run(_main)
+    errors.run(_main, trains=False)

@@ -648,4 +648,4 @@ if __name__ == "__main__":
     app.define_help_flags()  # so that --help and --helpfull are ours, not Beam options
     _OURS, _BEAM_ARGUMENTS[:] = prepare_data_flags.split_beam_arguments(sys.argv[1:])
     sys.argv[1:] = _OURS
-    errors.run(main)
+    errors.run(main, trains=False)

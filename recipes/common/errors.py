@@ -151,9 +151,10 @@ def parse_command_line(known_only=False):
         sys.exit(EXIT_USER_ERROR)
 
 
-def run(main):
+def run(main, trains=True):
     """Runs `main` like `absl.app.run`, reporting `UserError` as one line and exit status 2;
-    Ctrl-C and SIGTERM as one line (`stopped_line`), exit status 130 and 143."""
+    Ctrl-C and SIGTERM as one line (`stopped_line`), exit status 130 and 143. `trains`: the
+    program is a training program (its line says how a run resumes), not a data tool."""
 
     def guarded_main(argv):
         try:
@@ -174,11 +175,11 @@ def run(main):
             sys.exit(EXIT_USER_ERROR)
         except KeyboardInterrupt:  # Ctrl-C: what was written stays (checkpoints are atomic)
             print(stopped_line("interrupted (Ctrl-C)", "SIGTERM also saves the step in "
-                               "progress first"), file=sys.stderr, flush=True)
+                               "progress first", trains), file=sys.stderr, flush=True)
             sys.exit(EXIT_INTERRUPTED)
         except Terminated as stopped:  # SIGTERM outside training: cleaned up as for Ctrl-C
             how = f"SIGTERM ({stopped.doing})" if stopped.doing else "SIGTERM"
-            print(stopped_line(how), file=sys.stderr, flush=True)
+            print(stopped_line(how, trains=trains), file=sys.stderr, flush=True)
             sys.exit(EXIT_PREEMPTED)
 
     parse_command_line()
@@ -189,9 +190,12 @@ def run(main):
         sys.exit(EXIT_USER_ERROR)
 
 
-def stopped_line(how, note=None):
+def stopped_line(how, note=None, trains=True):
     """The line of a program stopped by `how` ("interrupted (Ctrl-C)", "SIGTERM (while
-    exporting)"): how to go on, from the newest checkpoint when the run has one."""
+    exporting)"): how to go on, from the newest checkpoint when the run has one; of a data
+    tool (not `trains`), only to run it again."""
+    if not trains:
+        return f"stopped: {how}; run the same command again"
     newest = None
     if _newest_checkpoint is not None:
         try:

@@ -680,4 +680,4 @@ if __name__ == "__main__":
     from recipes.common import errors  # pylint: disable=g-import-not-at-top
 
     convert_flags.define_flags()
-    errors.run(main)
+    errors.run(main, trains=False)
