@@ -78,3 +78,34 @@ def checkpoint_values(model_dir):
 
 def latest_checkpoint(model_dir):
     return training.latest_checkpoint(model_dir) or ""
+
+
+def _loading_tensorflow(pid):
+    """Whether process `pid` has a handler for SIGTERM (bit 15 of SigCgt in /proc: the
+    program's handler of its first seconds is in place; Python catches SIGINT from its
+    start) and has TensorFlow's library mapped (its import has begun; it takes seconds
+    more)."""
+    with open(f"/proc/{pid}/status", encoding="ascii") as status:
+        caught = next(line for line in status if line.startswith("SigCgt:")).split()[1]
+    if not int(caught, 16) & (1 << (signal.SIGTERM - 1)):
+        return False
+    with open(f"/proc/{pid}/maps", encoding="ascii") as maps:
+        return "libtensorflow_framework" in maps.read()
+
+
+def stopped_while_tensorflow_loads(command, signum):
+    """`command` run (SIGINT at its default, whatever this process inherited), sent `signum`
+    while it imports TensorFlow; returns (exit status, stdout, stderr)."""
+    process = subprocess.Popen(
+        command, cwd=REPO_ROOT, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        text=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    try:
+        deadline = time.monotonic() + 60
+        while not _loading_tensorflow(process.pid):
+            assert process.poll() is None and time.monotonic() < deadline, process.stderr.read()
+            time.sleep(0.005)
+        process.send_signal(signum)
+        stdout, stderr = process.communicate(timeout=60)
+    finally:
+        process.kill()
+    return process.returncode, stdout, stderr

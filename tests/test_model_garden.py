@@ -13,7 +13,6 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 
 import numpy as np
 import pytest
@@ -30,6 +29,7 @@ from official.nlp.configs import pretraining_experiments  # noqa: F401  (bert/pr
 from official.vision.configs import image_classification  # noqa: F401  (resnet_imagenet)
 
 import numpy_reference
+import reliability_cli
 from conftest import REPO_ROOT
 from lamb_tf import model_garden
 from lamb_tf import model_garden_launcher
@@ -246,23 +246,8 @@ def test_launcher_stopped_while_tensorflow_loads_is_one_line(tmp_path, signum, h
     command = [sys.executable, "-m", "lamb_tf.model_garden", "nlp",
                "--experiment=bert/pretraining", "--mode=train", f"--model_dir={tmp_path}/run",
                f"--config_file={TINY_EXPERIMENT}"]
-    process = subprocess.Popen(
-        command, cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"},
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
-    try:
-        deadline = time.monotonic() + 60
-        while True:  # until TensorFlow's library is mapped: its import has begun
-            with open(f"/proc/{process.pid}/maps", encoding="ascii") as maps:
-                if "libtensorflow_framework" in maps.read():
-                    break
-            assert process.poll() is None and time.monotonic() < deadline
-            time.sleep(0.005)
-        process.send_signal(signum)
-        stdout, stderr = process.communicate(timeout=60)
-    finally:
-        process.kill()
-    assert process.returncode == status, stderr
+    returncode, stdout, stderr = reliability_cli.stopped_while_tensorflow_loads(command, signum)
+    assert returncode == status, stderr
     assert (stdout, stderr) == (
         "", f"stopped: {how} while starting, before anything was written\n")
     assert not (tmp_path / "run").exists()

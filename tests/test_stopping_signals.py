@@ -83,18 +83,6 @@ def _signal_when(process, log, text, signum=signal.SIGTERM, timeout=240, then=0.
         cli.kill_group(process)
 
 
-def _loading_tensorflow(pid):
-    """Whether process `pid` has a handler for SIGTERM (bit 15 of SigCgt in /proc: its
-    `errors.stop_while_starting` has run; Python catches SIGINT from its start) and has
-    TensorFlow's library mapped (its import has begun; it takes seconds more)."""
-    with open(f"/proc/{pid}/status", encoding="ascii") as status:
-        caught = next(line for line in status if line.startswith("SigCgt:")).split()[1]
-    if not int(caught, 16) & (1 << (signal.SIGTERM - 1)):
-        return False
-    with open(f"/proc/{pid}/maps", encoding="ascii") as maps:
-        return "libtensorflow_framework" in maps.read()
-
-
 @pytest.mark.parametrize("program", [
     ("recipes.bert.pretrain", "--config_file=configs/bert/tiny_cpu.yaml"),  # check_command_line
     ("recipes.bert.prepare_data",)])  # check_program_flags
@@ -107,19 +95,9 @@ def test_stopped_while_tensorflow_loads_is_one_line_not_a_traceback(program, sig
     ended it without a word."""
     output = str(tmp_path / "out")
     flag = "--output_dir" if program[0].endswith("prepare_data") else "--model_dir"
-    process = subprocess.Popen(
-        [sys.executable, "-m", *program, f"{flag}={output}"], cwd=REPO_ROOT, env=cli.ENV,
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=_default_sigint)
-    try:
-        deadline = time.monotonic() + 60
-        while not _loading_tensorflow(process.pid):
-            assert process.poll() is None and time.monotonic() < deadline, process.stderr.read()
-            time.sleep(0.005)
-        process.send_signal(signum)
-        stdout, stderr = process.communicate(timeout=60)
-    finally:
-        process.kill()
-    assert process.returncode == status, stderr
+    status_given, stdout, stderr = cli.stopped_while_tensorflow_loads(
+        [sys.executable, "-m", *program, f"{flag}={output}"], signum)
+    assert status_given == status, stderr
     assert stdout == ""
     assert stderr.splitlines() == [f"stopped: {how} while starting, before anything was written"]
     assert not os.path.exists(output)
