@@ -19,7 +19,6 @@ import signal
 import sys
 
 
-
 def _stopped_while_starting(signum, frame):
     """Ctrl-C or SIGTERM while `python -m lamb_tf.model_garden` imports TensorFlow: one line,
     and the process ends at once with 130 or 143 (nothing is written yet; an exception would

@@ -372,7 +372,8 @@ def _check_same_model(params, model_dir):
             saved = yaml.safe_load(saved_file)
     except (tf.errors.OpError, yaml.YAMLError):  # Model Garden's own handling follows
         return
-    old = (saved or {}).get("task", {}).get("model") if isinstance(saved, dict) else None
+    task = saved.get("task") if isinstance(saved, dict) else None
+    old = task.get("model") if isinstance(task, dict) else None
     change = _first_difference(old, params.task.model.as_dict(), "task.model")
     if isinstance(old, dict) and change:
         key, was, now = change
