@@ -795,6 +795,62 @@ MUTATIONS = [
         ["tests/test_strategy.py::"
          "test_only_the_chief_exports_into_export_dir_the_others_into_their_own_directory"],
         [r"test_only_the_chief_exports_into_export_dir_the_others_into_their_own_directory\[1"]),
+    # ---- from the session of 2026-12-06 (second): stops while starting, paths, exports ----
+    Mutation(
+        "no_handler_while_starting", "Ctrl-C or SIGTERM while a program imports TensorFlow "
+        "is left to Python (a KeyboardInterrupt traceback, a silent exit)",
+        "recipes/common/errors.py",
+        "            signal.signal(signum, _stopped_while_starting)",
+        "            pass",
+        ["tests/test_stopping_signals.py::"
+         "test_stopped_while_tensorflow_loads_is_one_line_not_a_traceback"],
+        [r"test_stopped_while_tensorflow_loads_is_one_line_not_a_traceback\[2-"]),
+    Mutation(
+        "starting_handler_kept_after_main_starts", "the handler of a program's first seconds "
+        "stays once main runs (Ctrl-C then ends it at once, 'while starting')",
+        "recipes/common/errors.py",
+        "            _started()",
+        "            pass",
+        ["tests/test_stopping_signals.py::"
+         "test_ctrl_c_once_main_runs_is_the_programs_line_not_the_starting_one"],
+        [r"test_ctrl_c_once_main_runs_is_the_programs_line_not_the_starting_one"]),
+    Mutation(
+        "finetune_paths_kept_relative", "fine-tuning saves a relative encoder.pretraining_dir "
+        "as given (the run cannot be evaluated from another directory)",
+        "recipes/bert/finetune.py",
+        "        finetune_config.make_paths_absolute(self.config)",
+        "        pass",
+        ["tests/test_finetune.py::"
+         "test_a_run_given_relative_paths_is_evaluated_and_resumed_from_any_directory"],
+        [r"test_a_run_given_relative_paths_is_evaluated_and_resumed_from_any_directory"]),
+    Mutation(
+        "ecosystem_export_deletes_users_files", "the Model Garden and TF-Hub export replaces "
+        "model_garden/ and hub/ whatever they hold",
+        "recipes/bert/ecosystem_export.py",
+        "    problem = replace_problem(output_dir)",
+        "    problem = None",
+        ["tests/test_ecosystem_export.py::"
+         "test_an_earlier_export_is_replaced_and_other_files_are_refused_not_deleted"],
+        [r"test_an_earlier_export_is_replaced_and_other_files_are_refused_not_deleted"]),
+    Mutation(
+        "squad_skipped_questions_not_named", "the training questions Model Garden's reader "
+        "skips are not named",
+        "recipes/bert/squad.py",
+        "    skipped = [f'{place} (id \"{qid}\")' for qid, place in places.items() "
+        "if qid not in kept]",
+        "    skipped = []",
+        ["tests/test_squad.py::test_a_training_answer_not_at_its_start_is_skipped_and_named_"
+         "quietly"],
+        [r"test_a_training_answer_not_at_its_start_is_skipped_and_named_quietly"]),
+    Mutation(
+        "export_reads_held_nothing", "a run that exports does not hold the directory of what "
+        "its export reads (BERT's vocabulary)",
+        "recipes/common/driver.py",
+        '              if mode in modes] + (["export"] if exports(task.config, mode) else [])',
+        "              if mode in modes]",
+        ["tests/test_model_dir_in_use.py::"
+         "test_a_run_holds_the_directories_of_the_files_its_mode_reads"],
+        [r"test_a_run_holds_the_directories_of_the_files_its_mode_reads\[export"]),
 ]
 
 

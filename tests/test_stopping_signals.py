@@ -83,6 +83,25 @@ def _signal_when(process, log, text, signum=signal.SIGTERM, timeout=240, then=0.
         cli.kill_group(process)
 
 
+def test_ctrl_c_once_main_runs_is_the_programs_line_not_the_starting_one():
+    """The handler of a program's first seconds (`errors.stop_while_starting`) ends the
+    process at once; once `errors.run` starts `main`, Ctrl-C is a KeyboardInterrupt again,
+    which unwinds what was being written."""
+    program = ("import os, signal, time\nfrom recipes.common import errors\n"
+               "errors.stop_while_starting()\n"
+               "def main(argv):\n"
+               "    try:\n        os.kill(os.getpid(), signal.SIGINT)\n        time.sleep(30)\n"
+               "    finally:\n        print('cleaned up', flush=True)\n"
+               "errors.run(main)\n")
+    result = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True,
+                            cwd=REPO_ROOT, timeout=120, preexec_fn=_default_sigint)
+    assert result.returncode == 130, result.stderr
+    assert result.stdout == "cleaned up\n"
+    assert result.stderr.splitlines() == [
+        "stopped: interrupted (Ctrl-C); run the same command again to go on (a training run "
+        "resumes from its newest checkpoint; SIGTERM also saves the step in progress first)"]
+
+
 @pytest.mark.parametrize("program", [
     ("recipes.bert.pretrain", "--config_file=configs/bert/tiny_cpu.yaml"),  # check_command_line
     ("recipes.bert.prepare_data",)])  # check_program_flags
