@@ -15,7 +15,6 @@ import math
 import os
 import statistics
 import sys
-import tempfile
 import time
 
 
@@ -115,32 +114,24 @@ def argument_parser(doc):
 def output_file_problem(flag, path):
     """One line (`<flag>=<path>: <what>; <what to do>`) if the file a script writes at the end
     (`--json`, `--output`) could not be written there, else None (also when no path was
-    given): a directory, a directory that does not exist, or one in which no file can be
-    created (probed by creating and removing one). Every script checks its output paths
+    given): a directory, a directory that does not exist, or one this process cannot write
+    in (`recipes.common.storage.local_directory_problem`, which makes and removes one). Every script checks its output paths
     with it before it measures, so that a run's results are never lost to its last write."""
     if not path:
         return None
     if os.path.isdir(path) or path.endswith(os.sep):
         return f"{flag}={path} names a directory; give the path of a file to write"
+    from recipes.common import storage  # pylint: disable=import-outside-toplevel
+
     directory = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(directory):
         return f"{flag}={path}: its directory does not exist; create it or choose another"
-    problem = cannot_write_in(directory)
+    problem = storage.local_directory_problem(directory)  # (made and removed there)
     if problem:
-        return (f"{flag}={path}: cannot create a file in {directory} ({problem}); choose a "
-                "directory you can write")
+        return f"{flag}={path}: {problem}; choose a directory you can write"
     if os.path.exists(path) and not os.access(path, os.W_OK):
         return f"{flag}={path}: the file is read-only; choose another path"
     return None
-
-
-def cannot_write_in(directory):
-    """Why no file can be created in `directory` (an existing directory), or None."""
-    try:
-        with tempfile.NamedTemporaryFile(dir=directory):
-            return None
-    except OSError as error:
-        return error.strerror or str(error)
 
 
 if __name__ == "__main__":  # run alone it would do nothing: say what to run instead

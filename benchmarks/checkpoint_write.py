@@ -36,6 +36,7 @@ if REPO_ROOT not in sys.path:
     sys.path.insert(0, REPO_ROOT)  # benchmarks.alternation, when run as a script
 
 from benchmarks import alternation, optimizer_step, threads  # noqa: E402
+from recipes.common import storage  # noqa: E402
 
 WARMUP_ROUNDS = 2  # the asynchronous writer's set-up, then the tracing of its copy function
 JOBS = ("steps only", "synchronous save, then the steps", "asynchronous save, then the steps")
@@ -65,13 +66,9 @@ def _refusal(args):
     parent = os.path.dirname(os.path.abspath(args.work_dir))
     if not os.path.isdir(parent):
         return f"--work_dir {args.work_dir}: its parent directory does not exist; create it first"
-    if os.path.exists(args.work_dir) and not os.path.isdir(args.work_dir):
-        return f"--work_dir={args.work_dir} is a file; give a directory to write in"
-    problem = alternation.cannot_write_in(
-        args.work_dir if os.path.isdir(args.work_dir) else parent)
+    problem = storage.local_directory_problem(args.work_dir)  # a file, or not to be written
     if problem:
-        return (f"--work_dir={args.work_dir}: cannot write in it ({problem}); choose a "
-                "directory you can write")
+        return f"--work_dir={args.work_dir}: {problem}; choose a directory you can write"
     return None
 
 

@@ -78,7 +78,7 @@ import tensorflow as tf  # noqa: E402
 
 from recipes.bert import pretrain  # noqa: E402
 from recipes.common import config as config_lib  # noqa: E402
-from recipes.common import driver, errors, training  # noqa: E402
+from recipes.common import driver, errors, storage, training  # noqa: E402
 from recipes.resnet import train as resnet_train  # noqa: E402
 from benchmarks import alternation, chunk_boundaries, model_garden_loops  # noqa: E402
 
@@ -193,10 +193,10 @@ def make_work_dir(path):
     except OSError as error:
         raise errors.UserError(f"--work_dir={path}: cannot create it ({error.strerror}); "
                                "choose a directory you can write") from None
-    problem = alternation.cannot_write_in(path)
+    problem = storage.local_directory_problem(path)
     if problem:
-        raise errors.UserError(f"--work_dir={path}: cannot write in it ({problem}); "
-                               "choose a directory you can write")
+        raise errors.UserError(f"--work_dir={path}: {problem}; choose a directory you can "
+                               "write")
 
 
 def load_recipe_config(args, params_override=""):

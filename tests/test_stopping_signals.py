@@ -19,6 +19,7 @@ import tiny_bert_data
 REPO_ROOT = cli.REPO_ROOT
 PROGRAM = """import os, signal, sys, time
 from recipes.common import errors
+{starting}
 def main(argv):
     if len(argv) > 1:
         errors.name_newest_checkpoint(lambda: argv[1])
@@ -40,10 +41,11 @@ def _default_sigint():
     signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
-def _run_program(signal_name, *args):
-    return subprocess.run([sys.executable, "-c", PROGRAM.format(signal=signal_name), *args],
-                          capture_output=True, text=True, cwd=REPO_ROOT, timeout=120,
-                          preexec_fn=_default_sigint)
+def _run_program(signal_name, *args, starting=""):
+    """PROGRAM sending itself `signal_name` in its `main`, after the line `starting`."""
+    program = PROGRAM.format(signal=signal_name, starting=starting)
+    return subprocess.run([sys.executable, "-c", program, *args], capture_output=True,
+                          text=True, cwd=REPO_ROOT, timeout=120, preexec_fn=_default_sigint)
 
 
 def test_sigterm_outside_training_cleans_up_then_one_line_and_exit_143():
@@ -87,14 +89,7 @@ def test_ctrl_c_once_main_runs_is_the_programs_line_not_the_starting_one():
     """The handler of a program's first seconds (`errors.stop_while_starting`) ends the
     process at once; once `errors.run` starts `main`, Ctrl-C is a KeyboardInterrupt again,
     which unwinds what was being written."""
-    program = ("import os, signal, time\nfrom recipes.common import errors\n"
-               "errors.stop_while_starting()\n"
-               "def main(argv):\n"
-               "    try:\n        os.kill(os.getpid(), signal.SIGINT)\n        time.sleep(30)\n"
-               "    finally:\n        print('cleaned up', flush=True)\n"
-               "errors.run(main)\n")
-    result = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True,
-                            cwd=REPO_ROOT, timeout=120, preexec_fn=_default_sigint)
+    result = _run_program("SIGINT", starting="errors.stop_while_starting()")
     assert result.returncode == 130, result.stderr
     assert result.stdout == "cleaned up\n"
     assert result.stderr.splitlines() == [

@@ -44,14 +44,6 @@ def _list(kind):
     return parse
 
 
-def _is_number(text):
-    try:
-        float(text)
-    except ValueError:
-        return False
-    return True
-
-
 def _first_repeated(values):
     seen = set()
     for value in values:
@@ -66,12 +58,13 @@ def _learning_rates(text):
     if any(len(pair) != 2 for pair in pairs):
         raise argparse.ArgumentTypeError(
             f"{text!r}: expected OPTIMIZER=LR items, e.g. lamb=0.01,lars=1.0")
-    try:
-        rates = {name: float(value) for name, value in pairs}
-    except ValueError:
-        bad = next(f"{name}={value}" for name, value in pairs if not _is_number(value))
-        raise argparse.ArgumentTypeError(
-            f"{text!r}: the learning rate of {bad} is not a number, e.g. lamb=0.01") from None
+    rates = {}
+    for name, value in pairs:
+        try:
+            rates[name] = float(value)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r}: the learning rate of {name}={value} "
+                                             "is not a number, e.g. lamb=0.01") from None
     repeated = _first_repeated(name for name, _ in pairs)
     if repeated is not None:
         raise argparse.ArgumentTypeError(f"{text!r} gives {repeated} twice; give each once")
