@@ -812,8 +812,8 @@ MUTATIONS = [
         "            _started()",
         "            pass",
         ["tests/test_stopping_signals.py::"
-         "test_ctrl_c_once_main_runs_is_the_programs_line_not_the_starting_one"],
-        [r"test_ctrl_c_once_main_runs_is_the_programs_line_not_the_starting_one"]),
+         "test_a_signal_once_main_runs_cleans_up_then_one_line"],
+        [r"test_a_signal_once_main_runs_cleans_up_then_one_line\[SIGINT-.*after-the-first"]),
     Mutation(
         "finetune_paths_kept_relative", "fine-tuning saves a relative encoder.pretraining_dir "
         "as given (the run cannot be evaluated from another directory)",

@@ -48,13 +48,22 @@ def _run_program(signal_name, *args, starting=""):
                           text=True, cwd=REPO_ROOT, timeout=120, preexec_fn=_default_sigint)
 
 
-def test_sigterm_outside_training_cleans_up_then_one_line_and_exit_143():
-    result = _run_program("SIGTERM")
-    assert result.returncode == 143, result.stderr
+@pytest.mark.parametrize("starting", ["", "errors.stop_while_starting()"],
+                         ids=["run-alone", "after-the-first-seconds-handler"])
+@pytest.mark.parametrize("signal_name, status, line", [
+    ("SIGTERM", 143, "stopped: SIGTERM (while exporting); run the same command again to go on "
+                     "(a training run resumes from its newest checkpoint)"),
+    ("SIGINT", 130, "stopped: interrupted (Ctrl-C); run the same command again to go on (a "
+                    "training run resumes from its newest checkpoint; SIGTERM also saves the "
+                    "step in progress first)")])
+def test_a_signal_once_main_runs_cleans_up_then_one_line(starting, signal_name, status, line):
+    """SIGTERM outside training stops the program as Ctrl-C does. After the handler of a
+    program's first seconds (`errors.stop_while_starting`), which ends the process at once,
+    `errors.run` puts both back once `main` starts (it was kept for Ctrl-C, unnoticed)."""
+    result = _run_program(signal_name, starting=starting)
+    assert result.returncode == status, result.stderr
     assert result.stdout == "cleaned up\n"
-    assert result.stderr.splitlines() == [
-        "stopped: SIGTERM (while exporting); run the same command again to go on (a training "
-        "run resumes from its newest checkpoint)"]
+    assert result.stderr.splitlines() == [line]
 
 
 @pytest.mark.parametrize("signal_name, how, status", [
@@ -83,18 +92,6 @@ def _signal_when(process, log, text, signum=signal.SIGTERM, timeout=240, then=0.
         return process.wait(timeout=120)
     finally:
         cli.kill_group(process)
-
-
-def test_ctrl_c_once_main_runs_is_the_programs_line_not_the_starting_one():
-    """The handler of a program's first seconds (`errors.stop_while_starting`) ends the
-    process at once; once `errors.run` starts `main`, Ctrl-C is a KeyboardInterrupt again,
-    which unwinds what was being written."""
-    result = _run_program("SIGINT", starting="errors.stop_while_starting()")
-    assert result.returncode == 130, result.stderr
-    assert result.stdout == "cleaned up\n"
-    assert result.stderr.splitlines() == [
-        "stopped: interrupted (Ctrl-C); run the same command again to go on (a training run "
-        "resumes from its newest checkpoint; SIGTERM also saves the step in progress first)"]
 
 
 @pytest.mark.parametrize("program", [
