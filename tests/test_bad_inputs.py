@@ -280,6 +280,13 @@ CASES = {
     # Usage errors: absl's flag parsing, and the one flag without a default.
     "mode-bogus": (BERT, FRESH, ["--mode=bogus"],
                    ["flag --mode=bogus: value should be one of", "see --help"]),
+    # absl's words were Python's: "invalid literal for int() with base 10: 'x'"
+    "flag-value-of-another-type": (BERT, FRESH, ["--verbose=yes"],
+                                   ["flag --verbose=yes: --verbose takes true or false",
+                                    "see --help"]),
+    # absl's words: "Unknown command line flag 'mdoel_dir'. Did you mean: model_dir ?"
+    "flag-misspelt": (BERT, FRESH, ["--mdoel_dir=run"],
+                      ["--mdoel_dir is not a flag of this program (did you mean --model_dir?)"]),
     "missing-model-dir": (BERT, FRESH, [WITHOUT_MODEL_DIR],
                           ["--model_dir is required", "(see --help)"]),
     # absl keeps the last value of a repeated flag: the first override would be dropped
@@ -680,7 +687,8 @@ README_ROWS = {
                                                "resnet-model-norm-epsilon-negative"],
     "an optimizer value the optimizers or the schedule refuse": [
         "optimizer-beta-out-of-range", "exclusion-pattern-invalid"],
-    "a bad flag value": ["mode-bogus"],
+    "a bad flag value": ["mode-bogus", "flag-value-of-another-type"],
+    "a misspelt flag": ["flag-misspelt"],
     "no `--model_dir`": ["missing-model-dir"],
     "`--params_override` given twice": ["params-override-given-twice"],
     "a checkpoint interval of 0, steps not a multiple of it":

@@ -382,7 +382,8 @@ def test_edge_values_the_recipes_take_are_accepted(change):
         ("--batch_sizes=8,x", "--batch_sizes: '8,x' is not a comma-separated list"),
         # a flag named in full, as absl's (argparse would take --repeat for --repeats)
         # named before the missing flags argparse would report first, with its nearest
-        ("--epoch=2", "unknown flag --epoch (did you mean --epochs?); see --help"),
+        ("--epoch=2", "--epoch is not a flag of this program (did you mean --epochs?); see "
+                      "--help"),
         ("--base_lr=lamb:0.1", "expected OPTIMIZER=LR items"),
         # the number is what is wrong: it said "expected OPTIMIZER=LR items" as above
         ("--base_lr=lamb=fast", "'lamb=fast': the learning rate of lamb=fast is not a number"),

@@ -7,6 +7,7 @@ import os
 
 from absl import flags
 
+from recipes.common import errors
 from recipes.common import flags as flags_lib
 from recipes.common import storage
 from recipes.common.errors import UserError
@@ -28,8 +29,7 @@ def check_flags(values, arguments):
     if flags_lib.unknown_flags(arguments):  # the full parse, after TensorFlow's, names them
         return
     if arguments:
-        raise UserError(
-            f"unexpected arguments {' '.join(arguments)}: all options are --flags (see --help)")
+        raise UserError(errors.unexpected_arguments(arguments))
     if not values.model_dir:  # None, or empty (an unset $VAR)
         raise UserError("--model_dir is required: the --model_dir of the pretraining run to "
                         "export (see --help)")

@@ -8,6 +8,7 @@ from typing import List, Sequence, Tuple
 
 from absl import flags
 
+from recipes.common import errors
 from recipes.common import flags as flags_lib
 from recipes.common import storage
 from recipes.common.errors import UserError
@@ -113,8 +114,7 @@ def check_flags(values, positional, beam_arguments):
     before anything is read or written (the ranges of the values: `prepare_data.
     check_arguments`). `positional`: arguments that are not flags."""
     if positional:
-        raise UserError(
-            f"unexpected arguments {' '.join(positional)}: all options are --flags (see --help)")
+        raise UserError(errors.unexpected_arguments(positional))
     if beam_arguments and values.runner is None:
         given = beam_arguments[0].split("=")[0].lstrip("-")
         close = difflib.get_close_matches(given, list(flags.FLAGS), n=1)

@@ -1,13 +1,14 @@
 """The parser of the project's argparse programs (the batch-size study, the benchmark
 scripts), made to behave as its absl programs (the recipes) do: a mistake is one line,
 `error: ...; see --help`, and exit status 2, without argparse's usage block; an unknown
-flag is named before any missing one, with the known flag it is nearest to (absl's "Did
-you mean"); flags are taken only in full (argparse would read `--step` as `--steps`); and
+flag is named before any missing one, with the known flag it is nearest to, in the words of
+the absl programs (`errors.not_a_flag`); flags are taken only in full (argparse would read `--step` as `--steps`); and
 `--helpfull`, absl's full help, prints the help as `--help` does."""
 
 import argparse
-import difflib
 import sys
+
+from recipes.common import errors
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -23,13 +24,11 @@ class OneLineParser(argparse.ArgumentParser):
 
     def parse_known_args(self, args=None, namespace=None):
         args = sys.argv[1:] if args is None else list(args)
-        known = sorted(flag for flag in self._option_string_actions if flag.startswith("--"))
+        known = sorted(flag[2:] for flag in self._option_string_actions if flag.startswith("--"))
         for arg in args:
             if arg == "--":  # what follows is not flags
                 break
-            name = arg.split("=", 1)[0]
+            name = arg[2:].split("=", 1)[0]
             if arg.startswith("--") and name not in known:
-                nearest = difflib.get_close_matches(name, known, n=1)
-                self.error(f"unknown flag {name}"
-                           + (f" (did you mean {nearest[0]}?)" if nearest else ""))
+                self.error(errors.not_a_flag(name, known))
         return super().parse_known_args(args, namespace)

@@ -13,6 +13,7 @@ either ends the process at once with one line, as nothing has been written yet.
 """
 
 import contextlib
+import difflib
 import os
 import re
 import signal
@@ -147,8 +148,44 @@ def parse_command_line(known_only=False):
     except SystemExit as help_exit:  # absl prints --help/--helpfull, then exits with status 1
         sys.exit(0 if set(sys.argv[1:]) & _HELP_FLAGS else help_exit.code)
     except flags.Error as error:
-        print(f"error: {error}; see --help", file=sys.stderr, flush=True)
+        print(f"error: {_flag_error_line(error)}; see --help", file=sys.stderr, flush=True)
         sys.exit(EXIT_USER_ERROR)
+
+
+_VALUE_KINDS = {"int": "an integer", "float": "a number", "bool": "true or false"}
+
+
+def not_a_flag(name, known=None):
+    """The line for `--name`, which the program does not define: with the closest of the
+    flags it does define (`known`, names without `--`; by default absl's), if one is close (a
+    misspelling)."""
+    nearest = difflib.get_close_matches(name, list(flags.FLAGS if known is None else known),
+                                        n=1, cutoff=0.8)
+    guess = f" (did you mean --{nearest[0]}?)" if nearest else ""
+    return f"--{name} is not a flag of this program{guess}"
+
+
+def unexpected_arguments(arguments):
+    """The line for `arguments` of the command line that are not flags."""
+    return f"unexpected arguments {' '.join(arguments)}: all options are --flags (see --help)"
+
+
+def _flag_error_line(error):
+    """absl's `error` of the command line, in this project's words where absl's are Python's:
+    an unknown flag (absl: "Unknown command line flag 'x'. Did you mean: y ?"), a value not
+    of the flag's type (absl: "invalid literal for int() with base 10", "('Non-boolean
+    argument to boolean flag', 'x')")."""
+    if isinstance(error, flags.UnrecognizedFlagError):
+        return not_a_flag(error.flagname)
+    match = re.match(r"flag --([^=]+)=(.*?): ", str(error), flags=re.DOTALL)
+    if match is None or match.group(1) not in flags.FLAGS:
+        return str(error)
+    flag = flags.FLAGS[match.group(1)]
+    kind = _VALUE_KINDS.get(flag.flag_type())
+    if kind is None or not isinstance(error.__context__, (TypeError, ValueError)):
+        return str(error)
+    default = "" if flag.default is None else f" (default {flag.default_as_str.strip(chr(39))})"
+    return f"flag --{flag.name}={match.group(2)}: --{flag.name} takes {kind}{default}"
 
 
 def run(main, trains=True):

@@ -13,6 +13,7 @@ import sys
 from absl import flags
 
 from recipes.common import storage
+from recipes.common import errors
 from recipes.common.errors import UserError
 
 FLAGS = flags.FLAGS
@@ -128,10 +129,8 @@ def unknown_flags(arguments):
     unknown = [arg for arg in arguments if arg.startswith("-")]
     for arg in unknown:
         name = arg.lstrip("-").split("=", 1)[0]
-        nearest = difflib.get_close_matches(name, list(FLAGS), n=1, cutoff=0.8)
-        if nearest:
-            raise UserError(f"Unknown command line flag '{name}'. Did you mean: "
-                            f"{nearest[0]} ?; see --help")
+        if difflib.get_close_matches(name, list(FLAGS), n=1, cutoff=0.8):
+            raise UserError(f"{errors.not_a_flag(name)}; see --help")
     return unknown
 
 
@@ -177,7 +176,7 @@ def read_options(argv, extra_flags=()):
     """The parsed flags (the shared ones and `extra_flags`) as a `RunOptions`: the only
     place the training programs read FLAGS. `argv`: what absl left of the command line."""
     if len(argv) > 1:
-        raise UserError(f"unexpected arguments {argv[1:]}; all options are --flags")
+        raise UserError(errors.unexpected_arguments(argv[1:]))
     # absl keeps the last value of a repeated flag: right for --mode or --model_dir (a
     # script's defaults, then the caller's), not for the items of --params_override, which
     # layer as --config_file's files do.

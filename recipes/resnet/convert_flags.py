@@ -5,6 +5,7 @@ answered at once instead of after about 5 s."""
 
 from absl import flags
 
+from recipes.common import errors
 from recipes.common import flags as flags_lib
 from recipes.common import storage
 from recipes.common.errors import UserError
@@ -63,8 +64,7 @@ def check_flags(values, arguments):
     if flags_lib.unknown_flags(arguments):  # the full parse, after TensorFlow's, names them
         return
     if arguments:
-        raise UserError(
-            f"unexpected arguments {' '.join(arguments)}: all options are --flags (see --help)")
+        raise UserError(errors.unexpected_arguments(arguments))
     for name in ("check", "image_dir", "npz", "output_dir"):
         storage.refuse_unexpanded_home(f"--{name}", getattr(values, name) or "")
     if values.check:
