@@ -218,6 +218,12 @@ def test_missing_model_dir_is_one_line_and_exit_2(given, words):
      "error: --jpeg_quality=0 must be from 1 to 100; give e.g. 95 (the default)"),
     ("recipes.resnet.convert", ["--digits", "--output_dir=OUT", "photos/"],
      "error: unexpected arguments photos/: all options are --flags (see --help)"),
+    ("recipes.resnet.convert", ["--check=OUT/train-*", "--output_dir=OUT"],
+     "error: --check reads the records of a glob and writes nothing, so --output_dir has no "
+     "use with it; drop it (or drop --check to convert)"),
+    ("recipes.resnet.convert", ["--image_dir=OUT", "--output_dir=OUT/records"],
+     "error: --output_dir=OUT/records is within --image_dir=OUT: the records would sit among "
+     "the class folders"),
     ("recipes.bert.ecosystem_export", [],
      "error: --model_dir is required: the --model_dir of the pretraining run to export"),
     ("recipes.bert.ecosystem_export", ["--model_dri=OUT"],

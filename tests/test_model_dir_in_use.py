@@ -51,6 +51,24 @@ def test_a_process_holds_a_directory_again_as_long_as_its_first_hold(tmp_path):
     assert not storage.held_elsewhere(directory)
 
 
+@pytest.mark.parametrize("stop", [UserError("refused"), KeyboardInterrupt()],
+                         ids=["error", "ctrl-c"])
+def test_a_hold_that_ends_in_an_exception_removes_the_directories_it_made_if_empty(
+        tmp_path, stop):
+    """convert, stopped by SIGTERM before its first shard landed, left an empty
+    --output_dir behind (a second try then found it, as if another conversion's)."""
+    (tmp_path / "kept").mkdir()
+    for directory, written in ((tmp_path / "new" / "nested" / "out", None),
+                               (tmp_path / "wrote", "shard"), (tmp_path / "kept", None)):
+        with pytest.raises(type(stop)):
+            with storage.exclusive_use("label", str(directory), "advice"):
+                if written:
+                    (directory / written).write_text("x")
+                raise stop
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["kept", "wrote"]
+    assert os.listdir(tmp_path / "wrote") == ["shard"]
+
+
 def test_a_directory_a_run_reads_is_refused_to_a_writer_and_shared_with_other_readers(
         tmp_path):
     """A preparation into the data directory of a running training replaced the shards and

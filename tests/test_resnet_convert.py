@@ -475,6 +475,17 @@ def test_cli_check_counts_the_records_it_read_and_says_when_it_stopped_at_its_li
         " it stopped in file 1 of 1); re-create the files named above"), stderr[-1]
 
 
+def test_a_check_of_a_whole_output_dir_reads_its_records_not_labels_or_dataset_info(tmp_path):
+    """--check='records/*' named labels.txt and dataset_info.json, which the conversion
+    writes beside the shards, as damaged TFRecord files."""
+    convert.convert_arrays(np.zeros((6, 4, 4), np.uint8), np.arange(6) % 2, str(tmp_path),
+                           num_shards=2)
+    assert sorted(os.listdir(tmp_path))[:2] == ["dataset_info.json", "labels.txt"]
+    assert convert.scan_records(str(tmp_path / "*")) == convert.RecordScan([], 6, 2)
+    with pytest.raises(UserError, match=r"matches no file \(but the conversion's labels.txt"):
+        convert.check_files(str(tmp_path / "*.*"), jpeg_only=True)
+
+
 def test_find_corrupt_records_stops_at_its_limit_when_a_file_is_also_truncated(tmp_path):
     """A truncated file's own finding was not counted against `limit`: limit=1 gave 2."""
     path = write_records_with_corrupt_jpeg(tmp_path, bad_index=1)

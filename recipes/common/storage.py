@@ -24,6 +24,15 @@ import tempfile
 from recipes.common.errors import UserError
 
 
+def is_inside(path, directory):
+    """Whether `path` is `directory` or a path inside it (local paths made absolute first;
+    URLs compared as written)."""
+    if "://" not in path + directory:
+        path, directory = os.path.abspath(path), os.path.abspath(directory)
+    path, directory = path.rstrip("/"), directory.rstrip("/")
+    return path == directory or path.startswith(directory + "/")
+
+
 def local_path(path):
     """`path` as Python's own files name it: a file:// URL (this machine's file system, which
     TensorFlow's files also take) as its path; any other path as it is."""
@@ -81,11 +90,31 @@ def exclusive_use(label, directory, advice, wait=False, advice_if_read=None):
     locked, nor a file system that refuses the lock (some NFS mounts: one line says so).
     With `wait`, a lock held elsewhere is waited for (a directory just made, which another
     process's `held_elsewhere` may be trying for a moment). `advice_if_read`: what to do
-    when only processes that read it hold it (default `advice`)."""
+    when only processes that read it hold it (default `advice`). The directories it made
+    are removed again if the block ends in an exception (a UserError, Ctrl-C, SIGTERM) and
+    leaves them empty."""
+    made = []
     if all_local([directory]):
+        made = _missing_directories(local_path(directory))
         os.makedirs(local_path(directory), exist_ok=True)
-    with _held(label, directory, (advice, advice_if_read or advice), fcntl.LOCK_EX, wait):
-        yield
+    try:
+        with _held(label, directory, (advice, advice_if_read or advice), fcntl.LOCK_EX, wait):
+            yield
+    except BaseException:
+        for path in made:  # the innermost first
+            with contextlib.suppress(OSError):  # not empty (or gone): it stays
+                os.rmdir(path)
+        raise
+
+
+def _missing_directories(path):
+    """`path` and those of its parents that do not exist, the innermost first."""
+    missing = []
+    path = os.path.abspath(path)
+    while not os.path.exists(path):
+        missing.append(path)
+        path = os.path.dirname(path)
+    return missing
 
 
 @contextlib.contextmanager

@@ -450,7 +450,7 @@ def scan_records(file_pattern, jpeg_only=True, limit=10):
     files: how many files were read): the files matching `file_pattern` in order, until
     `limit` corrupt records are found (then the counts are of the files read so far)."""
     corrupt, records, files = [], 0, 0
-    for path in sorted(tf.io.gfile.glob(file_pattern)):
+    for path in record_files(file_pattern):
         found, readable = _corrupt_in_file(path, jpeg_only, limit - len(corrupt))
         corrupt += found
         records += readable
@@ -458,6 +458,13 @@ def scan_records(file_pattern, jpeg_only=True, limit=10):
         if len(corrupt) >= limit:
             break
     return RecordScan(corrupt, records, files)
+
+
+def record_files(file_pattern):
+    """The files `file_pattern` matches, in order, but the conversion's own labels.txt and
+    dataset_info.json, which are not TFRecords (`records/*` matches them too)."""
+    return [path for path in sorted(tf.io.gfile.glob(file_pattern))
+            if os.path.basename(path) not in (LABELS_FILE, INFO_FILE)]
 
 
 def _corrupt_in_file(path, jpeg_only, limit):
@@ -591,9 +598,11 @@ def _refuse_check_pattern(pattern):
     that matches no file, matches a directory (TFRecordDataset fails on it with a traceback)
     or matches only files that hold no record (in which the check would find nothing
     wrong)."""
-    paths = sorted(tf.io.gfile.glob(pattern))
+    paths = record_files(pattern)
     if not paths:
-        raise UserError(f"--check={pattern!r} matches no file")
+        side_files = " (but the conversion's labels.txt or dataset_info.json)" if (
+            tf.io.gfile.glob(pattern)) else ""
+        raise UserError(f"--check={pattern!r} matches no file{side_files}")
     directories = [path for path in paths if tf.io.gfile.isdir(path)]
     if directories:
         what = ("is a directory" if os.path.normpath(pattern) == os.path.normpath(

@@ -68,6 +68,12 @@ def check_flags(values, arguments):
     for name in ("check", "image_dir", "npz", "output_dir"):
         storage.refuse_unexpanded_home(f"--{name}", getattr(values, name) or "")
     if values.check:
+        given = [f"--{name}" for name in ("output_dir", "image_dir", "npz") if getattr(values, name)]
+        if given or values.digits:
+            raise UserError(
+                f"--check reads the records of a glob and writes nothing, so "
+                f"{(given + ['--digits'])[0]} has no use with it; drop it (or drop --check to "
+                "convert)")
         return
     if sum([bool(values.image_dir), bool(values.npz), values.digits]) != 1:
         raise UserError("pass exactly one of --image_dir, --npz, --digits (or --check)")
@@ -85,3 +91,8 @@ def check_flags(values, arguments):
         raise UserError(f"--jpeg_quality={values.jpeg_quality} must be from 1 to 100; give "
                         "e.g. 95 (the default)")
     storage.check_writable(f"--output_dir={values.output_dir}", values.output_dir)
+    if values.image_dir and storage.is_inside(values.output_dir, values.image_dir):
+        raise UserError(
+            f"--output_dir={values.output_dir} is within --image_dir={values.image_dir}: the "
+            "records would sit among the class folders (a folder of them read as a class by "
+            "the next conversion); give a directory outside it")
