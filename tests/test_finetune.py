@@ -16,6 +16,7 @@ import subprocess
 import sys
 import types
 
+import numpy as np
 import pytest
 import tf_keras
 import yaml
@@ -449,3 +450,27 @@ def test_both_runs_of_a_comparison_name_their_variables_alike(tmp_path, monkeypa
         tpu="", strategy="", communication="auto", deterministic=False)
     finetune_compare.compare_inits(None, options)
     assert len(names) == 2 and names[0] == names[1], names
+
+
+@pytest.mark.parametrize("eval_steps, rows", [(0, 10), (2, 8), (9, 10)])
+def test_a_classification_evaluation_reads_eval_steps_batches_and_scores_those(eval_steps,
+                                                                                 rows):
+    """eval.steps ("Batches to evaluate; 0 = the whole held-out set once") was not read:
+    every row was evaluated whatever it said."""
+    task = finetune.BertFinetuneTask.__new__(finetune.BertFinetuneTask)
+    task.config = finetune.BertFinetuneConfig()
+    task.config.data.task = "classification"
+    task.config.eval.global_batch_size, task.config.eval.steps = 4, eval_steps
+    labels = np.array([0, 1] * 5)
+    task.data = types.SimpleNamespace(eval_arrays=({"x": np.arange(10)}, {"logits": labels}))
+
+    class FirstRowsRight:  # right for the rows of the first two batches, wrong after
+        @staticmethod
+        def predict(dataset, verbose):
+            del verbose
+            seen = np.concatenate([batch["x"].numpy() for batch in dataset])
+            right = np.eye(2)[labels[seen]]
+            return {"logits": np.where((seen < 8)[:, None], right, 1 - right)}
+
+    task.network = FirstRowsRight()
+    assert task.evaluate(None, None) == {"accuracy": pytest.approx(8 / rows)}

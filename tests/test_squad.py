@@ -146,6 +146,34 @@ def test_decoding_picks_the_best_valid_span_and_returns_original_text(tmp_path):
     assert squad.decode(examples, features, start, end) == {"q1": "Paris"}
 
 
+def test_an_evaluation_of_the_first_features_scores_the_questions_they_cover_whole(tmp_path):
+    """Fine-tuning's eval.steps evaluated every question whatever it said (the scores need
+    the questions whose every window has logits, and only those)."""
+    with open(TINY_SQUAD, encoding="utf-8") as f:
+        dataset = json.load(f)["data"]
+    examples = squad.read_examples(TINY_SQUAD, is_training=False)
+    vocab = write_vocab(tmp_path / "vocab.txt", [])  # every word [UNK]: shapes only
+    features = squad.convert_examples(examples, squad.make_tokenizer(vocab), seq_length=24,
+                                      doc_stride=4, max_query_length=8, is_training=False)
+    windows = [feature.example_index for feature in features]
+    assert len(windows) > len(examples)  # questions of several windows
+    # cut inside the windows of a question after the first: it is not scored, the first is
+    cut = next(i for i in range(1, len(windows))
+               if windows[i] == windows[i - 1] and windows[i] > windows[0])
+    logits = np.zeros((cut, 24))
+    predictions, questions = squad.decode_evaluated(examples, features, logits, logits,
+                                                    dataset, 20, 30)
+    whole = {examples[i].qas_id for i in set(windows[:cut]) - set(windows[cut:])}
+    assert set(predictions) == whole and whole
+    assert {qa["id"] for a in questions for p in a["paragraphs"] for qa in p["qas"]} == whole
+    assert [p["context"] for a in questions for p in a["paragraphs"]] == [
+        p["context"] for a in dataset for p in a["paragraphs"]]
+    every = np.zeros((len(features), 24))
+    predictions, questions = squad.decode_evaluated(examples, features, every, every, dataset,
+                                                    20, 30)
+    assert questions is dataset and len(predictions) == len(examples)
+
+
 def test_bad_squad_files_are_one_line_errors(tmp_path):
     with pytest.raises(UserError, match="does not exist"):
         squad.read_examples(str(tmp_path / "missing.json"), is_training=True)

@@ -103,25 +103,27 @@ class BertFinetuneTask(task_lib.Task):
     # ---- Evaluation ---------------------------------------------------------------------
 
     def predict(self):
+        """The outputs of the first eval.steps batches of the held-out set (0: all)."""
         features, _ = self.data.eval_arrays
         dataset = tf.data.Dataset.from_tensor_slices(features).batch(
             self.config.eval.global_batch_size)
-        return self.network.predict(dataset, verbose=0)
+        return self.network.predict(dataset.take(self.config.eval.steps or -1), verbose=0)
 
     def evaluate(self, model, strategy):
         outputs = self.predict()
         if self.config.data.task == "squad":
-            self.predictions = squad.decode(
+            self.predictions, questions = squad.decode_evaluated(
                 self.data.eval_examples, self.data.eval_features, outputs["start_logits"],
-                outputs["end_logits"], self.config.data.n_best_size,
-                self.config.data.max_answer_length)
+                outputs["end_logits"], self.data.eval_dataset_json,
+                self.config.data.n_best_size, self.config.data.max_answer_length)
             # The answers the scores are computed on, as the official script reads them.
             tf.io.gfile.makedirs(self.model_dir)
             with tf.io.gfile.GFile(os.path.join(self.model_dir, PREDICTIONS_FILE), "w") as f:
                 f.write(json.dumps(self.predictions, indent=1) + "\n")
-            return squad.squad_scores(self.data.eval_dataset_json, self.predictions)
-        labels = self.data.eval_arrays[1]["logits"]
-        return {"accuracy": float(np.mean(np.argmax(outputs["logits"], -1) == labels))}
+            return squad.squad_scores(questions, self.predictions)
+        logits = outputs["logits"]
+        labels = self.data.eval_arrays[1]["logits"][:len(logits)]
+        return {"accuracy": float(np.mean(np.argmax(logits, -1) == labels))}
 
     def describe_evaluation(self, results):
         if self.config.data.task == "squad":

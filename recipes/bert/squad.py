@@ -174,6 +174,28 @@ def decode(examples, features, start_logits, end_logits, n_best_size=N_BEST_SIZE
     return dict(predictions)
 
 
+def decode_evaluated(examples, features, start_logits, end_logits, dataset, n_best_size,
+                     max_answer_length):
+    """(predictions, dataset) of the questions whose every feature has logits: the first
+    `len(start_logits)` of `features` (fewer than all when `eval.steps` limits the
+    evaluation), `dataset` (the JSON `data` list) cut down to those questions, for
+    `squad_scores`. All features: `decode`'s predictions and `dataset` as they are."""
+    evaluated = len(start_logits)
+    predictions = decode(examples, features[:evaluated], start_logits, end_logits,
+                         n_best_size, max_answer_length)
+    if evaluated == len(features):
+        return predictions, dataset
+    complete = {feature.example_index for feature in features[:evaluated]} - {
+        feature.example_index for feature in features[evaluated:]}
+    ids = {examples[index].qas_id for index in complete}
+    predictions = {qas_id: answer for qas_id, answer in predictions.items() if qas_id in ids}
+    return predictions, [
+        {**article, "paragraphs": [
+            {**paragraph, "qas": [qa for qa in paragraph["qas"] if qa["id"] in ids]}
+            for paragraph in article["paragraphs"]]}
+        for article in dataset]
+
+
 def squad_scores(dataset, predictions):
     """The official SQuAD v1.1 exact match and F1, in percent, over every question of
     `dataset` (the JSON `data` list); a question without a prediction scores 0."""
