@@ -792,3 +792,23 @@ def test_the_plan_and_the_shared_schema_read_without_tensorflow():
     result = subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, capture_output=True,
                             text=True, timeout=120, env=dict(os.environ, PYTHONPATH=REPO_ROOT))
     assert result.stdout.strip() == "False", result.stderr[-2000:]
+
+
+@pytest.mark.slow
+def test_the_documented_recipe_reads_eval_steps_and_serves_float32_under_mixed_precision(
+        tmp_path):
+    """The page's recipe evaluated every held-out digit whatever eval.steps said, and under
+    runtime.precision=mixed_bfloat16 its export served bfloat16 probabilities (README: "Losses
+    and logits stay float32")."""
+    _write_documented_recipe_file(tmp_path)
+    argv = [sys.executable, "digits_mlp.py", "--model_dir=run", "--params_override="
+            "train.steps=1,train.checkpoint_every=1,train.log_every=1,optimizer.warmup_steps=0,"
+            "eval.steps=1,runtime.precision=mixed_bfloat16"]
+    result = subprocess.run(argv, cwd=tmp_path, capture_output=True, text=True, timeout=600,
+                            env={**os.environ, "PYTHONPATH": REPO_ROOT})
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "(256 digits)  [after training]" in result.stdout, result.stdout
+    import tensorflow as tf  # pylint: disable=import-outside-toplevel
+    serve = tf.saved_model.load(str(tmp_path / "run" / "export")).signatures["serving_default"]
+    served = serve(images=tf.zeros([2, 28, 28], tf.uint8))["probabilities"]
+    assert served.dtype == tf.float32

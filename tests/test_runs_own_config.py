@@ -53,3 +53,17 @@ def test_a_run_is_evaluated_from_its_model_dir_alone(tmp_path, capsys):
     saved = yaml.safe_load(open(os.path.join(model_dir, "config.yaml"), encoding="utf-8"))
     assert saved["optimizer"]["learning_rate"] == 0.02 and saved["train"]["seed"] == 7
     assert ResNetConfig().train.seed != 7  # (so the defaults would have shown changes)
+
+
+def test_the_outputs_line_names_the_earlier_configs_a_changed_resume_kept(tmp_path):
+    """A resume with a changed config keeps the old one as config.<n>.yaml, which the
+    "outputs in" line left out."""
+    (tmp_path / "checkpoints").mkdir()
+    for name in ("config.yaml", "config.2.yaml", "config.10.yaml", "config.1.yaml",
+                 "config.notes.yaml"):
+        (tmp_path / name).write_text("{}\n")
+    assert driver.outputs_present(str(tmp_path)) == [
+        "checkpoints", "config.yaml (earlier: config.1.yaml, config.2.yaml, config.10.yaml)"]
+    for name in ("config.2.yaml", "config.10.yaml", "config.1.yaml"):
+        (tmp_path / name).unlink()
+    assert driver.outputs_present(str(tmp_path)) == ["checkpoints", "config.yaml"]

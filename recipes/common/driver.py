@@ -15,6 +15,7 @@ import contextlib
 import json
 import math
 import os
+import re
 import time
 
 import tensorflow as tf
@@ -171,6 +172,19 @@ def _run_output_holding(path, model_dir, export_subdir):
         return None
     first = target[len(run_dir) + 1:].split("/")[0]
     return os.path.join(model_dir, first) if first in OUTPUTS and first != export_subdir else None
+
+
+def outputs_present(model_dir):
+    """The `OUTPUTS` in `model_dir`, config.yaml with the earlier configs of a resumed run
+    that changed it (config.<n>.yaml, `config.write_config`)."""
+    present = [name for name in OUTPUTS if tf.io.gfile.exists(os.path.join(model_dir, name))]
+    numbers = sorted(int(match[1]) for match in (
+        re.fullmatch(r"config\.(\d+)\.yaml", os.path.basename(path))
+        for path in tf.io.gfile.glob(os.path.join(model_dir, "config.*.yaml"))) if match)
+    if numbers and "config.yaml" in present:
+        names = ", ".join(f"config.{n}.yaml" for n in numbers)
+        present[present.index("config.yaml")] = f"config.yaml (earlier: {names})"
+    return present
 
 
 def exports(config, mode):
@@ -484,9 +498,8 @@ class _Run:
                                        train_logs[NOISE_SCALE_LOG]), flush=True)
         if mode != "export":
             self.write_results(train_logs, results)
-        print(f"outputs in {self.model_dir}: " + ", ".join(
-            name for name in OUTPUTS if tf.io.gfile.exists(os.path.join(self.model_dir, name))
-        ), flush=True)
+        print(f"outputs in {self.model_dir}: {', '.join(outputs_present(self.model_dir))}",
+              flush=True)
         return results
 
     def export_dir(self):
