@@ -107,7 +107,7 @@ class _LayerwiseOptimizer(layerwise.LayerwiseMixin, keras.optimizers.Optimizer):
                 "%s: %d variables are plain tf.Variables without a Keras path; their exclusion "
                 "patterns are searched in the variable name instead (e.g. %r).",
                 self.name, len(unnamed), unnamed[0])
-        self._decide(list(zip(paths, [tuple(v.shape) for v in var_list])))
+        self._decide(list(zip(paths, [tuple(v.shape) for v in var_list])), var_list)
 
     def _build_slots(self, var_list):
         raise NotImplementedError

@@ -38,18 +38,24 @@ class LayerwiseMixin:
     """Shared arguments, per-variable exclusion decisions and trust-ratio read-out.
 
     The flavour class sets `_SCHEDULE_CLASS` and `_VARIABLE_CLASSES` (the learning-rate
-    forms its base class takes), defines `_variable_path(variable)`, calls
-    `_check_layerwise_arguments` before its base class' `__init__`, `_set_checked` after
-    it, and `_decide(paths_and_shapes)` in `build`.
+    forms its base class takes) and `_KEYWORDS_OF_THE_OTHER_FLAVOUR`, defines
+    `_variable_path(variable)`, calls `_check_layerwise_arguments` before its base class'
+    `__init__`, `_set_checked` after it, and `_decide(paths_and_shapes, var_list)` in
+    `build`.
     """
 
     _SCHEDULE_CLASS = None
     _VARIABLE_CLASSES = ()
+    _KEYWORDS_OF_THE_OTHER_FLAVOUR = {}  # {keyword the base class refuses: what to do}
 
     def _check_layerwise_arguments(self, name, learning_rate, weight_decay_rate,
                                    exclude_from_weight_decay, exclude_from_layer_adaptation,
                                    keras_kwargs):
         """(learning_rate, keras_kwargs, checked attributes) after every shared check."""
+        for keyword, instead in self._KEYWORDS_OF_THE_OTHER_FLAVOUR.items():
+            if keyword in keras_kwargs:  # (checked, then refused by the base class, before)
+                raise TypeError(f"{name} got {keyword}=: a keyword of Keras 3's optimizers, "
+                                f"which tf_keras' do not take; {instead}")
         keras_kwargs = arguments.base_keywords(arguments.refuse_keywords(name, dict(keras_kwargs)))
         learning_rate = arguments.learning_rate(learning_rate, self._SCHEDULE_CLASS,
                                                 self._VARIABLE_CLASSES)
@@ -96,10 +102,25 @@ class LayerwiseMixin:
         patterns = list(exclusions.validate_patterns("var_names", var_names) or ())
         patterns += [f"^{re.escape(self._variable_path(v))}$" for v in var_list or ()]
         self._exclusions = self._exclusions.with_weight_decay_patterns(patterns)
+        self._excluded_variables = getattr(self, "_excluded_variables", []) + [
+            (self._variable_path(v), id(v)) for v in var_list or ()]
 
-    def _decide(self, paths_and_shapes):
-        """Store (decay, adapt) per variable index, decided once from the full path; log."""
+    def _decide(self, paths_and_shapes, var_list=()):
+        """Store (decay, adapt) per variable index, decided once from the full path; log.
+        A ValueError for a variable given to `exclude_from_weight_decay(var_list=...)` whose
+        path another of `var_list` has too: the exclusion, by path, would take both."""
         self._paths_and_shapes = list(paths_and_shapes)
+        ids_by_path = {}
+        for (path, _), variable in zip(self._paths_and_shapes, var_list):
+            ids_by_path.setdefault(path, set()).add(id(variable))
+        for path, identity in getattr(self, "_excluded_variables", ()):
+            if identity in ids_by_path.get(path, ()) and len(ids_by_path[path]) > 1:
+                raise ValueError(
+                    f"{self.name}.exclude_from_weight_decay(var_list=...) names the variable "
+                    f"{path!r}, and {len(ids_by_path[path])} variables of the model have that "
+                    "path: an exclusion is by path and would take them all; give the layers "
+                    "distinct names (tf_keras names a variable after its layer only, not the "
+                    "model holding it)")
         rows = self._exclusions.table(self._paths_and_shapes, self.weight_decay_rate)
         self._decisions = [(row.decayed, row.adapted) for row in rows]
         self._exclusions.log_report(self.name, self._paths_and_shapes)

@@ -30,6 +30,11 @@ class _LayerwiseOptimizer(layerwise.LayerwiseMixin, tf_keras.optimizers.Optimize
     _SCHEDULE_CLASS = tf_keras.optimizers.schedules.LearningRateSchedule
     _VARIABLE_CLASSES = (tf.Variable,)
     _variable_path = staticmethod(layerwise.name_without_suffix)
+    _KEYWORDS_OF_THE_OTHER_FLAVOUR = {
+        "gradient_accumulation_steps": "accumulate with lamb_tf.accumulation."
+                                       "GradientAccumulationModel (docs/large_batch.md)",
+        "loss_scale_factor": "scale the loss with tf_keras.mixed_precision.LossScaleOptimizer",
+    }
 
     def __init__(self, name, learning_rate, weight_decay_rate, exclude_from_weight_decay,
                  exclude_from_layer_adaptation, keras_kwargs):
@@ -105,7 +110,7 @@ class _LayerwiseOptimizer(layerwise.LayerwiseMixin, tf_keras.optimizers.Optimize
         self._trust_ratio_variables = [
             self.add_variable_from_reference(v, "trust_ratio", shape=[]) for v in var_list]
         self._build_slots(var_list)
-        self._decide([(self._variable_path(v), tuple(v.shape)) for v in var_list])
+        self._decide([(self._variable_path(v), tuple(v.shape)) for v in var_list], var_list)
 
     def _build_slots(self, var_list):
         raise NotImplementedError

@@ -159,3 +159,22 @@ def test_resnet_patterns_fit_model_garden_resnet_names():
     assert norms and kernels and len(norms) + len(kernels) == len(rows)
     assert all((row.decayed, row.adapted) == (False, False) for row in norms)
     assert all((row.decayed, row.adapted) == (True, True) for row in kernels)
+
+
+@pytest.mark.parametrize("flavour_name", FLAVOURS)
+def test_a_variable_excluded_by_identity_is_not_one_of_several_sharing_its_path(flavour_name):
+    """tf_keras names a variable after its layer only: two towers' `proj/kernel` share a
+    path, and exclude_from_weight_decay(var_list=[tower A's]), an exclusion by path, took
+    tower B's too, silently (Keras' own works by identity)."""
+    flavour = FLAVOURS[flavour_name]()
+    first, second = (flavour.variable("proj/kernel", [1.0, 2.0]) for _ in range(2))
+    optimizer = flavour.module.LAMB(0.01, weight_decay_rate=0.01)
+    optimizer.exclude_from_weight_decay(var_list=[first])
+    with pytest.raises(ValueError, match="names the variable 'proj/kernel', and 2 variables "
+                                         "of the model have that path"):
+        optimizer.build([first, second])
+    # one variable of that path: excluded as asked
+    alone = flavour.module.LAMB(0.01, weight_decay_rate=0.01)
+    alone.exclude_from_weight_decay(var_list=[first])
+    alone.build([first])
+    assert [row.decayed for row in alone.exclusion_table()] == [False]

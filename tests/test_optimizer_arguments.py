@@ -162,6 +162,23 @@ def test_keras3_only_base_keywords_are_checked_too():
     assert (config["loss_scale_factor"], config["gradient_accumulation_steps"]) == (128.0, 2)
 
 
+@pytest.mark.parametrize("keyword, value, instead", [
+    ("gradient_accumulation_steps", 2, "lamb_tf.accumulation.GradientAccumulationModel"),
+    ("gradient_accumulation_steps", 1, "lamb_tf.accumulation.GradientAccumulationModel"),
+    ("loss_scale_factor", 128.0, "tf_keras.mixed_precision.LossScaleOptimizer"),
+])
+def test_a_keras3_only_keyword_given_to_tf_keras_says_so_whatever_its_value(keyword, value,
+                                                                             instead):
+    """gradient_accumulation_steps=1 was "must be >= 2", and 2 then tf_keras' "kwargs should
+    be empty for optimizer_experimental.Optimizer"."""
+    module = FLAVOURS["tf_keras"]().module
+    for optimizer_class in (module.LAMB, module.LARS):
+        with pytest.raises(TypeError, match=re.escape(
+                f"got {keyword}=: a keyword of Keras 3's optimizers, which tf_keras' do not "
+                f"take; ") + ".*" + re.escape(instead)):
+            optimizer_class(**{keyword: value})
+
+
 def test_a_keras3_variable_rate_in_a_tf_keras_optimizer_is_refused():
     """tf_keras' own optimizers copy such a rate once, silently: it would not be read at every
     step as a tf.Variable is."""
