@@ -529,3 +529,19 @@ def test_a_saved_path_spelled_otherwise_is_no_change(key, old, new, same):
     """A run saved with a relative path, resumed with the same path made absolute, was
     refused as if another directory were given (a key the run keeps)."""
     assert config_lib.same_local_path(key, old, new) is same
+
+
+def test_help_config_names_optional_and_list_types_in_words():
+    """--help_config gave `Optional` for optimizer.exclude_from_weight_decay (a list of
+    patterns, or null) and optimizer.global_clipnorm (a number, or null)."""
+    from recipes.common import config_help  # pylint: disable=import-outside-toplevel
+
+    assert config_lib.type_name(Optional[list[str]]) == "list of str or null"
+    assert config_lib.type_name(Optional[float]) == "float or null"
+    assert config_lib.type_name(int | str) == "int or str"
+    assert config_lib.type_name(list) == "list" and config_lib.type_name(bool) == "bool"
+    kinds = {key: type_name for key, type_name, *_ in
+             config_help.config_keys(schema.OptimizerConfig(), "optimizer.")}
+    assert kinds["optimizer.exclude_from_weight_decay"] == "list of str or null"
+    assert kinds["optimizer.global_clipnorm"] == "float or null"
+    assert kinds["optimizer.learning_rate"] == "float"

@@ -1,11 +1,15 @@
 """A recipe's `Task` subclass that leaves out what its mode needs is refused in one line before
-any work, not with a NotImplementedError after the training."""
+any work, not with a NotImplementedError after the training; so are a schema without a shared
+section, training elements that are not the plan's batches, and an evaluation that is not a
+dict."""
 
+import dataclasses
+import re
 import types
 
 import pytest
 
-from recipes.common import driver, task
+from recipes.common import driver, schema, task
 from recipes.common.errors import UserError
 
 
@@ -61,3 +65,60 @@ def test_the_recipes_implement_what_every_mode_calls(module, class_name):
     recipe = task_class(task_class.config_class())
     for mode in ("train", "eval", "train_and_eval", "export"):
         driver.check_task_methods(recipe, mode)
+
+
+# A recipe author's mistakes the driver names in one line (a recipe audit met each as a
+# traceback: an AttributeError mid-run, an IndexError in the accumulation, an AttributeError
+# after the evaluation).
+
+
+@dataclasses.dataclass
+class _WithoutExport:
+    train: schema.TrainConfig = dataclasses.field(default_factory=schema.TrainConfig)
+    optimizer: schema.OptimizerConfig = dataclasses.field(default_factory=schema.OptimizerConfig)
+    eval: schema.EvalConfig = dataclasses.field(default_factory=schema.EvalConfig)
+    runtime: schema.RuntimeConfig = dataclasses.field(default_factory=schema.RuntimeConfig)
+
+
+def test_a_schema_without_a_shared_section_is_named():
+    class Recipe(_TrainsButDoesNotExport):
+        config_class = _WithoutExport
+
+    options = types.SimpleNamespace(config_files=(), params_override="", model_dir=None)
+    with pytest.raises(UserError, match=r"^_WithoutExport has no section export: "
+                                        r"schema.ExportConfig; every recipe's schema holds"):
+        driver.load_task(Recipe, options)
+
+
+@pytest.mark.parametrize("batching, wrong", [
+    (lambda dataset: dataset, "[]"),  # not batched
+    (lambda dataset: dataset.batch(3, drop_remainder=True), "[3]"),  # another size
+    (lambda dataset: dataset.batch(4, drop_remainder=True), None),
+    (lambda dataset: dataset.batch(4), None),  # (a last partial batch: shape None)
+])
+def test_training_elements_that_are_not_batches_of_the_plan_are_named(batching, wrong):
+    import tensorflow as tf  # pylint: disable=import-outside-toplevel
+
+    class Recipe(_TrainsButDoesNotExport):
+        def train_replica_dataset(self, input_context, plan, seed, steps_to_skip):
+            return batching(tf.data.Dataset.range(100).repeat())
+
+    recipe = Recipe(types.SimpleNamespace(train=types.SimpleNamespace(checkpoint_every=2,
+                                                                       seed=0)))
+    plan = types.SimpleNamespace(per_replica_batch_size=4)
+    make = lambda: task.train_dataset(recipe, tf.distribute.get_strategy(), plan, 0, 4)
+    if wrong is None:
+        make()
+        return
+    with pytest.raises(UserError, match=re.escape(
+            f"Recipe.train_replica_dataset gives elements of shape {wrong}, not batches of "
+            "plan.per_replica_batch_size=4: end it with .batch(")):
+        make()
+
+
+def test_an_evaluation_that_is_not_a_dict_is_named():
+    recipe = _TrainsButDoesNotExport(None)
+    assert driver.metric_values(recipe, {"loss": 1}) == {"loss": 1.0}
+    with pytest.raises(UserError, match=r"^_TrainsButDoesNotExport.evaluate returned a list, "
+                                        r"not a dict of metric name -> value"):
+        driver.metric_values(recipe, [0.5, 0.9])

@@ -374,13 +374,22 @@ def _check_type(value, field_type, dotted, source):
     quote = ("; quote it to give the string: '{}'".format(value)
              if field_type is str and isinstance(value, (bool, int, float)) else "")
     raise UserError(
-        f"{source}: config key {dotted!r} must be {_type_name(field_type)}, "
+        f"{source}: config key {dotted!r} must be {type_name(field_type)}, "
         f"got {value!r} ({type(value).__name__}){quote}"
     )
 
 
-def _type_name(field_type):
-    return getattr(field_type, "__name__", str(field_type))
+def type_name(field_type):
+    """How a schema field's type reads in a message and in --help_config: `float`, `list of
+    str`, `float or null` (Optional[float]: null, YAML's None, is allowed)."""
+    arguments = typing.get_args(field_type)
+    origin = typing.get_origin(field_type)
+    if origin in (typing.Union, types.UnionType):
+        names = [type_name(argument) for argument in arguments if argument is not type(None)]
+        return " or ".join(names + (["null"] if type(None) in arguments else []))
+    if origin in (list, tuple) and arguments:
+        return f"{origin.__name__} of {type_name(arguments[0])}"
+    return getattr(field_type, "__name__", str(field_type).replace("typing.", ""))
 
 
 def _build(schema_cls, values):

@@ -56,10 +56,8 @@ def config_keys(config, prefix=""):
         if dataclasses.is_dataclass(value):
             rows.extend(config_keys(value, f"{dotted}."))
             continue
-        field_type = hints[field.name]
-        type_name = getattr(field_type, "__name__", None) or str(field_type).replace(
-            "typing.", "")
-        rows.append((dotted, type_name, value, comments.get(field.name, "")))
+        rows.append((dotted, config_lib.type_name(hints[field.name]), value,
+                     comments.get(field.name, "")))
     return rows
 
 

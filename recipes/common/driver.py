@@ -12,6 +12,7 @@ read once (`flags.read_options`) and passed down as values.
 """
 
 import contextlib
+import dataclasses
 import json
 import math
 import os
@@ -82,6 +83,7 @@ def load_task(task_class, options):
     if task_class.config_class is None:
         raise UserError(f"{task_class.__name__}.config_class is not set: give the recipe's "
                         "config schema, a dataclass with the sections of recipes.common.schema")
+    _check_shared_sections(task_class)
     config = config_lib.load_config(
         task_class.config_class, options.config_files or runs_own_config(task_class, options),
         options.params_override, renamed_keys=schema.RENAMED_KEYS,
@@ -90,6 +92,26 @@ def load_task(task_class, options):
     task = task_class(config)
     task.check_config()
     return task
+
+
+# The sections every recipe's schema holds: the driver reads them (recipes.common.schema).
+SHARED_SECTIONS = {"train": schema.TrainConfig, "optimizer": schema.OptimizerConfig,
+                   "eval": schema.EvalConfig, "runtime": schema.RuntimeConfig,
+                   "export": schema.ExportConfig}
+
+
+def _check_shared_sections(task_class):
+    """A UserError naming a shared section the task's schema lacks or types otherwise (the
+    driver reads each; a missing one was an AttributeError's traceback mid-run)."""
+    fields = {field.name: field.type for field in dataclasses.fields(task_class.config_class)}
+    for name, section in SHARED_SECTIONS.items():
+        given = fields.get(name)
+        if not (isinstance(given, type) and issubclass(given, section)) and given not in (
+                section.__name__, f"schema.{section.__name__}"):  # (annotations as text)
+            raise UserError(
+                f"{task_class.config_class.__name__} has no section {name}: "
+                f"schema.{section.__name__}; every recipe's schema holds train, optimizer, "
+                "eval, runtime and export (docs/writing_a_recipe.md)")
 
 
 def runs_own_config(task_class, options):
@@ -185,6 +207,17 @@ def outputs_present(model_dir):
         names = ", ".join(f"config.{n}.yaml" for n in numbers)
         present[present.index("config.yaml")] = f"config.yaml (earlier: {names})"
     return present
+
+
+def metric_values(task, results):
+    """{name: float} of what `task.evaluate` returned; a UserError for what is not a dict
+    (`Model.evaluate` without `return_dict=True` gives a list: an AttributeError's
+    traceback before)."""
+    if not isinstance(results, dict):
+        raise UserError(f"{type(task).__name__}.evaluate returned a {type(results).__name__}, "
+                        "not a dict of metric name -> value (Model.evaluate gives one with "
+                        "return_dict=True)")
+    return {name: float(value) for name, value in results.items()}
 
 
 def exports(config, mode):
@@ -556,7 +589,7 @@ class _Run:
                 results = self.task.evaluate(self.model, self.strategy)
         except _INPUT_ERRORS as error:
             raise self.explain_input_error(error, "eval") or error
-        results = {name: float(value) for name, value in results.items()}
+        results = metric_values(self.task, results)
         step = int(self.model.optimizer.iterations.numpy())
         callbacks_lib.write_scalars(
             tf.summary.create_file_writer(os.path.join(self.model_dir, "eval")), step, results)

@@ -143,6 +143,20 @@ def checkpoint_chunks(first_step, end_step, checkpoint_every):
         start = end
 
 
+def _check_batches(task, pipeline, batch_size):
+    """A UserError for a `train_replica_dataset` whose elements are not batches of
+    `batch_size` (by their static shape; an unbatched one was an IndexError's traceback in
+    the accumulation)."""
+    shapes = [spec.shape for spec in tf.nest.flatten(pipeline.element_spec)
+              if isinstance(spec, tf.TensorSpec)]
+    wrong = [shape for shape in shapes if shape.rank == 0 or shape[0] not in (None, batch_size)]
+    if wrong:
+        raise UserError(
+            f"{type(task).__name__}.train_replica_dataset gives elements of shape "
+            f"{wrong[0].as_list()}, not batches of plan.per_replica_batch_size={batch_size}: "
+            "end it with .batch(plan.per_replica_batch_size, drop_remainder=True)")
+
+
 def train_dataset(task, strategy, plan, first_step, end_step):
     """The distributed dataset of one `fit` over the checkpoint chunks from step
     `first_step` to `end_step`: each chunk's own pipeline (`task.train_replica_dataset` at
@@ -160,9 +174,11 @@ def train_dataset(task, strategy, plan, first_step, end_step):
         pipelines = []
         for start, end in chunks:
             seed_offset, steps_to_skip = chunk_input_position(start, config.checkpoint_every)
-            pipelines.append(task.train_replica_dataset(
-                context, plan, config.seed + seed_offset, steps_to_skip).take(
-                    (end - start) * replicas if end < end_step else -1))  # -1: endless
+            pipeline = task.train_replica_dataset(context, plan, config.seed + seed_offset,
+                                                  steps_to_skip)
+            _check_batches(task, pipeline, plan.per_replica_batch_size)
+            pipelines.append(pipeline.take(
+                (end - start) * replicas if end < end_step else -1))  # -1: endless
         # Endless, as each chunk's pipeline: one exactly as long as its `fit` trained the
         # BERT recipe to other weights on the same batches (cause not traced).
         return functools.reduce(tf.data.Dataset.concatenate, pipelines).prefetch(
