@@ -38,7 +38,7 @@ class LayerwiseMixin:
     """Shared arguments, per-variable exclusion decisions and trust-ratio read-out.
 
     The flavour class sets `_SCHEDULE_CLASS` and `_VARIABLE_CLASSES` (the learning-rate
-    forms its base class takes) and `_KEYWORDS_OF_THE_OTHER_FLAVOUR`, defines
+    forms its base class takes) and `_KERAS3_ONLY_KEYWORDS`, defines
     `_variable_path(variable)`, calls `_check_layerwise_arguments` before its base class'
     `__init__`, `_set_checked` after it, and `_decide(paths_and_shapes, var_list)` in
     `build`.
@@ -46,13 +46,13 @@ class LayerwiseMixin:
 
     _SCHEDULE_CLASS = None
     _VARIABLE_CLASSES = ()
-    _KEYWORDS_OF_THE_OTHER_FLAVOUR = {}  # {keyword the base class refuses: what to do}
+    _KERAS3_ONLY_KEYWORDS = {}  # tf_keras: {Keras 3 keyword its base refuses: what to do}
 
     def _check_layerwise_arguments(self, name, learning_rate, weight_decay_rate,
                                    exclude_from_weight_decay, exclude_from_layer_adaptation,
                                    keras_kwargs):
         """(learning_rate, keras_kwargs, checked attributes) after every shared check."""
-        for keyword, instead in self._KEYWORDS_OF_THE_OTHER_FLAVOUR.items():
+        for keyword, instead in self._KERAS3_ONLY_KEYWORDS.items():
             if keyword in keras_kwargs:  # (checked, then refused by the base class, before)
                 raise TypeError(f"{name} got {keyword}=: a keyword of Keras 3's optimizers, "
                                 f"which tf_keras' do not take; {instead}")
@@ -93,7 +93,8 @@ class LayerwiseMixin:
         They join `exclude_from_weight_decay`, so `get_config` keeps them, the exclusion
         report and `exclusion_table()` show them, and with
         `exclude_from_layer_adaptation=None` they are not adapted either. Call it before
-        `build`, as Keras requires.
+        `build`, as Keras requires. A variable of `var_list` whose path another variable has
+        (two tf_keras layers of one name) is refused at `build`: its pattern would take both.
         """
         if hasattr(self, "_paths_and_shapes"):
             raise ValueError(f"{self.name}.exclude_from_weight_decay() must be called before the "

@@ -30,7 +30,7 @@ class _LayerwiseOptimizer(layerwise.LayerwiseMixin, tf_keras.optimizers.Optimize
     _SCHEDULE_CLASS = tf_keras.optimizers.schedules.LearningRateSchedule
     _VARIABLE_CLASSES = (tf.Variable,)
     _variable_path = staticmethod(layerwise.name_without_suffix)
-    _KEYWORDS_OF_THE_OTHER_FLAVOUR = {
+    _KERAS3_ONLY_KEYWORDS = {
         "gradient_accumulation_steps": "accumulate with lamb_tf.accumulation."
                                        "GradientAccumulationModel (docs/large_batch.md)",
         "loss_scale_factor": "scale the loss with tf_keras.mixed_precision.LossScaleOptimizer",

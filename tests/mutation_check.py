@@ -851,6 +851,53 @@ MUTATIONS = [
         ["tests/test_model_dir_in_use.py::"
          "test_a_run_holds_the_directories_of_the_files_its_mode_reads"],
         [r"test_a_run_holds_the_directories_of_the_files_its_mode_reads\[export"]),
+    # ---- 2026-12-06, second session: audits of a library user and of a recipe author -------
+    Mutation(
+        "finetune_eval_steps_ignored", "fine-tuning evaluates the whole held-out set whatever "
+        "eval.steps says",
+        "recipes/bert/finetune.py",
+        "        return self.network.predict(dataset.take(self.config.eval.steps or -1), "
+        "verbose=0)",
+        "        return self.network.predict(dataset, verbose=0)",
+        ["tests/test_finetune.py::test_a_classification_evaluation_reads_eval_steps_batches_"
+         "and_scores_those"],
+        [r"test_a_classification_evaluation_reads_eval_steps_batches_and_scores_those\[2-8"]),
+    Mutation(
+        "made_directory_left_after_an_error", "a directory storage.exclusive_use made stays, "
+        "empty, when the block ends in an exception (a stopped conversion's --output_dir)",
+        "recipes/common/storage.py",
+        "        made = _missing_directories(local_path(directory))",
+        "        made = []",
+        ["tests/test_model_dir_in_use.py::test_a_hold_that_ends_in_an_exception_removes_the_"
+         "directories_it_made_if_empty"],
+        [r"test_a_hold_that_ends_in_an_exception_removes_the_directories_it_made_if_empty"]),
+    Mutation(
+        "unbatched_training_elements_accepted", "training elements that are not batches of "
+        "the plan reach the accumulation (an IndexError's traceback)",
+        "recipes/common/task.py",
+        "            _check_batches(task, pipeline, plan.per_replica_batch_size)",
+        "            pass",
+        ["tests/test_task_interface.py::test_training_elements_that_are_not_batches_of_the_"
+         "plan_are_named"],
+        [r"test_training_elements_that_are_not_batches_of_the_plan_are_named"]),
+    Mutation(
+        "excluded_variable_sharing_its_path_accepted", "exclude_from_weight_decay(var_list="
+        "...) of a variable whose path another has excludes both, silently",
+        "lamb_tf/layerwise.py",
+        "            if identity in ids_by_path.get(path, ()) and len(ids_by_path[path]) > 1:",
+        "            if False:",
+        ["tests/test_exclusions.py::test_a_variable_excluded_by_identity_is_not_one_of_"
+         "several_sharing_its_path"],
+        [r"test_a_variable_excluded_by_identity_is_not_one_of_several_sharing_its_path"]),
+    Mutation(
+        "check_of_records_reads_conversion_files", "convert --check='records/*' reads "
+        "labels.txt and dataset_info.json as damaged TFRecords",
+        "recipes/resnet/convert.py",
+        "            if os.path.basename(path) not in (LABELS_FILE, INFO_FILE)]",
+        "            ]",
+        ["tests/test_resnet_convert.py::test_a_check_of_a_whole_output_dir_reads_its_records_"
+         "not_labels_or_dataset_info"],
+        [r"test_a_check_of_a_whole_output_dir_reads_its_records_not_labels_or_dataset_info"]),
 ]
 
 

@@ -2,8 +2,9 @@
 scripts), made to behave as its absl programs (the recipes) do: a mistake is one line,
 `error: ...; see --help`, and exit status 2, without argparse's usage block; an unknown
 flag is named before any missing one, with the known flag it is nearest to, in the words of
-the absl programs (`errors.not_a_flag`); flags are taken only in full (argparse would read `--step` as `--steps`); and
-`--helpfull`, absl's full help, prints the help as `--help` does."""
+the absl programs (`errors.not_a_flag`); flags are taken only in full (argparse would read
+`--step` as `--steps`); and `--helpfull`, absl's full help, prints the help as `--help`
+does."""
 
 import argparse
 import sys

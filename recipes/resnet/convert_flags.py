@@ -68,12 +68,12 @@ def check_flags(values, arguments):
     for name in ("check", "image_dir", "npz", "output_dir"):
         storage.refuse_unexpanded_home(f"--{name}", getattr(values, name) or "")
     if values.check:
-        given = [f"--{name}" for name in ("output_dir", "image_dir", "npz") if getattr(values, name)]
-        if given or values.digits:
+        given = [f"--{name}" for name in ("output_dir", "image_dir", "npz", "digits")
+                 if getattr(values, name)]
+        if given:
             raise UserError(
-                f"--check reads the records of a glob and writes nothing, so "
-                f"{(given + ['--digits'])[0]} has no use with it; drop it (or drop --check to "
-                "convert)")
+                f"--check reads the records of a glob and writes nothing, so {given[0]} has no "
+                "use with it; drop it (or drop --check to convert)")
         return
     if sum([bool(values.image_dir), bool(values.npz), values.digits]) != 1:
         raise UserError("pass exactly one of --image_dir, --npz, --digits (or --check)")
