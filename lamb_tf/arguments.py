@@ -176,7 +176,8 @@ def refuse_keywords(optimizer_name, keras_kwargs):
         number = isinstance(value, numbers.Real) and not isinstance(value, bool)
         raise ValueError(
             f"{optimizer_name} got weight_decay={value!r}: Keras' `weight_decay` decays the weights "
-            "outside the trust ratio, which is a different algorithm. Use "
+            "outside the trust ratio, which is a different algorithm; the paper's λ, inside "
+            "it (TF Addons' LAMB `weight_decay`), is weight_decay_rate. Use "
             + (f"weight_decay_rate={value!r}" if number else "weight_decay_rate (a number; 0.0 "
                "for none)") + " instead."
         )

@@ -52,6 +52,8 @@ class LayerwiseMixin:
                                    exclude_from_weight_decay, exclude_from_layer_adaptation,
                                    keras_kwargs):
         """(learning_rate, keras_kwargs, checked attributes) after every shared check."""
+        if not isinstance(name, str):  # (tf_keras' base takes any: its messages use it)
+            raise TypeError(f"name must be a string, got {name!r}")
         for keyword, instead in self._KERAS3_ONLY_KEYWORDS.items():
             if keyword in keras_kwargs:  # (checked, then refused by the base class, before)
                 raise TypeError(f"{name} got {keyword}=: a keyword of Keras 3's optimizers, "

@@ -205,3 +205,12 @@ def test_a_hyperparameter_set_later_is_checked_and_fixed_once_built(
     with pytest.raises(AttributeError, match=f"{name} cannot change once the optimizer is built"):
         setattr(optimizer, name, value / 2)
     assert optimizer.get_config()[name] == pytest.approx(value)
+
+
+@pytest.mark.parametrize("flavour_name", FLAVOURS)
+def test_a_name_that_is_not_a_string_is_refused_in_both_flavours(flavour_name):
+    """tf_keras' base class took name=5 (Keras 3's refuses it)."""
+    module = FLAVOURS[flavour_name]().module
+    for optimizer_class in (module.LAMB, module.LARS):
+        with pytest.raises(TypeError, match="name must be a string, got 5"):
+            optimizer_class(name=5)
