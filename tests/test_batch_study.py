@@ -812,3 +812,14 @@ def test_the_documented_recipe_reads_eval_steps_and_serves_float32_under_mixed_p
     serve = tf.saved_model.load(str(tmp_path / "run" / "export")).signatures["serving_default"]
     served = serve(images=tf.zeros([2, 28, 28], tf.uint8))["probabilities"]
     assert served.dtype == tf.float32
+
+
+def test_a_study_dir_holding_a_training_run_is_refused_before_any_run(tmp_path, capsys):
+    """A study wrote its runs, study.md and study.json among a training run's files."""
+    (tmp_path / "config.yaml").write_text("train: {steps: 3}\n")
+    assert cli.main(TINY_GRID + [f"--study_dir={tmp_path}"]) == 2
+    assert capsys.readouterr().err == (
+        f"error: --study_dir={tmp_path}: it holds a training run (its config.yaml), among whose "
+        "files the study's runs, study.md and study.json would be written; give a directory of "
+        "its own\n")
+    assert os.listdir(tmp_path) == ["config.yaml"]

@@ -353,3 +353,22 @@ def test_ctrl_c_is_one_line_and_exit_130(trains, line):
                             cwd=REPO_ROOT, timeout=120)
     assert result.returncode == 130
     assert result.stderr.strip().splitlines() == [line]
+
+
+@pytest.mark.parametrize("module, args, written", [
+    ("recipes.bert.prepare_data", [], "the shards, vocab.txt and metadata.json"),
+    ("recipes.resnet.convert", ["--digits"], "the shards, labels.txt and dataset_info.json"),
+])
+@pytest.mark.parametrize("run_file", ["config.yaml", "params.yaml"])
+def test_data_tools_refuse_an_output_dir_holding_a_training_run_before_tensorflow_loads(
+        module, args, written, run_file, without_tensorflow, tmp_path):
+    """prepare_data wrote its shards among a training run's files (convert too)."""
+    (tmp_path / run_file).write_text("train: {steps: 3}\n")
+    result = subprocess.run([sys.executable, "-m", module, f"--output_dir={tmp_path}", *args],
+                            cwd=REPO_ROOT, env=without_tensorflow, capture_output=True,
+                            text=True, timeout=60)
+    assert result.returncode == 2, result.stderr[-2000:]
+    assert result.stderr.splitlines() == [
+        f"error: --output_dir={tmp_path}: it holds a training run (its {run_file}), among whose "
+        f"files {written} would be written; give a directory of its own"]
+    assert os.listdir(tmp_path) == [run_file]

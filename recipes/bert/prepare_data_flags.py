@@ -128,3 +128,5 @@ def check_flags(values, positional, beam_arguments):
     for name in ("input_path", "output_dir", "vocab_file"):
         storage.refuse_unexpanded_home(f"--{name}", getattr(values, name) or "")
     storage.check_writable(f"--output_dir={values.output_dir}", values.output_dir)
+    storage.check_not_a_run(f"--output_dir={values.output_dir}", values.output_dir,
+                            "the shards, vocab.txt and metadata.json")

@@ -72,6 +72,23 @@ def check_writable(setting, directory):
                         "if missing)")
 
 
+# The files that mark a directory as a training run's: this project's programs' config.yaml,
+# Model Garden's trainer's params.yaml.
+RUN_FILES = ("config.yaml", "params.yaml")
+
+
+def check_not_a_run(setting, directory, written):
+    """A UserError naming `setting` if the local `directory` holds a training run (one of
+    `RUN_FILES`), among whose files a data tool or a study would write `written`."""
+    if not all_local([directory]):
+        return
+    found = [name for name in RUN_FILES if os.path.isfile(os.path.join(local_path(directory),
+                                                                         name))]
+    if found:
+        raise UserError(f"{setting}: it holds a training run (its {found[0]}), among whose "
+                        f"files {written} would be written; give a directory of its own")
+
+
 # The directories this process holds (`exclusive_use`, `shared_use`): (device, inode) ->
 # holds.
 _HELD = {}

@@ -91,6 +91,8 @@ def check_flags(values, arguments):
         raise UserError(f"--jpeg_quality={values.jpeg_quality} must be from 1 to 100; give "
                         "e.g. 95 (the default)")
     storage.check_writable(f"--output_dir={values.output_dir}", values.output_dir)
+    storage.check_not_a_run(f"--output_dir={values.output_dir}", values.output_dir,
+                            "the shards, labels.txt and dataset_info.json")
     if values.image_dir and storage.is_inside(values.output_dir, values.image_dir):
         raise UserError(
             f"--output_dir={values.output_dir} is within --image_dir={values.image_dir}: the "

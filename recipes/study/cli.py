@@ -288,6 +288,8 @@ def _checked_plan(args):
     adapter.check_settings(args.recipe, args.config_file, sweep_phase + untuned_phase,
                            lambda run: runner.run_dir(args.study_dir, run), args.params_override)
     storage.check_writable(f"--study_dir={args.study_dir}", args.study_dir)
+    storage.check_not_a_run(f"--study_dir={args.study_dir}", args.study_dir,
+                            "the study's runs, study.md and study.json")
     planned = sweep_phase + untuned_phase + [
         seed_run for run in sweep_phase for seed_run in plan_lib.seed_runs(run, settings.seeds)]
     runner.check_recorded(args.study_dir, planned, runner.study_flags(
