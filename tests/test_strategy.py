@@ -274,3 +274,50 @@ def test_strategy_tpu_without_a_tpu_names_the_flag_given():
     with pytest.raises(UserError, match=re.escape(
             "--strategy=tpu (on the local TPU): no usable TPU on this machine (")):
         strategy_lib.make_strategy("tpu")
+
+
+def test_cpu_replicas_split_the_cpu_into_that_many_mirrored_devices(recorders, monkeypatch,
+                                                                      capsys):
+    configured = []
+    monkeypatch.setattr(tf.config, "set_logical_device_configuration",
+                        lambda device, devices: configured.append(len(devices)))
+    monkeypatch.setattr(tf.config, "list_logical_devices", lambda kind=None: [
+        types.SimpleNamespace(name=f"/device:CPU:{i}") for i in range(3)])
+    strategy = strategy_lib.make_strategy("mirrored", cpu_replicas=2)
+    assert type(strategy) is recorders["MirroredStrategy"] and configured == [2]
+    assert strategy.args == (["/device:CPU:0", "/device:CPU:1"],)
+    assert capsys.readouterr().out.startswith("strategy: mirrored, ")
+
+
+def test_cpu_replicas_on_a_machine_with_gpus_or_after_devices_are_set_up_are_one_line(
+        monkeypatch):
+    def set_up_already(device, devices):
+        raise RuntimeError("Virtual devices cannot be modified after being initialized")
+
+    monkeypatch.setattr(tf.config, "set_logical_device_configuration", set_up_already)
+    with pytest.raises(UserError, match=r"^--cpu_replicas=2: TensorFlow's devices are set up "
+                                        r"already in this process \(Virtual devices"):
+        strategy_lib.make_strategy("mirrored", cpu_replicas=2)
+    _two_fake_gpus(monkeypatch)
+    with pytest.raises(UserError, match=r"^--cpu_replicas=2: this machine has GPUs; drop "):
+        strategy_lib.make_strategy("mirrored", cpu_replicas=2)
+
+
+@pytest.mark.slow  # a command-line run
+def test_a_run_with_cpu_replicas_trains_on_that_many_replicas(tmp_path):
+    """The multi-replica path (per-replica batches, the all-reduce) from the command line of
+    a machine without an accelerator, as the tests reach it."""
+    import subprocess  # pylint: disable=import-outside-toplevel
+    import sys  # pylint: disable=import-outside-toplevel
+
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    result = subprocess.run(
+        [sys.executable, "-m", "recipes.resnet.train", f"--model_dir={tmp_path / 'run'}",
+         f"--config_file={repo}/configs/resnet/tiny_cpu.yaml", "--strategy=mirrored",
+         "--cpu_replicas=2", "--mode=train", "--params_override=train.steps=2,"
+         "train.checkpoint_every=2,optimizer.warmup_steps=1,export.enabled=false"],
+        cwd=repo, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "strategy: mirrored, 2 replica(s) in sync" in result.stdout
+    results = json.loads((tmp_path / "run" / "results.json").read_text())
+    assert (results["num_replicas"], results["steps"]) == (2, 2)

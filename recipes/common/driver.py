@@ -399,7 +399,8 @@ def run(task_class, options):
         task.check_data(options.mode, options.model_dir)
     for line in changes:
         print(line, flush=True)
-    strategy = strategy_lib.make_strategy(options.strategy, options.tpu, options.communication)
+    strategy = strategy_lib.make_strategy(options.strategy, options.tpu, options.communication,
+                                          options.cpu_replicas)
     plan = plan_batch(task.config, strategy.num_replicas_in_sync)
     if options.verbose:
         print(f"resolved config:\n{config_lib.format_config(task.config)}", flush=True)

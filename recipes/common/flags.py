@@ -95,6 +95,13 @@ def _define_shared_flags():
         "Distribution strategy. Empty: guess (TPU if --tpu, multi-worker if TF_CONFIG is set, "
         "mirrored if several GPUs, else default).",
     )
+    flags.DEFINE_integer(
+        "cpu_replicas",
+        0,
+        "With --strategy=mirrored on a machine without GPUs: split the CPU into this many "
+        "logical devices, a replica each, to try the multi-replica path (per-replica "
+        "batches, the all-reduce, resume) where there is no accelerator. 0: off.",
+    )
     flags.DEFINE_enum(
         "communication",
         "auto",
@@ -155,6 +162,7 @@ class RunOptions:
     deterministic: bool
     verbose: bool = False
     help_config: bool = False
+    cpu_replicas: int = 0
     extra: dict = dataclasses.field(default_factory=dict)  # ExtraFlag name -> value
 
 
@@ -192,6 +200,9 @@ def read_options(argv, extra_flags=()):
     storage.refuse_unexpanded_home("--model_dir", FLAGS.model_dir or "")
     for config_file in FLAGS.config_file:
         storage.refuse_unexpanded_home("--config_file", config_file)
+    if FLAGS.cpu_replicas < 0 or (FLAGS.cpu_replicas and FLAGS.strategy != "mirrored"):
+        raise UserError(f"--cpu_replicas={FLAGS.cpu_replicas}: give a number of logical CPU "
+                        "devices >= 1 with --strategy=mirrored (0: off)")
     return RunOptions(
         config_files=tuple(FLAGS.config_file),
         params_override=FLAGS.params_override,
@@ -205,5 +216,6 @@ def read_options(argv, extra_flags=()):
         deterministic=FLAGS.deterministic,
         verbose=FLAGS.verbose,
         help_config=FLAGS.help_config,
+        cpu_replicas=FLAGS.cpu_replicas,
         extra={extra.name: FLAGS[extra.name].value for extra in extra_flags},
     )

@@ -21,8 +21,10 @@ from recipes.common.errors import UserError
 TPU_INIT_TIMEOUT_SECONDS = 300
 
 
-def make_strategy(strategy_name="", tpu="", communication="auto"):
-    """Builds the strategy named by the flags, or the guess described in the module doc."""
+def make_strategy(strategy_name="", tpu="", communication="auto", cpu_replicas=0):
+    """Builds the strategy named by the flags, or the guess described in the module doc;
+    with `cpu_replicas` (and "mirrored"), a MirroredStrategy over that many logical CPU
+    devices (`mirrored_over_cpu`)."""
     name = strategy_name or _guess(tpu)
     if name == "tpu":
         strategy = _tpu_strategy(tpu or "local", given_tpu=bool(tpu))
@@ -44,6 +46,8 @@ def make_strategy(strategy_name="", tpu="", communication="auto"):
                 implementation=implementation
             )
         )
+    elif name == "mirrored" and cpu_replicas:
+        strategy = mirrored_over_cpu(cpu_replicas)
     elif name == "mirrored":
         strategy = tf.distribute.MirroredStrategy()
     elif name == "default":
@@ -58,6 +62,25 @@ def make_strategy(strategy_name="", tpu="", communication="auto"):
         flush=True,
     )
     return strategy
+
+
+def mirrored_over_cpu(replicas):
+    """A MirroredStrategy over `replicas` logical devices of this machine's CPU (what the
+    tests use to run the multi-replica path without an accelerator); a UserError on a
+    machine with GPUs (their replicas are the ones to use) or once TensorFlow's devices are
+    set up (a split is possible only before)."""
+    if tf.config.list_physical_devices("GPU"):
+        raise UserError(f"--cpu_replicas={replicas}: this machine has GPUs; drop --cpu_replicas "
+                        "(--strategy=mirrored takes a replica per GPU)")
+    cpu = tf.config.list_physical_devices("CPU")[0]
+    try:
+        tf.config.set_logical_device_configuration(
+            cpu, [tf.config.LogicalDeviceConfiguration()] * replicas)
+    except RuntimeError as error:  # ("Virtual devices cannot be modified after being ...")
+        raise UserError(f"--cpu_replicas={replicas}: TensorFlow's devices are set up already "
+                        f"in this process ({error})") from None
+    return tf.distribute.MirroredStrategy(
+        [device.name for device in tf.config.list_logical_devices("CPU")][:replicas])
 
 
 def check_tf_config(text):
