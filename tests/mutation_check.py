@@ -898,6 +898,14 @@ MUTATIONS = [
         ["tests/test_resnet_convert.py::test_a_check_of_a_whole_output_dir_reads_its_records_"
          "not_labels_or_dataset_info"],
         [r"test_a_check_of_a_whole_output_dir_reads_its_records_not_labels_or_dataset_info"]),
+    Mutation(
+        "study_tabulates_runs_of_a_changed_config", "the study tabulates finished runs whose "
+        "config changed since (an edited config file or recipe default), without a word",
+        "recipes/study/adapter.py",
+        "        if changes:",
+        "        if False:",
+        ["tests/test_batch_study.py::test_a_finished_run_whose_config_changed_since_is_named"],
+        [r"test_a_finished_run_whose_config_changed_since_is_named"]),
 ]
 
 

@@ -3,15 +3,20 @@ and plot. Most tests run it against tests/study_fake_recipe.py (a CLI with the r
 flags that writes results.json at once); the slow one runs the real ResNet recipe."""
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
 import time
+import types
 
 import pytest
 
 from conftest import REPO_ROOT
-from recipes.study import adapter, cli, plan, runner
+from recipes.common import config as config_lib
+from recipes.common import driver
+from recipes.common.errors import UserError
+from recipes.study import adapter, cli, plan, report, runner
 
 TESTS_DIR = os.path.dirname(os.path.abspath(__file__))
 TINY_GRID = [
@@ -199,6 +204,7 @@ def fake_recipe(monkeypatch):
     """The study tool, in this process, driving tests/study_fake_recipe.py."""
     monkeypatch.setitem(adapter.PROGRAMS, "resnet", "study_fake_recipe")
     monkeypatch.setattr(adapter, "check_settings", lambda *args, **kwargs: None)
+    monkeypatch.setattr(adapter, "check_finished_configs", lambda *args, **kwargs: None)
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([TESTS_DIR, REPO_ROOT]))
 
 
@@ -283,6 +289,7 @@ FAKE_STUDY_PROGRAM = (
     "import sys; from recipes.study import adapter, cli; "
     "adapter.PROGRAMS['resnet'] = 'study_fake_recipe'; "
     "adapter.check_settings = lambda *args, **kwargs: None; "
+    "adapter.check_finished_configs = lambda *args, **kwargs: None; "
     "sys.exit(cli.main(sys.argv[1:]))"
 )
 
@@ -319,6 +326,7 @@ def test_killed_study_resumes_without_rerunning_finished_runs(fake_recipe, tmp_p
     assert counts.pop("lamb_b8_lr0.4_w1_s1") == 2  # killed unfinished: run again
     assert set(counts.values()) == {1} and len(counts) == 15
     assert "[2/8] lamb_b8_lr0.4_w1_s1: diverged" in result.stdout  # 1 of 8 already done
+    assert "sweep: 8 runs (1 finished before: not run again)" in result.stdout.splitlines()
 
 
 @pytest.mark.slow  # runs the fake recipe in processes
@@ -350,6 +358,10 @@ def test_a_study_dir_recorded_with_other_settings_is_refused_before_any_run(
                                  "of the study that made it")
     assert starts(study_dir) == before  # nothing ran again
     assert cli.main(grid + ["--report_only"]) == 0  # the settings that made it: tabulated
+    # the same config file spelled otherwise (was "recorded with other settings")
+    respelled = [f"--config_file={os.path.relpath(arg.split('=', 1)[1])}"
+                 if arg.startswith("--config_file=") else arg for arg in grid]
+    assert respelled != grid and cli.main(respelled + ["--report_only"]) == 0
 
 
 def test_a_failure_that_is_not_divergence_stops_the_study(fake_recipe, tmp_path, capsys):
@@ -823,3 +835,57 @@ def test_a_study_dir_holding_a_training_run_is_refused_before_any_run(tmp_path, 
         "files the study's runs, study.md and study.json would be written; give a directory of "
         "its own\n")
     assert os.listdir(tmp_path) == ["config.yaml"]
+
+
+def test_a_finished_run_whose_config_changed_since_is_named(tmp_path):
+    """A study run again after its config file (or a recipe file's defaults) changed
+    tabulated the old runs as of the new settings, without a word."""
+    config_file = os.path.join(REPO_ROOT, "configs", "resnet", "tiny_cpu.yaml")
+    args = cli.parse_args(TINY_GRID + [f"--study_dir={tmp_path}"])
+    run = plan.sweep_runs(cli.settings_from(args))[("lamb", 8)][0]
+    task_class = adapter.task_class_of("resnet")
+    options = types.SimpleNamespace(config_files=(config_file,), model_dir=None,
+                                    params_override=adapter.override_string(run, ""))
+    config_lib.save_config(driver.load_task(task_class, options).config, str(tmp_path))
+    check = lambda files, extra: adapter.check_finished_configs(
+        "resnet", files, [run], lambda _: str(tmp_path), extra)
+    check([config_file], "")  # as it ran
+    check([os.path.relpath(config_file)], "")  # the same file spelled otherwise
+    with pytest.raises(UserError, match=re.escape(
+            f"run {run.name} in {tmp_path} ran with optimizer.weight_decay_rate=0.01, and this "
+            "study's config gives 0.5: a config file or the recipe changed since; give another "
+            "--study_dir for the new settings, or restore them")):
+        check([config_file], "optimizer.weight_decay_rate=0.5")
+
+
+def test_the_table_marks_a_rate_at_an_end_of_its_sweep_and_says_what_its_columns_mean():
+    """A winner at the top of the sweep read as a settled choice; study.md did not say what
+    its noise scale, times and chosen rates were."""
+    def row(chosen, rates, line="lamb"):
+        return {"line": line, "global_batch_size": 64, "steps": 10, "warmup_steps": 1,
+                "learning_rate": chosen, "sweep": {f"{rate:g}": 0.5 for rate in rates},
+                "seeds": 1, "diverged_seeds": 0, "unfinished_runs": 1, "metric_mean": 0.5,
+                "metric_std": None, "wall_time_seconds": 1.0, "noise_scale": None,
+                "noise_scale_not_measurable": 0}
+    table = report.markdown([row(0.4, (0.1, 0.2, 0.4)), row(0.1, (0.1, 0.2, 0.4)),
+                             row(0.2, (0.1, 0.2, 0.4)), row(0.2, (0.1, 0.2)),
+                             row(0.2, (0.2,), "lamb (untuned sqrt rule)")], "accuracy")
+    chosen = [line.split(" | ")[4] for line in table.splitlines()[2:]]
+    assert chosen == ["0.4 (top of sweep)", "0.1 (bottom of sweep)", "0.2", "0.2", "0.2"]
+    assert "(n=1, 1 run not finished)" in table  # was "1 runs"
+    legend = report.legend("accuracy")
+    assert "the highest held-out accuracy on the first seed" in legend
+    assert "without the process's start-up" in legend and "B_simple in examples" in legend
+    assert "the lowest held-out loss" in report.legend("loss")
+
+
+def test_a_base_rate_of_an_optimizer_the_study_does_not_run_is_noted(fake_recipe, tmp_path,
+                                                                     capsys):
+    grid = [arg for arg in TINY_GRID if not arg.startswith(("--batch_sizes", "--optimizers",
+                                                            "--seeds", "--base_lr"))]
+    assert cli.main(grid + ["--batch_sizes=8", "--optimizers=lamb", "--seeds=1",
+                            "--base_lr=lamb=0.1,lars=1.0", f"--study_dir={tmp_path}"]) == 0
+    assert ("note: --base_lr gives lars, which --optimizers does not list; it runs no such "
+            "line") in capsys.readouterr().out.splitlines()
+    made_by = open(tmp_path / "study.md").read().split("\n")[2]
+    assert made_by.startswith("Made by: `python -m recipes.study --recipe=resnet ")

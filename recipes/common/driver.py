@@ -321,14 +321,10 @@ def compare_with_saved_config(task, model_dir, mode):
     to `optimizer.name`, or into `mixed_float16` (one line each), before anything is written
     there; returns the console's line for every other changed key, old -> new (printed once
     the task has checked its data, which may refuse a change of its own)."""
-    saved_path = os.path.join(model_dir, "config.yaml")
-    if checkpoints.latest_checkpoint(model_dir) is None or not tf.io.gfile.exists(saved_path):
+    if checkpoints.latest_checkpoint(model_dir) is None:
         return []
-    saved = config_lib.load_config(type(task.config), [saved_path])
     lines = []
-    for key, old, new in config_lib.changed_keys(saved, task.config):
-        if config_lib.same_local_path(key, old, new):  # `runs/a` saved, `/work/runs/a` now
-            continue
+    for key, old, new in saved_config_changes(task, model_dir):
         if key == "optimizer.name":  # every recipe: the slots are the optimizer's own
             raise UserError(
                 f"{key} was {old!r} in the run in {model_dir}, now {new!r}: its checkpoint "
@@ -348,6 +344,18 @@ def compare_with_saved_config(task, model_dir, mode):
         lines.append(f"config: {key} {old!r} -> {new!r} ({_WITH_THE_RUN[mode][1]} the run "
                      f"in {model_dir})")
     return lines
+
+
+def saved_config_changes(task, model_dir):
+    """[(key, saved value, value now)] of the keys `task.config` changes from the
+    config.yaml in `model_dir` (none without one); a path spelled otherwise (`runs/a`
+    saved, `/work/runs/a` now) is no change."""
+    saved_path = os.path.join(model_dir, "config.yaml")
+    if not tf.io.gfile.exists(saved_path):
+        return []
+    saved = config_lib.load_config(type(task.config), [saved_path])
+    return [(key, old, new) for key, old, new in config_lib.changed_keys(saved, task.config)
+            if not config_lib.same_local_path(key, old, new)]
 
 
 def _keep(key, old, mode):

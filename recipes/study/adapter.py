@@ -104,6 +104,27 @@ def check_settings(recipe, config_files, runs, model_dir_of, extra_overrides="")
         driver.load_task(task_class, options).check_data(MODE, model_dir_of(run))
 
 
+def check_finished_configs(recipe, config_files, runs, model_dir_of, extra_overrides=""):
+    """A UserError for the first of the finished `runs` whose config, as this study would
+    run it now, differs from the one it ran with (its `config.yaml`): a config file, or a
+    recipe file's defaults, changed since, and its figures would be tabulated as of the new
+    settings."""
+    driver = importlib.import_module("recipes.common.driver")
+    task_class = task_class_of(recipe)
+    for run in runs:
+        options = types.SimpleNamespace(config_files=tuple(config_files), model_dir=None,
+                                        params_override=override_string(run, extra_overrides))
+        changes = driver.saved_config_changes(driver.load_task(task_class, options),
+                                              model_dir_of(run))
+        if changes:
+            key, old, new = changes[0]
+            more = f", and {len(changes) - 1} more key(s)" if len(changes) > 1 else ""
+            raise UserError(
+                f"run {run.name} in {model_dir_of(run)} ran with {key}={old!r}, and this "
+                f"study's config gives {new!r}{more}: a config file or the recipe changed "
+                "since; give another --study_dir for the new settings, or restore them")
+
+
 def task_class_of(recipe):
     """The `Task` subclass a recipe runs: a shipped one's by name; a recipe file's is the one
     `Task` subclass the file defines (the file is imported, its `__main__` block not run)."""

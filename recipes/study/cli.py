@@ -16,6 +16,7 @@ arguments to resume. The grid arithmetic is in recipes/study/plan.py.
 import argparse
 import math
 import os
+import shlex
 import sys
 import time
 
@@ -226,6 +227,29 @@ def _progress(done, total, run, status):
     print(f"[{done}/{total}] {run.name}: {figures}", flush=True)
 
 
+def _header(args, settings, statuses):
+    """study.md's first lines: the settings, the runs, and the command that makes it."""
+    finished = [status for status in statuses.values() if status]
+    process_seconds = sum(status["process_seconds"] for status in finished)
+    command = " ".join(shlex.quote(arg) for arg in args.command_line
+                       if not arg.startswith("--report_only"))
+    return (
+        f"Batch-size study: recipe {args.recipe}, {_count(settings.epochs, 'epoch')} of "
+        f"{settings.train_examples:,} examples, {settings.lr_rule} learning-rate rule from "
+        f"batch {settings.base_batch_size}, seeds {','.join(map(str, settings.seeds))}; "
+        f"{len(finished)} of {len(statuses)} runs finished, {process_seconds / 60:.1f} min of "
+        f"run processes in total.\n\nMade by: `python -m recipes.study {command}`"
+    )
+
+
+def _phase_line(name, runs, study_dir):
+    """`sweep: 24 runs`, saying how many of them finished before (a resumed study skips
+    them)."""
+    done = sum(runner.read_status(study_dir, run) is not None for run in runs)
+    before = f" ({done} finished before: not run again)" if done else ""
+    return f"{name}: {_count(len(runs), 'run')}{before}"
+
+
 def _count(number, noun):
     """`1 run`, `3 runs`, `0.25 epochs`."""
     return f"{number:g} {noun}" + ("" if number == 1 else "s")
@@ -256,7 +280,9 @@ def main(argv=None):
     """The study; its exit status (2: a mistake, one line; 130: interrupted by Ctrl-C; 143:
     by SIGTERM). Either way the runs under way are sent SIGTERM (they save a checkpoint of
     their step) and waited for."""
-    args = parse_args(sys.argv[1:] if argv is None else argv)
+    argv = sys.argv[1:] if argv is None else argv
+    args = parse_args(argv)
+    args.command_line = list(argv)
     try:
         with errors.sigterm_raises():
             return _main(args)
@@ -294,6 +320,10 @@ def _checked_plan(args):
         seed_run for run in sweep_phase for seed_run in plan_lib.seed_runs(run, settings.seeds)]
     runner.check_recorded(args.study_dir, planned, runner.study_flags(
         args.recipe, args.config_file, args.params_override))
+    adapter.check_finished_configs(
+        args.recipe, args.config_file,
+        [run for run in planned if runner.read_status(args.study_dir, run) is not None],
+        lambda run: runner.run_dir(args.study_dir, run), args.params_override)
     if args.report_only:
         if not any(runner.read_status(args.study_dir, run) for run in planned):
             raise UserError(
@@ -310,6 +340,10 @@ def _main(args):
         print(f"error: {error}", file=sys.stderr)
         return 2
     os.makedirs(args.study_dir, exist_ok=True)
+    unused = [name for name in args.base_lr if name not in settings.optimizers]
+    if unused:  # (allowed: one --base_lr for several studies)
+        print(f"note: --base_lr gives {', '.join(unused)}, which --optimizers does not list; "
+              "it runs no such line", flush=True)
     run_arguments = dict(
         recipe=args.recipe, config_files=args.config_file, study_dir=args.study_dir,
         extra_overrides=args.params_override, metric=metric,
@@ -326,7 +360,7 @@ def _main(args):
                               for batch in settings.batch_sizes)
             print(f"steps per run ({_count(settings.epochs, 'epoch')} of "
                   f"{settings.train_examples:,} examples): {steps}", flush=True)
-            print(f"sweep: {_count(len(sweep_phase), 'run')}", flush=True)
+            print(_phase_line("sweep", sweep_phase, args.study_dir), flush=True)
         statuses = execute(
             sweep_phase, parallel=args.parallel, progress=_progress, **run_arguments
         )
@@ -339,7 +373,7 @@ def _main(args):
             runs = list({run.name: run for run in runs if run.name not in statuses}.values())
             if runs:
                 if not args.report_only:
-                    print(f"{name}: {_count(len(runs), 'run')}", flush=True)
+                    print(_phase_line(name, runs, args.study_dir), flush=True)
                 statuses.update(
                     execute(runs, parallel=args.parallel, progress=_progress, **run_arguments)
                 )
@@ -347,15 +381,6 @@ def _main(args):
         print(f"error: {error}", file=sys.stderr)
         return 2
     rows = report.summarize(settings, sweeps, untuned, statuses, metric)
-    finished = [status for status in statuses.values() if status]
-    process_seconds = sum(status["process_seconds"] for status in finished)
-    header = (
-        f"Batch-size study: recipe {args.recipe}, {_count(settings.epochs, 'epoch')} of "
-        f"{settings.train_examples:,} examples, {settings.lr_rule} learning-rate rule from "
-        f"batch {settings.base_batch_size}, seeds {','.join(map(str, settings.seeds))}; "
-        f"{len(finished)} of {len(statuses)} runs finished, {process_seconds / 60:.1f} min of "
-        "run processes in total."
-    )
-    paths = report.write(args.study_dir, rows, metric, header)
+    paths = report.write(args.study_dir, rows, metric, _header(args, settings, statuses))
     print(f"study written: {', '.join(paths)} ({time.perf_counter() - start:.0f} s)")
     return 0

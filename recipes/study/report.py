@@ -82,11 +82,43 @@ def _fmt(value, digits=4):
     return "–" if value is None else f"{value:.{digits}f}"
 
 
+def _chosen(row):
+    """The chosen learning rate as the table writes it, marked when it is the highest or
+    lowest of a sweep of three or more rates: a better rate may lie beyond, and the row is
+    then a lower bound (a sweep of two brackets nothing: every choice would be marked)."""
+    if row["learning_rate"] is None:
+        return "–"
+    chosen = f"{row['learning_rate']:.6g}"
+    rates = sorted(float(rate) for rate in row["sweep"])
+    if len(rates) < 3 or "untuned" in row["line"]:
+        return chosen
+    if row["learning_rate"] == rates[-1]:
+        return f"{chosen} (top of sweep)"
+    return f"{chosen} (bottom of sweep)" if row["learning_rate"] == rates[0] else chosen
+
+
+def legend(metric):
+    """What the table's columns mean, written under it in study.md."""
+    better = "lowest" if adapter.is_loss(metric) else "highest"
+    return (
+        f"Chosen peak LR: the rate of the sweep with the {better} held-out {metric} on the "
+        "first seed (the first given, on a tie); marked at the top or bottom of a sweep of "
+        "three rates or more, where a better rate may lie beyond it: the row is then a lower "
+        "bound of what the batch reaches. The held-out figure is the mean over the seeds run "
+        "at that rate. Training time: the recipe's own, from its start to its end (its "
+        "results.json), without the process's start-up (TensorFlow's import, some seconds); "
+        "the header's total counts whole processes. Noise scale: the gradient noise scale "
+        "B_simple in examples, at the end of the runs, mean over seeds (McCandlish et al., "
+        "arXiv 1812.06162): the batch beyond which a larger one buys little per example; – "
+        "when an update is one micro-batch on one replica (nothing to estimate it from), not "
+        "measurable when the estimate is negative (the noise outweighs the gradient).\n")
+
+
 def markdown(rows, metric):
     named = f"{metric}, lower is better" if adapter.is_loss(metric) else metric
     lines = [
         f"| line | global batch | steps | warmup | chosen peak LR | held-out {named} "
-        "(mean ± std over seeds) | LR sweep (first seed) | wall time per run (s) "
+        "(mean ± std over seeds) | LR sweep (first seed) | training time per run (s) "
         "| noise scale |",
         "| --- | ---: | ---: | ---: | ---: | --- | --- | ---: | ---: |",
     ]
@@ -100,20 +132,19 @@ def markdown(rows, metric):
         else:
             spread = "" if row["metric_std"] is None else f" ± {row['metric_std']:.4f}"
             diverged = f", {row['diverged_seeds']} diverged" if row["diverged_seeds"] else ""
-            unfinished = f", {row['unfinished_runs']} runs not finished" if row[
-                "unfinished_runs"] else ""
+            count = row["unfinished_runs"]
+            unfinished = f", {count} run{'s' * (count != 1)} not finished" if count else ""
             held_out = (
                 f"{row['metric_mean']:.4f}{spread} (n={row['seeds']}{diverged}{unfinished})"
             )
         noise = "–" if row["noise_scale"] is None else f"{row['noise_scale']:,.0f}"
-        if row["noise_scale_not_measurable"]:
+        if row.get("noise_scale_not_measurable"):  # (older study.json files lack it)
             count = row["noise_scale_not_measurable"]
             noise = ("not measurable" if row["noise_scale"] is None
                      else f"{noise} ({count} not measurable)")
-        lr = "–" if row["learning_rate"] is None else f"{row['learning_rate']:.6g}"
         lines.append(
             f"| {row['line']} | {row['global_batch_size']:,} | {row['steps']} "
-            f"| {row['warmup_steps']} | {lr} | {held_out} | {sweep} "
+            f"| {row['warmup_steps']} | {_chosen(row)} | {held_out} | {sweep} "
             f"| {_fmt(row['wall_time_seconds'], 1)} | {noise} |"
         )
     return "\n".join(lines) + "\n"
@@ -163,7 +194,7 @@ def write(study_dir, rows, metric, header):
     """Writes study.md, study.json and study.png into `study_dir`; returns their paths."""
     paths = [os.path.join(study_dir, name) for name in (TABLE_MD, TABLE_JSON, PLOT_PNG)]
     with open(paths[0], "w") as handle:
-        handle.write(header + "\n\n" + markdown(rows, metric))
+        handle.write(header + "\n\n" + markdown(rows, metric) + "\n" + legend(metric))
     with open(paths[1], "w") as handle:
         json.dump({"metric": metric, "rows": rows}, handle, indent=2)
     plot(rows, metric, paths[2])

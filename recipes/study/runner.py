@@ -105,12 +105,21 @@ def check_recorded(study_dir, runs, flags):
         recorded = {**status.get("run", {}), **status.get("study_flags", flags)}
         planned = {**dataclasses.asdict(run), **flags}
         differences = [f"{key} {recorded.get(key)!r} then, {value!r} now"
-                       for key, value in planned.items() if recorded.get(key) != value]
+                       for key, value in planned.items()
+                       if _comparable(key, recorded.get(key)) != _comparable(key, value)]
         if differences:
             raise UserError(
                 f"--study_dir={study_dir}: run {run.name} was recorded with other settings "
                 f"({'; '.join(differences)}); give another --study_dir for these settings, "
                 "or the flags of the study that made it")
+
+
+def _comparable(key, value):
+    """A recorded setting as compared: config files by the files they name (`configs/a.yaml`
+    and `./configs/a.yaml` are one file; --recipe is recorded absolute already)."""
+    if key == "--config_file" and isinstance(value, list):
+        return [os.path.abspath(path) for path in value]
+    return value
 
 
 def finished_runs(study_dir):
