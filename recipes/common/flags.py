@@ -81,6 +81,30 @@ def _define_shared_flags():
         "Directory (local or gs://) for checkpoints, summaries, config.yaml and the export.",
     )
     flags.DEFINE_enum("mode", "train_and_eval", MODES, "What to run.")
+    _define_distribution_flags()
+    flags.DEFINE_bool(
+        "deterministic",
+        False,
+        "Turn on TF op determinism: a run and a run resumed from its checkpoints give "
+        "bitwise-equal weights on the same hardware and software (slower; see "
+        "docs/reliability.md).",
+    )
+    flags.DEFINE_bool(
+        "verbose",
+        False,
+        "Also print the resolved config and TensorFlow's logs (by default the console "
+        "shows progress and results; the config is in <model_dir>/config.yaml, TensorFlow's "
+        "C++ log lines in <model_dir>/tensorflow.log).",
+    )
+    flags.DEFINE_bool(
+        "help_config",
+        False,
+        "List every config key of this recipe (type, default, meaning) and exit.",
+    )
+
+
+def _define_distribution_flags():
+    """Where the run runs: --tpu, --strategy, --cpu_replicas, --communication."""
     flags.DEFINE_string(
         "tpu",
         "",
@@ -108,31 +132,13 @@ def _define_shared_flags():
         ("auto", "ring", "nccl"),
         "Collective implementation for MultiWorkerMirroredStrategy.",
     )
-    flags.DEFINE_bool(
-        "deterministic",
-        False,
-        "Turn on TF op determinism: a run and a run resumed from its checkpoints give "
-        "bitwise-equal weights on the same hardware and software (slower; see "
-        "docs/reliability.md).",
-    )
-    flags.DEFINE_bool(
-        "verbose",
-        False,
-        "Also print the resolved config and TensorFlow's logs (by default the console "
-        "shows progress and results; the config is in <model_dir>/config.yaml, TensorFlow's "
-        "C++ log lines in <model_dir>/tensorflow.log).",
-    )
-    flags.DEFINE_bool(
-        "help_config",
-        False,
-        "List every config key of this recipe (type, default, meaning) and exit.",
-    )
 
 
 def unknown_flags(arguments):
     """The flags among `arguments` that the program does not define, which the full parse
-    (after TensorFlow has defined its own) accepts or refuses; a `UserError` in absl's own
-    words for one that is close to one of the program's flags, a misspelling."""
+    (after TensorFlow has defined its own) accepts or refuses; a `UserError`
+    (`errors.not_a_flag`) for one that is close to one of the program's flags, a
+    misspelling."""
     unknown = [arg for arg in arguments if arg.startswith("-")]
     for arg in unknown:
         name = arg.lstrip("-").split("=", 1)[0]
