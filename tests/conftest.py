@@ -61,6 +61,20 @@ def pytest_collection_finish(session):
         os.environ["TF_USE_LEGACY_KERAS"] = _LEGACY_KERAS_AT_START
 
 
+@pytest.fixture(autouse=True)
+def _legacy_keras_variable_put_back():
+    """`TF_USE_LEGACY_KERAS` as it was before each test: code a test runs in this process
+    (the study's settings check, as the recipes' programs do) may set it, and `lamb_tf`'s
+    flavour choice reads it, so a test that follows in the same process would otherwise see
+    the tf_keras flavour."""
+    before = os.environ.get("TF_USE_LEGACY_KERAS")
+    yield
+    if before is None:
+        os.environ.pop("TF_USE_LEGACY_KERAS", None)
+    else:
+        os.environ["TF_USE_LEGACY_KERAS"] = before
+
+
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
