@@ -354,7 +354,9 @@ class GradientAccumulationModel(tf_keras.Model):
     def __init__(self, model, accumulation_steps, noise_scale_decay=0.95, **kwargs):
         super().__init__(**kwargs)
         if not isinstance(model, tf_keras.Model):
-            raise TypeError(f"model must be a tf_keras.Model, got {type(model).__name__}")
+            raise TypeError(f"model must be a tf_keras.Model, got {type(model).__module__}."
+                            f"{type(model).__name__}; for a Keras 3 model use "
+                            "lamb_tf.keras3_accumulation.GradientAccumulationModel")
         arguments.positive_int("accumulation_steps", accumulation_steps)
         self.inner_model = model
         self.accumulation_steps = accumulation_steps

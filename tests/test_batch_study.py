@@ -133,9 +133,9 @@ def test_a_negative_noise_scale_estimate_is_not_averaged_into_the_table():
             statuses[seed_run.name] = {"status": "ok", "process_seconds": 1.0, "result": {
                 "metric": 0.5, "steps": run.steps, "wall_time_seconds": 1.0,
                 "noise_scale": noise}}
-    rows = report.summarize(grid, sweeps, {}, statuses, "accuracy")
+    rows = report.summarize(grid, sweeps, {}, statuses, report.Metric.of("accuracy"))
     assert [row["noise_scale"] for row in rows] == [200.0, None]
-    table = report.markdown(rows, "accuracy").splitlines()
+    table = report.markdown(rows, report.Metric.of("accuracy")).splitlines()
     assert table[2].endswith("| 200 (1 not measurable) |")
     assert table[3].endswith("| not measurable |")
 
@@ -151,9 +151,9 @@ def test_the_best_learning_rate_is_the_one_with_the_highest_metric():
     sweep = plan.sweep_runs(settings(batch_sizes=(64,)))[("lamb", 64)]  # 0.005, 0.01, 0.02
     statuses = {sweep[0].name: _ok(0.4), sweep[1].name: _ok(0.7),
                 sweep[2].name: {"status": "diverged"}}
-    assert report.best_run(sweep, statuses, "top_1_accuracy") is sweep[1]
+    assert report.best_run(sweep, statuses, report.Metric.of("top_1_accuracy")) is sweep[1]
     statuses[sweep[2].name] = _ok(0.9)
-    assert report.best_run(sweep, statuses, "top_1_accuracy") is sweep[2]
+    assert report.best_run(sweep, statuses, report.Metric.of("top_1_accuracy")) is sweep[2]
 
 
 @pytest.mark.parametrize("metric", ["loss", "masked_lm_loss", "masked_lm_cross_entropy",
@@ -165,10 +165,53 @@ def test_the_best_learning_rate_of_a_loss_is_the_one_with_the_lowest(metric):
     sweep = plan.sweep_runs(settings(batch_sizes=(64,)))[("lamb", 64)]  # 0.005, 0.01, 0.02
     statuses = {sweep[0].name: _ok(0.93), sweep[1].name: _ok(2.5),
                 sweep[2].name: {"status": "diverged"}}
-    assert report.best_run(sweep, statuses, metric) is sweep[0]
+    loss = report.Metric.of(metric)
+    assert report.best_run(sweep, statuses, loss) is sweep[0]
     table = report.markdown(report.summarize(settings(batch_sizes=(64,)), {("lamb", 64): sweep},
-                                             {}, statuses, metric), metric)
+                                             {}, statuses, loss), loss)
     assert f"held-out {metric}, lower is better (mean" in table
+
+
+def _figure_row(line, batch, mean, sweep=None, chosen=0.1, unfinished=0):
+    return {"line": line, "global_batch_size": batch, "metric_mean": mean,
+            "learning_rate": chosen, "sweep": sweep or {"0.1": mean},
+            "unfinished_runs": unfinished}
+
+
+def test_the_answer_is_the_largest_batch_up_to_which_the_figure_stays_within_the_tolerance():
+    """A study answered "how large can my batch go?" only by a table to read."""
+    rows = [
+        _figure_row("lamb", 64, 0.80), _figure_row("lamb", 256, 0.795),  # 0.625% worse
+        _figure_row("lamb", 1024, 0.70), _figure_row("lamb", 4096, 0.80),  # 12.5% worse
+        _figure_row("adamw", 256, 0.6), _figure_row("adamw", 64, 0.5),  # better: held
+        _figure_row("momentum", 64, None),  # diverged at every rate
+        _figure_row("lars", 64, 0.8), _figure_row("lars", 256, None, unfinished=2),
+    ]
+    answer = report.largest_batches(rows, report.Metric.of("accuracy"), 0.01)
+    assert answer == [
+        "How large can the batch go (held-out accuracy within 1% of the smallest batch's):",
+        "- lamb: 256 (at 1,024: 0.7000, 12.5% worse)",
+        "- adamw: 256, the largest studied",
+        "- momentum: nothing to compare with: batch 64 diverged at every LR",
+        "- lars: 64 (at 256: not run yet)",
+    ]
+    assert report.largest_batches(rows, report.Metric.of("accuracy"), 0.2)[1] == (
+        "- lamb: 4,096, the largest studied")
+    assert report.largest_batches(rows[:1], report.Metric.of("accuracy"), 0.01) == []
+
+
+def test_the_answer_follows_the_metric_mode_and_says_when_a_better_rate_may_hold_the_batch():
+    rows = [_figure_row("lamb", 64, 2.0), _figure_row("lamb", 256, 2.01),
+            _figure_row("lamb", 1024, 1.5, sweep={"0.1": 1.9, "0.2": 1.7, "0.4": 1.5},
+                        chosen=0.4)]
+    assert report.largest_batches(rows, report.Metric.of("loss"), 0.01) == [
+        "How large can the batch go (held-out loss, lower is better, within 1% of the "
+        "smallest batch's):", "- lamb: 1,024, the largest studied"]  # 1.5 is better
+    assert report.largest_batches(rows, report.Metric.of("loss", "max"), 0.01)[1:] == [
+        "- lamb: 256 (at 1,024: 1.5000, 25.0% worse; its chosen LR is the top of its sweep: "
+        "a better rate may hold it)"]
+    assert report.Metric.of("perplexity", "min").lower_is_better
+    assert not report.Metric.of("perplexity").lower_is_better
 
 
 def test_unfinished_runs_of_an_untuned_line_are_counted_once():
@@ -176,7 +219,8 @@ def test_unfinished_runs_of_an_untuned_line_are_counted_once():
     from recipes.study import report
 
     grid = settings(batch_sizes=(64,), untuned=("lamb",))
-    (row,) = report.summarize(grid, {}, plan.untuned_runs(grid), {}, "accuracy")
+    (row,) = report.summarize(grid, {}, plan.untuned_runs(grid), {},
+                              report.Metric.of("accuracy"))
     assert row["unfinished_runs"] == 3
 
 
@@ -269,6 +313,12 @@ def test_tiny_grid_picks_the_best_lr_and_reruns_it_with_seeds(fake_recipe, tmp_p
     out = capsys.readouterr().out
     assert "sweep: 8 runs" in out and "seeds: 8 runs" in out and "[8/8]" in out
     assert "steps per run (1 epoch of 64 examples): 8 at batch 8, 2 at batch 32" in out
+    # the fake's mean at batch 32 (lr 0.2): 0.9 - 0.1 log10(2) - 0.05 + 0.002 = 0.8219, below
+    # batch 8's 0.872 by 5.7%, more than the default tolerance of 1%: batch 8 is the answer
+    answer = ("How large can the batch go (held-out top_1_accuracy within 1% of the smallest "
+              "batch's):\n- lamb: 8 (at 32: 0.8219, 5.7% worse)\n"
+              "- momentum: 8 (at 32: 0.8219, 5.7% worse)\n")
+    assert answer in out and answer in table
 
 
 @pytest.mark.slow  # runs the fake recipe in processes
@@ -425,6 +475,9 @@ def test_edge_values_the_recipes_take_are_accepted(change):
         ("--lr_multipliers=inf", "--lr_multipliers: got inf; give a finite number above 0"),
         ("--parallel=0", "--parallel: got 0; give a finite number above 0"),
         ("--base_batch_size=-32", "--base_batch_size=-32 is negative"),
+        ("--tolerance=-0.01", "--tolerance=-0.01: give a fraction of 0 or more, e.g. 0.01"),
+        ("--tolerance=nan", "--tolerance=nan: give a fraction of 0 or more"),
+        ("--metric_mode=lowest", "--metric_mode: invalid choice: 'lowest'"),
         ("--warmup_steps=-1", "--warmup_steps must be at least 0, got -1"),
         ("--seeds=1,-1", "--seeds: -1 is not a seed the recipes take; give seeds from 0 to"),
         ("--seeds=4294967296", "--seeds: 4294967296 is not a seed the recipes take"),
@@ -869,14 +922,15 @@ def test_the_table_marks_a_rate_at_an_end_of_its_sweep_and_says_what_its_columns
                 "noise_scale_not_measurable": 0}
     table = report.markdown([row(0.4, (0.1, 0.2, 0.4)), row(0.1, (0.1, 0.2, 0.4)),
                              row(0.2, (0.1, 0.2, 0.4)), row(0.2, (0.1, 0.2)),
-                             row(0.2, (0.2,), "lamb (untuned sqrt rule)")], "accuracy")
+                             row(0.2, (0.2,), "lamb (untuned sqrt rule)")],
+                            report.Metric.of("accuracy"))
     chosen = [line.split(" | ")[4] for line in table.splitlines()[2:]]
     assert chosen == ["0.4 (top of sweep)", "0.1 (bottom of sweep)", "0.2", "0.2", "0.2"]
     assert "(n=1, 1 run not finished)" in table  # was "1 runs"
-    legend = report.legend("accuracy")
+    legend = report.legend(report.Metric.of("accuracy"))
     assert "the highest held-out accuracy on the first seed" in legend
     assert "without the process's start-up" in legend and "B_simple in examples" in legend
-    assert "the lowest held-out loss" in report.legend("loss")
+    assert "the lowest held-out loss" in report.legend(report.Metric.of("loss"))
 
 
 def test_a_base_rate_of_an_optimizer_the_study_does_not_run_is_noted(fake_recipe, tmp_path,
@@ -889,3 +943,17 @@ def test_a_base_rate_of_an_optimizer_the_study_does_not_run_is_noted(fake_recipe
             "line") in capsys.readouterr().out.splitlines()
     made_by = open(tmp_path / "study.md").read().split("\n")[2]
     assert made_by.startswith("Made by: `python -m recipes.study --recipe=resnet ")
+
+
+@pytest.mark.parametrize("recipe", ["resnet", "bert"])
+def test_the_study_page_shows_the_answer_and_table_the_code_writes_from_its_data(recipe):
+    """docs/batch_study.md's answer and table of each of its studies are what `report`
+    writes from the study's JSON beside it (the answer's figures are pinned above)."""
+    with open(os.path.join(REPO_ROOT, "docs", f"batch_study_{recipe}.json")) as handle:
+        study = json.load(handle)
+    metric = report.Metric.of(study["metric"])
+    with open(os.path.join(REPO_ROOT, "docs", "batch_study.md")) as handle:
+        page = handle.read()
+    answer = "\n".join(report.largest_batches(study["rows"], metric, 0.01))
+    assert f"```text\n{answer}\n```" in page
+    assert report.markdown(study["rows"], metric) in page

@@ -102,6 +102,15 @@ def test_tf_keras_model_is_refused_with_the_other_wrapper_named():
         keras3_accumulation.GradientAccumulationModel(tf_keras.Sequential(), 2)
 
 
+def test_keras3_model_is_refused_by_the_tf_keras_wrapper_with_this_one_named():
+    """It said only `got Sequential`, which both flavours' models are called."""
+    from lamb_tf import accumulation
+
+    with pytest.raises(TypeError, match=r"got keras\.src\.models\.sequential\.Sequential; for a "
+                                        r"Keras 3 model use lamb_tf\.keras3_accumulation\."):
+        accumulation.GradientAccumulationModel(keras.Sequential(), 2)
+
+
 def test_config_round_trip_keeps_the_accumulation_steps():
     """What a `.keras` file stores (the slow test below saves and loads one), without a fit."""
     model = keras3_accumulation.GradientAccumulationModel(_model(), 4)

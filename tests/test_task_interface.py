@@ -1,7 +1,7 @@
 """A recipe's `Task` subclass that leaves out what its mode needs is refused in one line before
 any work, not with a NotImplementedError after the training; so are a schema without a shared
-section, training elements that are not the plan's batches, and an evaluation that is not a
-dict."""
+section, a model that is not a tf_keras one, training elements that are not the plan's
+batches, and an evaluation that is not a dict."""
 
 import dataclasses
 import re
@@ -122,3 +122,19 @@ def test_an_evaluation_that_is_not_a_dict_is_named():
     with pytest.raises(UserError, match=r"^_TrainsButDoesNotExport.evaluate returned a list, "
                                         r"not a dict of metric name -> value"):
         driver.metric_values(recipe, [0.5, 0.9])
+
+
+def test_a_model_of_keras_3_is_named_not_a_type_error_traceback():
+    """`build_model` returning a Keras 3 model (`import keras` where tf_keras was meant) ended
+    in a TypeError's traceback from the accumulation wrapper."""
+    import keras  # pylint: disable=import-outside-toplevel
+    import tensorflow as tf  # pylint: disable=import-outside-toplevel
+
+    class Recipe(_TrainsButDoesNotExport):
+        def build_model(self):
+            return keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)])
+
+    with pytest.raises(UserError, match=re.escape(
+            "Recipe.build_model returned a keras.src.models.sequential.Sequential, not a "
+            "tf_keras model, which the driver trains: build it with tf_keras")):
+        driver.compile_model(Recipe(None), tf.distribute.get_strategy(), None)

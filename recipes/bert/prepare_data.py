@@ -295,10 +295,10 @@ def _corpus_reads(input_path, files, output_file):
     file is there, or a directory or glob of it would match `output_file` (local paths)."""
     if "://" in input_path + output_file:
         return False
-    output_dir = os.path.dirname(os.path.abspath(output_file)) + os.sep
+    output_dir = os.path.dirname(os.path.abspath(output_file))
     corpus = os.path.abspath(input_path)
-    return (any(os.path.abspath(path).startswith(output_dir) for path in files)
-            or (os.path.isdir(corpus) and output_dir.startswith(corpus.rstrip(os.sep) + os.sep))
+    return (any(storage.is_inside(path, output_dir) for path in files)
+            or (os.path.isdir(corpus) and storage.is_inside(output_dir, corpus))
             or fnmatch.fnmatch(os.path.abspath(output_file), corpus))
 
 

@@ -187,13 +187,9 @@ def check_export_dir(task, model_dir):
 def _run_output_holding(path, model_dir, export_subdir):
     """The run's own output in `model_dir` (`OUTPUTS` but its export) that `path` is or is
     inside, or None."""
-    target, run_dir = path.rstrip("/"), model_dir.rstrip("/")
-    if "://" not in target:
-        target, run_dir = os.path.abspath(target), os.path.abspath(run_dir)
-    if not target.startswith(run_dir + "/"):
-        return None
-    first = target[len(run_dir) + 1:].split("/")[0]
-    return os.path.join(model_dir, first) if first in OUTPUTS and first != export_subdir else None
+    held = [name for name in OUTPUTS if name != export_subdir
+            and storage.is_inside(path, os.path.join(model_dir, name))]
+    return os.path.join(model_dir, held[0]) if held else None
 
 
 def outputs_present(model_dir):
@@ -475,6 +471,11 @@ def compile_model(task, strategy, plan):
     config = task.config
     with strategy.scope():
         network = task.build_model()
+        if not isinstance(network, tf_keras.Model):  # a Keras 3 one: a TypeError's traceback
+            raise UserError(
+                f"{type(task).__name__}.build_model returned a {type(network).__module__}."
+                f"{type(network).__name__}, not a tf_keras model, which the driver trains: "
+                "build it with tf_keras (docs/writing_a_recipe.md)")
         model = accumulation.GradientAccumulationModel(network, plan.accumulation_steps)
         optimizer = optimizer_lib.build_optimizer(
             config.optimizer, config.train.steps, task.default_exclude_from_weight_decay

@@ -159,10 +159,17 @@ def not_a_flag(name, known=None):
     """The line for `--name`, which the program does not define: with the closest of the
     flags it does define (`known`, names without `--`; by default absl's), if one is close (a
     misspelling)."""
+    nearest = closest_flag(name, known)
+    guess = f" (did you mean --{nearest}?)" if nearest else ""
+    return f"--{name} is not a flag of this program{guess}"
+
+
+def closest_flag(name, known=None):
+    """The flag of `known` (names without `--`; by default absl's) so close to `name` that
+    `name` is a misspelling of it, or None."""
     nearest = difflib.get_close_matches(name, list(flags.FLAGS if known is None else known),
                                         n=1, cutoff=0.8)
-    guess = f" (did you mean --{nearest[0]}?)" if nearest else ""
-    return f"--{name} is not a flag of this program{guess}"
+    return nearest[0] if nearest else None
 
 
 def unexpected_arguments(arguments):

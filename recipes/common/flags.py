@@ -6,7 +6,6 @@
 """
 
 import dataclasses
-import difflib
 import os
 import sys
 
@@ -142,7 +141,7 @@ def unknown_flags(arguments):
     unknown = [arg for arg in arguments if arg.startswith("-")]
     for arg in unknown:
         name = arg.lstrip("-").split("=", 1)[0]
-        if difflib.get_close_matches(name, list(FLAGS), n=1, cutoff=0.8):
+        if errors.closest_flag(name):
             raise UserError(f"{errors.not_a_flag(name)}; see --help")
     return unknown
 

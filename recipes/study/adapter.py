@@ -87,21 +87,26 @@ def command(recipe, config_files, run, model_dir, extra_overrides=""):
     )
 
 
-def check_settings(recipe, config_files, runs, model_dir_of, extra_overrides=""):
-    """Loads and validates the recipe config of every run, and checks the data it reads
-    into `model_dir_of(run)`, in this process (nothing runs or is written); raises the
-    recipe's `UserError` for the first bad one."""
+def loaded_tasks(recipe, config_files, runs, extra_overrides=""):
+    """(run, the recipe's task with the config `run` trains with), for each of `runs`, loaded
+    and validated in this process as the recipe's CLI would (no model_dir: a run's
+    config.yaml is not read); raises the recipe's `UserError` for the first bad config."""
     os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")  # as the recipes' CLIs
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # TensorFlow's start-up chatter
     driver = importlib.import_module("recipes.common.driver")
     task_class = task_class_of(recipe)
     for run in runs:
-        options = types.SimpleNamespace(  # (no model_dir: a run's config.yaml is not read)
-            config_files=tuple(config_files),
-            params_override=override_string(run, extra_overrides),
-            model_dir=None,
-        )
-        driver.load_task(task_class, options).check_data(MODE, model_dir_of(run))
+        options = types.SimpleNamespace(config_files=tuple(config_files), model_dir=None,
+                                        params_override=override_string(run, extra_overrides))
+        yield run, driver.load_task(task_class, options)
+
+
+def check_settings(recipe, config_files, runs, model_dir_of, extra_overrides=""):
+    """Loads and validates the recipe config of every run, and checks the data it reads
+    into `model_dir_of(run)`, in this process (nothing runs or is written); raises the
+    recipe's `UserError` for the first bad one."""
+    for run, task in loaded_tasks(recipe, config_files, runs, extra_overrides):
+        task.check_data(MODE, model_dir_of(run))
 
 
 def check_finished_configs(recipe, config_files, runs, model_dir_of, extra_overrides=""):
@@ -110,12 +115,8 @@ def check_finished_configs(recipe, config_files, runs, model_dir_of, extra_overr
     recipe file's defaults, changed since, and its figures would be tabulated as of the new
     settings."""
     driver = importlib.import_module("recipes.common.driver")
-    task_class = task_class_of(recipe)
-    for run in runs:
-        options = types.SimpleNamespace(config_files=tuple(config_files), model_dir=None,
-                                        params_override=override_string(run, extra_overrides))
-        changes = driver.saved_config_changes(driver.load_task(task_class, options),
-                                              model_dir_of(run))
+    for run, task in loaded_tasks(recipe, config_files, runs, extra_overrides):
+        changes = driver.saved_config_changes(task, model_dir_of(run))
         if changes:
             key, old, new = changes[0]
             more = f", and {len(changes) - 1} more key(s)" if len(changes) > 1 else ""

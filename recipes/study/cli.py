@@ -9,7 +9,8 @@
         --micro_batch_size=32 --warmup_steps=5 --lr_multipliers=0.5,1,2 --untuned=lamb
 
 Runs every learning rate of every (optimizer, batch) cell through the recipe's CLI, picks
-each cell's best learning rate on the held-out metric, reruns it with the other seeds, and
+each cell's best learning rate on the held-out metric, reruns it with the other seeds,
+prints each line's largest batch within --tolerance of its smallest batch's figure, and
 writes study.md, study.json and study.png into --study_dir. Run it again with the same
 arguments to resume. The grid arithmetic is in recipes/study/plan.py.
 """
@@ -142,6 +143,14 @@ def parse_args(argv):
                         help="held-out metric in results.json (default: bert's "
                              f"{adapter.DEFAULT_METRICS['bert']}, resnet's "
                              f"{adapter.DEFAULT_METRICS['resnet']}; a recipe file's: required)")
+    parser.add_argument("--metric_mode", choices=("auto", "min", "max"), default="auto",
+                        help="which way --metric is better, as Keras' callbacks' mode: min, "
+                             "lower; max, higher; auto, lower for a name holding 'loss' or "
+                             "'cross_entropy', else higher")
+    parser.add_argument("--tolerance", type=float, default=0.01,
+                        help="how large the batch can go: each line's largest batch whose "
+                             "held-out figure stays within this fraction of its smallest "
+                             "batch's (default 0.01: 1%%)")
     parser.add_argument("--parallel", type=int, default=1, help="runs at once")
     parser.add_argument("--report_only", action="store_true",
                         help="run nothing: write the table and plot of the runs finished so far")
@@ -180,6 +189,9 @@ def settings_from(args):
                                  "a batch size above 0 (or leave it out: the smallest batch)")
     if args.warmup_steps < 0:
         raise plan_lib.PlanError(f"--warmup_steps must be at least 0, got {args.warmup_steps}")
+    if not (math.isfinite(args.tolerance) and args.tolerance >= 0):
+        raise plan_lib.PlanError(f"--tolerance={args.tolerance}: give a fraction of 0 or "
+                                 "more, e.g. 0.01 (1%)")
     for seed in args.seeds:
         if not 0 <= seed <= MAX_SEED:
             raise plan_lib.PlanError(f"--seeds: {seed} is not a seed the recipes take; give "
@@ -256,13 +268,14 @@ def _count(number, noun):
 
 
 def _metric(args):
-    """The held-out metric learning rates are picked on: --metric, or the shipped recipe's."""
+    """The held-out metric learning rates are picked on (`report.Metric`): --metric, or the
+    shipped recipe's, better as --metric_mode says."""
     metric = args.metric or adapter.DEFAULT_METRICS.get(args.recipe, "")
     if not metric:
         raise UserError(f"--metric is required with --recipe={args.recipe}: the held-out "
                         "metric of its results.json to pick learning rates on, e.g. "
                         "--metric=accuracy")
-    return metric
+    return report.Metric.of(metric, args.metric_mode)
 
 
 def _interrupted(study_dir, how="interrupted"):
@@ -305,7 +318,7 @@ def _checked_plan(args):
     # before any run: a recipe would refuse `~/...` only once the study had made `./~/...`
     storage.refuse_unexpanded_home("--study_dir", args.study_dir)
     metric = _metric(args)
-    adapter.check_metric(args.recipe, metric)
+    adapter.check_metric(args.recipe, metric.name)
     settings = settings_from(args)
     plan_lib.check(settings)
     sweeps, untuned = plan_lib.sweep_runs(settings), plan_lib.untuned_runs(settings)
@@ -346,12 +359,13 @@ def _main(args):
               "it runs no such line", flush=True)
     run_arguments = dict(
         recipe=args.recipe, config_files=args.config_file, study_dir=args.study_dir,
-        extra_overrides=args.params_override, metric=metric,
+        extra_overrides=args.params_override, metric=metric.name,
     )
     execute = runner.execute
     if args.report_only:
         def execute(runs, **_):
-            return {run.name: runner.read_status(args.study_dir, run, metric) for run in runs}
+            return {run.name: runner.read_status(args.study_dir, run, metric.name)
+                    for run in runs}
     try:
         # sweep, then the seeds of each cell's best, then the untuned line (last: the
         # tuned table is complete first when a study has to stop early)
@@ -381,6 +395,9 @@ def _main(args):
         print(f"error: {error}", file=sys.stderr)
         return 2
     rows = report.summarize(settings, sweeps, untuned, statuses, metric)
-    paths = report.write(args.study_dir, rows, metric, _header(args, settings, statuses))
+    paths = report.write(args.study_dir, rows, metric, args.tolerance,
+                         _header(args, settings, statuses))
+    for line in report.largest_batches(rows, metric, args.tolerance):
+        print(line)
     print(f"study written: {', '.join(paths)} ({time.perf_counter() - start:.0f} s)")
     return 0

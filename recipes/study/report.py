@@ -1,4 +1,5 @@
 """The study's table (markdown + JSON) and plot (PNG) from the runs' recorded outcomes."""
+import dataclasses
 import json
 import math
 import os
@@ -13,6 +14,25 @@ TABLE_MD, TABLE_JSON, PLOT_PNG = "study.md", "study.json", "study.png"
 NOT_RUN = {"status": "not run"}  # a run the study has not finished (--report_only)
 
 
+@dataclasses.dataclass(frozen=True)
+class Metric:
+    """The held-out metric learning rates are picked on (its name in results.json), and
+    which way is better."""
+
+    name: str
+    lower_is_better: bool
+
+    @classmethod
+    def of(cls, name, mode="auto"):
+        """`mode`: "min" (lower is better), "max", or "auto": lower for a loss or a
+        cross-entropy (`adapter.is_loss`), higher for the others."""
+        return cls(name, adapter.is_loss(name) if mode == "auto" else mode == "min")
+
+    def worse_by(self, value, reference):
+        """How much worse `value` is than `reference` (negative: better)."""
+        return value - reference if self.lower_is_better else reference - value
+
+
 def _status(statuses, run):
     return statuses.get(run.name) or NOT_RUN
 
@@ -22,10 +42,10 @@ def _ok_results(statuses, runs):
 
 
 def best_run(sweep, statuses, metric):
-    """The sweep run with the best held-out `metric` (the highest; the lowest of a loss), or
-    None if none finished."""
+    """The sweep run with the best held-out `metric` (a `Metric`: the highest, or the lowest
+    where lower is better), or None if none finished."""
     finished = [r for r in sweep if _status(statuses, r)["status"] == "ok"]
-    best = min if adapter.is_loss(metric) else max
+    best = min if metric.lower_is_better else max
     return best(finished, key=lambda r: statuses[r.name]["result"]["metric"], default=None)
 
 
@@ -82,26 +102,74 @@ def _fmt(value, digits=4):
     return "–" if value is None else f"{value:.{digits}f}"
 
 
+def _sweep_end(row):
+    """"top" or "bottom" when the chosen learning rate is the highest or lowest of a sweep
+    of three or more rates: a better rate may lie beyond, and the row is then a lower bound
+    (a sweep of two brackets nothing: every choice would be at an end); else None."""
+    rates = sorted(float(rate) for rate in row["sweep"])
+    if row["learning_rate"] is None or len(rates) < 3 or "untuned" in row["line"]:
+        return None
+    if row["learning_rate"] == rates[-1]:
+        return "top"
+    return "bottom" if row["learning_rate"] == rates[0] else None
+
+
 def _chosen(row):
-    """The chosen learning rate as the table writes it, marked when it is the highest or
-    lowest of a sweep of three or more rates: a better rate may lie beyond, and the row is
-    then a lower bound (a sweep of two brackets nothing: every choice would be marked)."""
+    """The chosen learning rate as the table writes it, marked at an end of its sweep."""
     if row["learning_rate"] is None:
         return "–"
-    chosen = f"{row['learning_rate']:.6g}"
-    rates = sorted(float(rate) for rate in row["sweep"])
-    if len(rates) < 3 or "untuned" in row["line"]:
-        return chosen
-    if row["learning_rate"] == rates[-1]:
-        return f"{chosen} (top of sweep)"
-    return f"{chosen} (bottom of sweep)" if row["learning_rate"] == rates[0] else chosen
+    end = _sweep_end(row)
+    return f"{row['learning_rate']:.6g}" + (f" ({end} of sweep)" if end else "")
+
+
+def _no_figure(row):
+    """Why a row has no held-out figure."""
+    return "not run yet" if row["unfinished_runs"] else "diverged at every LR"
+
+
+def _largest_batch(rows, metric, tolerance):
+    """The answer for one line's `rows` (ascending batch), as `largest_batches` writes it."""
+    reference, first = rows[0]["metric_mean"], rows[0]["global_batch_size"]
+    if reference is None:
+        return f"nothing to compare with: batch {first:,} {_no_figure(rows[0])}"
+    held = first
+    for row in rows[1:]:
+        batch, value = row["global_batch_size"], row["metric_mean"]
+        if value is None:
+            return f"{held:,} (at {batch:,}: {_no_figure(row)})"
+        worse = metric.worse_by(value, reference)
+        if worse > tolerance * abs(reference):
+            by = f"{worse / abs(reference):.1%}" if reference else f"{worse:.4f}"
+            end = _sweep_end(row)
+            beyond = (f"; its chosen LR is the {end} of its sweep: a better rate may hold it"
+                      if end else "")
+            return f"{held:,} (at {batch:,}: {value:.4f}, {by} worse{beyond})"
+        held = batch
+    return f"{held:,}, the largest studied"
+
+
+def largest_batches(rows, metric, tolerance):
+    """How large the batch can go, for each line: the largest batch up to which every
+    batch's held-out figure (mean over seeds) stays within `tolerance`, a fraction of the
+    line's own figure at its smallest batch. Lines of text; none for one batch size."""
+    lines = list(dict.fromkeys(row["line"] for row in rows))
+    if len({row["global_batch_size"] for row in rows}) < 2:
+        return []
+    lower = ", lower is better," if metric.lower_is_better else ""
+    answers = [f"How large can the batch go (held-out {metric.name}{lower} within "
+               f"{tolerance * 100:g}% of the smallest batch's):"]
+    for line in lines:
+        own = sorted((row for row in rows if row["line"] == line),
+                     key=lambda row: row["global_batch_size"])
+        answers.append(f"- {line}: {_largest_batch(own, metric, tolerance)}")
+    return answers
 
 
 def legend(metric):
     """What the table's columns mean, written under it in study.md."""
-    better = "lowest" if adapter.is_loss(metric) else "highest"
+    better = "lowest" if metric.lower_is_better else "highest"
     return (
-        f"Chosen peak LR: the rate of the sweep with the {better} held-out {metric} on the "
+        f"Chosen peak LR: the rate of the sweep with the {better} held-out {metric.name} on the "
         "first seed (the first given, on a tie); marked at the top or bottom of a sweep of "
         "three rates or more, where a better rate may lie beyond it: the row is then a lower "
         "bound of what the batch reaches. The held-out figure is the mean over the seeds run "
@@ -115,7 +183,7 @@ def legend(metric):
 
 
 def markdown(rows, metric):
-    named = f"{metric}, lower is better" if adapter.is_loss(metric) else metric
+    named = f"{metric.name}, lower is better" if metric.lower_is_better else metric.name
     lines = [
         f"| line | global batch | steps | warmup | chosen peak LR | held-out {named} "
         "(mean ± std over seeds) | LR sweep (first seed) | training time per run (s) "
@@ -128,7 +196,7 @@ def markdown(rows, metric):
             for lr, value in row["sweep"].items()
         )
         if row["metric_mean"] is None:
-            held_out = "not run yet" if row["unfinished_runs"] else "diverged at every LR"
+            held_out = _no_figure(row)
         else:
             spread = "" if row["metric_std"] is None else f" ± {row['metric_std']:.4f}"
             diverged = f", {row['diverged_seeds']} diverged" if row["diverged_seeds"] else ""
@@ -182,7 +250,7 @@ def plot(rows, metric, path):
             )
     axes.set_xscale("log", base=2)
     axes.set_xlabel("global batch size (examples per update; equal epochs)")
-    axes.set_ylabel(f"held-out {metric}")
+    axes.set_ylabel(f"held-out {metric.name}")
     axes.grid(True, alpha=0.3)
     axes.legend(fontsize=7)
     figure.tight_layout()
@@ -190,12 +258,15 @@ def plot(rows, metric, path):
     pyplot.close(figure)
 
 
-def write(study_dir, rows, metric, header):
+def write(study_dir, rows, metric, tolerance, header):
     """Writes study.md, study.json and study.png into `study_dir`; returns their paths."""
     paths = [os.path.join(study_dir, name) for name in (TABLE_MD, TABLE_JSON, PLOT_PNG)]
+    answer = "".join(line + "\n" for line in largest_batches(rows, metric, tolerance))
     with open(paths[0], "w") as handle:
-        handle.write(header + "\n\n" + markdown(rows, metric) + "\n" + legend(metric))
+        handle.write(header + "\n\n" + (answer + "\n" if answer else "")
+                     + markdown(rows, metric) + "\n" + legend(metric))
     with open(paths[1], "w") as handle:
-        json.dump({"metric": metric, "rows": rows}, handle, indent=2)
+        json.dump({"metric": metric.name, "lower_is_better": metric.lower_is_better,
+                   "tolerance": tolerance, "rows": rows}, handle, indent=2)
     plot(rows, metric, paths[2])
     return paths
