@@ -415,15 +415,15 @@ MUTATIONS = [
         "study_picks_the_worst_learning_rate", "the study's chosen learning rate is the "
         "sweep's lowest metric",
         "recipes/study/report.py",
-        "    best = min if adapter.is_loss(metric) else max",
-        "    best = max if adapter.is_loss(metric) else min",
+        "    best = min if metric.lower_is_better else max",
+        "    best = max if metric.lower_is_better else min",
         ["tests/test_batch_study.py"],
         [r"test_the_best_learning_rate_is_the_one_with_the_highest_metric"]),
     Mutation(
         "study_picks_the_highest_loss", "a loss metric's chosen learning rate is the one of "
         "the highest loss (the study's behaviour before 2026-12-06)",
         "recipes/study/report.py",
-        "    best = min if adapter.is_loss(metric) else max",
+        "    best = min if metric.lower_is_better else max",
         "    best = max",
         ["tests/test_batch_study.py"],
         [r"test_the_best_learning_rate_of_a_loss_is_the_one_with_the_lowest\[loss\]"]),
@@ -906,6 +906,36 @@ MUTATIONS = [
         "        if False:",
         ["tests/test_batch_study.py::test_a_finished_run_whose_config_changed_since_is_named"],
         [r"test_a_finished_run_whose_config_changed_since_is_named"]),
+    # ---- the fourth session of 2026-12-06: the study's answer, a recipe's Keras 3 model -----
+    Mutation(
+        "study_answer_without_tolerance", "the study's answer stops at the first batch whose "
+        "figure is any worse than the smallest batch's, whatever --tolerance says",
+        "recipes/study/report.py",
+        "        if worse > tolerance * abs(reference):",
+        "        if worse > 0:",
+        ["tests/test_batch_study.py::test_the_answer_is_the_largest_batch_up_to_which_the_"
+         "figure_stays_within_the_tolerance"],
+        [r"test_the_answer_is_the_largest_batch_up_to_which_the_figure_stays_within_the_"
+         r"tolerance"]),
+    Mutation(
+        "study_metric_mode_ignored", "--metric_mode is ignored: the metric's direction is "
+        "always guessed from its name",
+        "recipes/study/report.py",
+        "        return cls(name, adapter.is_loss(name) if mode == \"auto\" else mode == \"min\")",
+        "        return cls(name, adapter.is_loss(name))",
+        ["tests/test_batch_study.py::test_the_answer_follows_the_metric_mode_and_says_when_a_"
+         "better_rate_may_hold_the_batch"],
+        [r"test_the_answer_follows_the_metric_mode"]),
+    Mutation(
+        "keras3_model_reaches_the_accumulation_wrapper", "a recipe's Keras 3 model is not "
+        "refused by the driver: the accumulation wrapper's TypeError traceback",
+        "recipes/common/driver.py",
+        "        if not isinstance(network, tf_keras.Model):  # a Keras 3 one: a TypeError's "
+        "traceback",
+        "        if False:",
+        ["tests/test_task_interface.py::test_a_model_of_keras_3_is_named_not_a_type_error_"
+         "traceback"],
+        [r"test_a_model_of_keras_3_is_named_not_a_type_error_traceback"]),
 ]
 
 
