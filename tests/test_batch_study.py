@@ -208,8 +208,8 @@ def test_the_answer_follows_the_metric_mode_and_says_when_a_better_rate_may_hold
         "How large can the batch go (held-out loss, lower is better, within 1% of the "
         "smallest batch's):", "- lamb: 1,024, the largest studied"]  # 1.5 is better
     assert report.largest_batches(rows, report.Metric.of("loss", "max"), 0.01)[1:] == [
-        "- lamb: 256 (at 1,024: 1.5000, 25.0% worse; its chosen LR is the top of its sweep: "
-        "a better rate may hold it)"]
+        "- lamb: 256 (at 1,024: 1.5000, 25.0% worse; LR at the top of its sweep: a better one "
+        "may hold it)"]
     assert report.Metric.of("perplexity", "min").lower_is_better
     assert not report.Metric.of("perplexity").lower_is_better
 

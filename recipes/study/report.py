@@ -141,8 +141,7 @@ def _largest_batch(rows, metric, tolerance):
         if worse > tolerance * abs(reference):
             by = f"{worse / abs(reference):.1%}" if reference else f"{worse:.4f}"
             end = _sweep_end(row)
-            beyond = (f"; its chosen LR is the {end} of its sweep: a better rate may hold it"
-                      if end else "")
+            beyond = f"; LR at the {end} of its sweep: a better one may hold it" if end else ""
             return f"{held:,} (at {batch:,}: {value:.4f}, {by} worse{beyond})"
         held = batch
     return f"{held:,}, the largest studied"
