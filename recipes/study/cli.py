@@ -148,9 +148,9 @@ def parse_args(argv):
                              "lower; max, higher; auto, lower for a name holding 'loss' or "
                              "'cross_entropy', else higher")
     parser.add_argument("--tolerance", type=float, default=0.01,
-                        help="how large the batch can go: each line's largest batch whose "
-                             "held-out figure stays within this fraction of its smallest "
-                             "batch's (default 0.01: 1%%)")
+                        help="how large the batch can go: each line's largest batch up to "
+                             "which every batch's held-out figure stays within this fraction "
+                             "of its smallest batch's (default 0.01: 1%%)")
     parser.add_argument("--parallel", type=int, default=1, help="runs at once")
     parser.add_argument("--report_only", action="store_true",
                         help="run nothing: write the table and plot of the runs finished so far")
@@ -190,8 +190,8 @@ def settings_from(args):
     if args.warmup_steps < 0:
         raise plan_lib.PlanError(f"--warmup_steps must be at least 0, got {args.warmup_steps}")
     if not (math.isfinite(args.tolerance) and args.tolerance >= 0):
-        raise plan_lib.PlanError(f"--tolerance={args.tolerance}: give a fraction of 0 or "
-                                 "more, e.g. 0.01 (1%)")
+        raise plan_lib.PlanError(f"--tolerance={args.tolerance:g}: give a finite fraction of "
+                                 "0 or more, e.g. 0.01 (1%)")
     for seed in args.seeds:
         if not 0 <= seed <= MAX_SEED:
             raise plan_lib.PlanError(f"--seeds: {seed} is not a seed the recipes take; give "
@@ -353,6 +353,9 @@ def _main(args):
         print(f"error: {error}", file=sys.stderr)
         return 2
     os.makedirs(args.study_dir, exist_ok=True)
+    if args.tolerance >= 1:  # (allowed: a loss may be 100% worse and more)
+        print(f"note: --tolerance={args.tolerance:g} is {args.tolerance * 100:g}%; for "
+              f"{args.tolerance:g}% give {args.tolerance / 100:g}", flush=True)
     unused = [name for name in args.base_lr if name not in settings.optimizers]
     if unused:  # (allowed: one --base_lr for several studies)
         print(f"note: --base_lr gives {', '.join(unused)}, which --optimizers does not list; "

@@ -128,39 +128,54 @@ def _no_figure(row):
 
 
 def _largest_batch(rows, metric, tolerance):
-    """The answer for one line's `rows` (ascending batch), as `largest_batches` writes it."""
+    """(the answer for one line's `rows`, ascending batch; its caveats), as
+    `largest_batches` writes them."""
     reference, first = rows[0]["metric_mean"], rows[0]["global_batch_size"]
     if reference is None:
-        return f"nothing to compare with: batch {first:,} {_no_figure(rows[0])}"
+        return f"nothing to compare with: batch {first:,} {_no_figure(rows[0])}", []
+    if reference == 0:
+        return f"nothing to compare with: batch {first:,}'s figure is 0 (no fraction of it)", []
+    caveats = []
+    if _sweep_end(rows[0]):
+        caveats.append(f"batch {first:,}'s LR is the {_sweep_end(rows[0])} of its sweep: a "
+                       "better one may improve the reference")
     held = first
     for row in rows[1:]:
         batch, value = row["global_batch_size"], row["metric_mean"]
-        if value is None:
-            return f"{held:,} (at {batch:,}: {_no_figure(row)})"
+        if value is None or row["diverged_seeds"]:
+            why = (_no_figure(row) if value is None else
+                   f"{row['diverged_seeds']} of {row['diverged_seeds'] + row['seeds']} seeds "
+                   "diverged")
+            return f"{held:,} (at {batch:,}: {why})", caveats
         worse = metric.worse_by(value, reference)
-        if worse > tolerance * abs(reference):
-            by = f"{worse / abs(reference):.1%}" if reference else f"{worse:.4f}"
-            end = _sweep_end(row)
-            beyond = f"; LR at the {end} of its sweep: a better one may hold it" if end else ""
-            return f"{held:,} (at {batch:,}: {value:.4f}, {by} worse{beyond})"
+        slack = tolerance * abs(reference)
+        if worse > slack and not math.isclose(worse, slack, rel_tol=1e-9):  # (1% is within)
+            if _sweep_end(row):
+                caveats.append(f"batch {batch:,}'s LR is the {_sweep_end(row)} of its sweep: "
+                               "a better one may hold it")
+            by = f"{worse / abs(reference):.2%}"
+            return f"{held:,} (at {batch:,}: {value:.4f}, {by} worse)", caveats
         held = batch
-    return f"{held:,}, the largest studied"
+    return f"{held:,}, the largest studied", caveats
 
 
 def largest_batches(rows, metric, tolerance):
     """How large the batch can go, for each line: the largest batch up to which every
-    batch's held-out figure (mean over seeds) stays within `tolerance`, a fraction of the
-    line's own figure at its smallest batch. Lines of text; none for one batch size."""
-    lines = list(dict.fromkeys(row["line"] for row in rows))
+    batch's held-out figure (mean over seeds; no seed diverged) stays within `tolerance`, a
+    fraction of the line's own figure at its smallest batch. Lines of text, each line's
+    caveats indented under it."""
     if len({row["global_batch_size"] for row in rows}) < 2:
-        return []
-    lower = ", lower is better," if metric.lower_is_better else ""
-    answers = [f"How large can the batch go (held-out {metric.name}{lower} within "
-               f"{tolerance * 100:g}% of the smallest batch's):"]
-    for line in lines:
+        return ["Largest batch: one batch size studied, nothing to compare"]
+    better = "lower" if metric.lower_is_better else "higher"
+    answers = [f"Largest batch within {tolerance * 100:g}% of the smallest batch's held-out "
+               f"{metric.name} ({better} is better):"]
+    for line in dict.fromkeys(row["line"] for row in rows):
         own = sorted((row for row in rows if row["line"] == line),
                      key=lambda row: row["global_batch_size"])
-        answers.append(f"- {line}: {_largest_batch(own, metric, tolerance)}")
+        answer, caveats = _largest_batch(own, metric, tolerance)
+        if any(row["unfinished_runs"] and row["metric_mean"] is not None for row in own):
+            caveats.append("some of its runs have not finished: figures of those run so far")
+        answers += [f"- {line}: {answer}"] + [f"  - {caveat}" for caveat in caveats]
     return answers
 
 
@@ -183,7 +198,9 @@ def legend(metric):
 
 
 def markdown(rows, metric):
-    named = f"{metric.name}, lower is better" if metric.lower_is_better else metric.name
+    named = metric.name  # its direction said where it is not the name's (`adapter.is_loss`)
+    if metric.lower_is_better or adapter.is_loss(metric.name):
+        named += ", lower is better" if metric.lower_is_better else ", higher is better"
     lines = [
         f"| line | global batch | steps | warmup | chosen peak LR | held-out {named} "
         "(mean ± std over seeds) | LR sweep (first seed) | training time per run (s) "
