@@ -929,10 +929,30 @@ MUTATIONS = [
         "study_metric_mode_ignored", "--metric_mode is ignored: the metric's direction is "
         "always guessed from its name",
         "recipes/study/report.py",
-        "        return cls(name, adapter.is_loss(name) if mode == \"auto\" else mode == \"min\")",
-        "        return cls(name, adapter.is_loss(name))",
+        "        mode = adapter.mode_of(name) if mode == \"auto\" else mode",
+        "        mode = adapter.mode_of(name)",
         ["tests/test_batch_study.py::test_the_answer_follows_the_metric_mode"],
         [r"test_the_answer_follows_the_metric_mode"]),
+    Mutation(
+        "study_error_metrics_read_as_higher_is_better", "a metric named mae, rmse or error is "
+        "taken for higher-is-better (the study's behaviour before a recipe author's audit)",
+        "recipes/study/adapter.py",
+        "LOWER_IS_BETTER_WORDS = (\"loss\", \"entropy\", \"error\", \"mae\", \"mse\", \"rmse\", "
+        "\"msle\", \"mape\",",
+        "LOWER_IS_BETTER_WORDS = (\"loss\", \"entropy\",",
+        ["tests/test_batch_study.py::test_which_way_a_metric_is_better_is_read_from_the_words_"
+         "of_its_name"],
+        [r"test_which_way_a_metric_is_better_is_read_from_the_words_of_its_name\[mae-min\]"]),
+    Mutation(
+        "config_key_flag_unnamed_without_an_early_check", "a recipe that gives "
+        "startup.check_command_line no config class gets no --params_override hint for a "
+        "config key given as a flag",
+        "recipes/common/driver.py",
+        "    startup.check_command_line(task_class.config_class, extra_flags)",
+        "    startup.check_command_line(None, extra_flags)",
+        ["tests/test_cli_help.py::test_a_config_key_given_as_a_flag_is_named_for_a_recipe_that_"
+         "checks_no_config_early"],
+        [r"test_a_config_key_given_as_a_flag_is_named_for_a_recipe_that_checks_no_config_early"]),
     Mutation(
         "keras3_model_reaches_the_accumulation_wrapper", "a recipe's Keras 3 model is not "
         "refused by the driver: the accumulation wrapper's TypeError traceback",

@@ -215,8 +215,22 @@ def test_the_answer_follows_the_metric_mode():
     assert "| held-out loss, higher is better (mean" in report.markdown([], higher)
     assert "| held-out loss, lower is better (mean" in report.markdown([], report.Metric.of("loss"))
     assert "| held-out accuracy (mean" in report.markdown([], report.Metric.of("accuracy"))
-    assert report.Metric.of("perplexity", "min").lower_is_better
-    assert not report.Metric.of("perplexity").lower_is_better
+
+@pytest.mark.parametrize("name, mode", [
+    ("loss", "min"), ("masked_lm_cross_entropy", "min"), ("next_sentence_loss", "min"),
+    ("mae", "min"), ("val_rmse", "min"), ("mean_absolute_error", "min"), ("perplexity", "min"),
+    ("top_1_accuracy", "max"), ("masked_lm_accuracy", "max"), ("val_acc", "max"),
+    ("pr_auc", "max"), ("f1", "max"), ("score", None), ("accuracy_loss", None)])
+def test_which_way_a_metric_is_better_is_read_from_the_words_of_its_name(name, mode):
+    """`mae` was taken for higher-is-better (only `loss` and `cross_entropy` were lower), and
+    the answer of a recipe's regression study said its batch held where it lost 20%."""
+    assert adapter.mode_of(name) == mode
+    if mode is None:
+        with pytest.raises(ValueError, match=f"which way {name} is better is not known"):
+            report.Metric.of(name)
+        assert report.Metric.of(name, "min").lower_is_better
+    else:
+        assert report.Metric.of(name).lower_is_better == (mode == "min")
 
 
 def test_a_batch_where_a_seed_diverged_does_not_hold():
@@ -528,6 +542,9 @@ def test_edge_values_the_recipes_take_are_accepted(change):
         ("--tolerance=nan", "--tolerance=nan: give a finite fraction of 0 or more"),
         ("--tolerance=inf", "--tolerance=inf: give a finite fraction of 0 or more"),
         ("--metric_mode=lowest", "--metric_mode: invalid choice: 'lowest'"),
+        # a shipped recipe's metrics are known: a misspelt one is named as such
+        ("--metric=top1_accuracy", "--metric=top1_accuracy: recipe resnet reports no such "
+         "held-out metric"),
         ("--warmup_steps=-1", "--warmup_steps must be at least 0, got -1"),
         ("--seeds=1,-1", "--seeds: -1 is not a seed the recipes take; give seeds from 0 to"),
         ("--seeds=4294967296", "--seeds: 4294967296 is not a seed the recipes take"),
@@ -688,6 +705,13 @@ def test_a_recipe_file_needs_a_metric_and_one_task(tmp_path, capsys):
     argv = [arg for arg in TINY_GRID if not arg.startswith(("--recipe=", "--config_file="))]
     assert cli.main([f"--recipe={recipe}", f"--study_dir={tmp_path / 's'}"] + argv) == 2
     assert capsys.readouterr().err.startswith(f"error: --metric is required with --recipe={recipe}")
+    # a name that does not say which way it is better needs --metric_mode, before any run
+    assert cli.main([f"--recipe={recipe}", f"--study_dir={tmp_path / 's'}", "--metric=score"]
+                    + argv) == 2
+    assert capsys.readouterr().err == (
+        "error: --metric=score: which way it is better is not known from its name; give "
+        "--metric_mode=min (lower is better) or --metric_mode=max\n")
+    assert not (tmp_path / "s").exists()
     (tmp_path / "two.py").write_text(
         "from recipes.common import task\nclass A(task.Task): pass\nclass B(task.Task): pass\n")
     with pytest.raises(Exception, match="defines 2 subclasses of recipes.common.task.Task"):

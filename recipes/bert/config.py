@@ -47,8 +47,11 @@ class DataConfig:
 class ModelConfig:
     """Model Garden BertEncoderV2 + BertPretrainerV2; the vocabulary size comes from the
     vocabulary file, so it cannot disagree with the data."""
+    # Width of every transformer layer (BERT-Base: 768).
     hidden_size: int = 128
+    # Transformer layers (BERT-Base: 12).
     num_layers: int = 2
+    # Attention heads per layer, dividing hidden_size (BERT-Base: 12).
     num_attention_heads: int = 2
     # Width of the feed-forward block (BERT: 4 * hidden_size).
     intermediate_size: int = 512

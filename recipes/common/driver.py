@@ -57,6 +57,10 @@ def main(task_class, extra_flags=(), run_options=None):
     (`flags.ExtraFlag`), runs `run_options(task_class, options)` (default: `run`), reports
     errors in one line."""
     flags_lib.define_flags(extra_flags)
+    from recipes.common import startup  # pylint: disable=import-outside-toplevel
+    # what a recipe's top answers before TensorFlow loads, answered here too for a recipe
+    # that gives `startup.check_command_line` no config class: a config key given as a flag
+    startup.check_command_line(task_class.config_class, extra_flags)
 
     def program(argv):
         try:  # absl would take a returned value for the exit status

@@ -31,7 +31,7 @@ class ExtraFlag:
 
 
 _KEY_FLAGS = ("config_file", "params_override", "model_dir", "mode", "tpu", "strategy",
-              "communication", "deterministic", "verbose", "help_config")
+              "cpu_replicas", "communication", "deterministic", "verbose", "help_config")
 
 
 def define_flags(extra_flags=()):

@@ -80,16 +80,23 @@ class OptimizerConfig:
     exclude_from_layer_adaptation: Optional[list[str]] = None
     # Clip the accumulated, all-reduced gradient to this global norm; null = no clipping.
     global_clipnorm: Optional[float] = 1.0
-    # lamb, adamw
+    # lamb, adamw: decay of the first moment m.
     beta_1: float = 0.9
+    # lamb, adamw: decay of the second moment v.
     beta_2: float = 0.999
+    # lamb, adamw: added to sqrt(v) in the denominator.
     epsilon: float = 1e-6
-    bias_correction: bool = True  # lamb only: false drops 1/(1 - beta^t) (paper appendix)
-    # lars, momentum
+    # lamb only: false drops 1/(1 - beta^t) (paper appendix).
+    bias_correction: bool = True
+    # lars, momentum: the momentum coefficient.
     momentum: float = 0.9
+    # lars, momentum: Nesterov momentum.
     nesterov: bool = False
-    eeta: float = 0.001  # lars only: trust coefficient
-    classic_momentum: bool = True  # lars only
+    # lars only: the trust coefficient.
+    eeta: float = 0.001
+    # lars only: true, the learning rate inside the momentum buffer and the trust ratio from
+    # the gradient; false, the rate after the momentum, the ratio from the momentum update.
+    classic_momentum: bool = True
 
 
 @dataclasses.dataclass

@@ -21,10 +21,12 @@ class DataConfig:
     # ImageNet-format TFRecords (see recipes/resnet/convert.py), local or gs:// globs,
     # listed once when a run starts: the run reads the files they matched then.
     train_file_pattern: str = ""
+    # The held-out files, as train_file_pattern.
     eval_file_pattern: str = ""
     # Examples in the eval files (0: count the records once); a number above what they hold
     # evaluates those and says so, one below evaluates that many.
     eval_num_examples: int = 0
+    # Classes the model's last layer scores (ImageNet: 1000).
     num_classes: int = 1000
     # Subtracted from image/class/label: 1 for the ImageNet conversion scripts' 1..1000
     # (0 = background). Model Garden's 1001-class setup is label_offset=0, num_classes=1001.
@@ -43,7 +45,7 @@ class ModelConfig:
     depth: int = 50  # Model Garden ResNet model_id: 10, 18, 26, 34, 50, 101, 152, 200, ...
     depth_multiplier: float = 1.0  # channel width multiplier
     norm_momentum: float = 0.9  # batch-norm moving-average decay
-    norm_epsilon: float = 1e-5
+    norm_epsilon: float = 1e-5  # batch-norm epsilon, added to the variance
     dropout_rate: float = 0.0  # before the classifier
 
 
@@ -67,6 +69,7 @@ def _optimizer():
 
 @dataclasses.dataclass
 class TrainConfig(schema.TrainConfig):
+    # Label smoothing of the training loss (0.1: the LAMB authors' ResNet-50 run.sh).
     label_smoothing: float = 0.1
 
 

@@ -19,7 +19,7 @@ from recipes.common.errors import UserError
 
 PROGRAMS = {"bert": "recipes.bert.pretrain", "resnet": "recipes.resnet.train"}
 TASK_CLASSES = {"bert": "BertPretraining", "resnet": "ResNetClassification"}
-# The held-out metric a cell's learning rate is picked on (`is_loss`: lower is better).
+# The held-out metric a cell's learning rate is picked on (`mode_of`: which way is better).
 DEFAULT_METRICS = {"bert": "masked_lm_accuracy", "resnet": "top_1_accuracy"}
 # Every held-out figure the shipped recipes write under "eval" in results.json (their
 # compiled losses and metrics), so that a misspelt --metric is refused before any run; a
@@ -164,10 +164,21 @@ def check_metric(recipe, metric):
                         f"metric; give one of {', '.join(known)}")
 
 
-def is_loss(metric):
-    """Whether lower is better for `metric`: a loss or a cross-entropy (the recipes' `loss`,
-    `masked_lm_loss`, `masked_lm_cross_entropy`, ...); higher for the others (accuracies)."""
-    return "loss" in metric or "cross_entropy" in metric
+# Words of a metric's name (split at "_") that say which way it is better.
+LOWER_IS_BETTER_WORDS = ("loss", "entropy", "error", "mae", "mse", "rmse", "msle", "mape",
+                         "perplexity")
+HIGHER_IS_BETTER_WORDS = ("accuracy", "acc", "auc", "precision", "recall", "f1", "iou")
+
+
+def mode_of(metric):
+    """"min" (lower is better) for a name holding a word of `LOWER_IS_BETTER_WORDS` (the
+    recipes' `loss`, `masked_lm_cross_entropy`; `mae`, `val_rmse`), "max" for one of
+    `HIGHER_IS_BETTER_WORDS` (`top_1_accuracy`, `auc`), None when the name says neither or
+    both. (Keras' callbacks take every name without "acc" or "auc" for a loss: an `f1` too.)"""
+    words = set(metric.lower().split("_"))
+    lower, higher = bool(words & set(LOWER_IS_BETTER_WORDS)), bool(
+        words & set(HIGHER_IS_BETTER_WORDS))
+    return None if lower == higher else "min" if lower else "max"
 
 
 def read_results(model_dir, metric):

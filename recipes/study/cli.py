@@ -144,9 +144,10 @@ def parse_args(argv):
                              f"{adapter.DEFAULT_METRICS['bert']}, resnet's "
                              f"{adapter.DEFAULT_METRICS['resnet']}; a recipe file's: required)")
     parser.add_argument("--metric_mode", choices=("auto", "min", "max"), default="auto",
-                        help="which way --metric is better, as Keras' callbacks' mode: min, "
-                             "lower; max, higher; auto, lower for a name holding 'loss' or "
-                             "'cross_entropy', else higher")
+                        help="which way --metric is better: min, lower; max, higher; auto, "
+                             "as its name says: lower for a loss, entropy, error, mae, mse, "
+                             "rmse, ...; higher for an accuracy, acc, auc, precision, recall, "
+                             "f1, iou (another name needs min or max)")
     parser.add_argument("--tolerance", type=float, default=0.01,
                         help="how large the batch can go: each line's largest batch up to "
                              "which every batch's held-out figure stays within this fraction "
@@ -230,7 +231,7 @@ def _progress(done, total, run, status):
         result = status["result"]
         noise = result["noise_scale"]
         figures = (
-            f"metric {result['metric']:.4f}, {result['steps']} steps, "
+            f"{result['metric_name']} {result['metric']:.4f}, {result['steps']} steps, "
             f"{result['wall_time_seconds']:.0f} s"
             + ("" if noise is None else f", noise scale {noise:,.0f}")
         )
@@ -269,12 +270,17 @@ def _count(number, noun):
 
 def _metric(args):
     """The held-out metric learning rates are picked on (`report.Metric`): --metric, or the
-    shipped recipe's, better as --metric_mode says."""
+    shipped recipe's, better as --metric_mode says; a UserError for a shipped recipe's
+    metric it does not report, or a name that does not say its direction under auto."""
     metric = args.metric or adapter.DEFAULT_METRICS.get(args.recipe, "")
     if not metric:
         raise UserError(f"--metric is required with --recipe={args.recipe}: the held-out "
                         "metric of its results.json to pick learning rates on, e.g. "
                         "--metric=accuracy")
+    adapter.check_metric(args.recipe, metric)
+    if args.metric_mode == "auto" and adapter.mode_of(metric) is None:
+        raise UserError(f"--metric={metric}: which way it is better is not known from its "
+                        "name; give --metric_mode=min (lower is better) or --metric_mode=max")
     return report.Metric.of(metric, args.metric_mode)
 
 
@@ -318,7 +324,6 @@ def _checked_plan(args):
     # before any run: a recipe would refuse `~/...` only once the study had made `./~/...`
     storage.refuse_unexpanded_home("--study_dir", args.study_dir)
     metric = _metric(args)
-    adapter.check_metric(args.recipe, metric.name)
     settings = settings_from(args)
     plan_lib.check(settings)
     sweeps, untuned = plan_lib.sweep_runs(settings), plan_lib.untuned_runs(settings)

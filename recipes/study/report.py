@@ -24,9 +24,12 @@ class Metric:
 
     @classmethod
     def of(cls, name, mode="auto"):
-        """`mode`: "min" (lower is better), "max", or "auto": lower for a loss or a
-        cross-entropy (`adapter.is_loss`), higher for the others."""
-        return cls(name, adapter.is_loss(name) if mode == "auto" else mode == "min")
+        """`mode`: "min" (lower is better), "max", or "auto": as the name says
+        (`adapter.mode_of`); a ValueError for a name that does not say."""
+        mode = adapter.mode_of(name) if mode == "auto" else mode
+        if mode is None:
+            raise ValueError(f"which way {name} is better is not known from its name")
+        return cls(name, mode == "min")
 
     def worse_by(self, value, reference):
         """How much worse `value` is than `reference` (negative: better)."""
@@ -185,8 +188,8 @@ def legend(metric):
     return (
         f"Chosen peak LR: the rate of the sweep with the {better} held-out {metric.name} on the "
         "first seed (the first given, on a tie); marked at the top or bottom of a sweep of "
-        "three rates or more, where a better rate may lie beyond it: the row is then a lower "
-        "bound of what the batch reaches. The held-out figure is the mean over the seeds run "
+        "three rates or more, where a better rate may lie beyond it: the row may then "
+        "understate what the batch reaches. The held-out figure is the mean over the seeds run "
         "at that rate. Training time: the recipe's own, from its start to its end (its "
         "results.json), without the process's start-up (TensorFlow's import, some seconds), and "
         "of its last process only where a stopped study resumed it; the header's total "
@@ -198,8 +201,8 @@ def legend(metric):
 
 
 def markdown(rows, metric):
-    named = metric.name  # its direction said where it is not the name's (`adapter.is_loss`)
-    if metric.lower_is_better or adapter.is_loss(metric.name):
+    named = metric.name  # its direction said but for a name that says "higher" itself
+    if metric.lower_is_better or adapter.mode_of(metric.name) != "max":
         named += ", lower is better" if metric.lower_is_better else ", higher is better"
     lines = [
         f"| line | global batch | steps | warmup | chosen peak LR | held-out {named} "
@@ -267,7 +270,8 @@ def plot(rows, metric, path):
             )
     axes.set_xscale("log", base=2)
     axes.set_xlabel("global batch size (examples per update; equal epochs)")
-    axes.set_ylabel(f"held-out {metric.name}")
+    better = "lower" if metric.lower_is_better else "higher"
+    axes.set_ylabel(f"held-out {metric.name} ({better} is better)")
     axes.grid(True, alpha=0.3)
     axes.legend(fontsize=7)
     figure.tight_layout()
