@@ -1037,3 +1037,17 @@ def test_the_study_page_shows_the_answer_and_table_the_code_writes_from_its_data
     answer = "\n".join(report.largest_batches(study["rows"], metric, 0.01))
     assert f"```text\n{answer}\n```" in page
     assert report.markdown(study["rows"], metric) in page
+
+
+def test_a_runs_progress_line_names_its_metric_and_a_negative_noise_estimate_is_no_scale(capsys):
+    """It printed `metric 0.9150, ..., noise scale -4,612`: neither the metric's name nor the
+    table's word for a negative estimate."""
+    run = plan.sweep_runs(settings(batch_sizes=(64,)))[("lamb", 64)][0]
+    for noise in (-4612.0, 551.4, None):
+        cli._progress(1, 2, run, {"status": "ok", "result": {  # pylint: disable=protected-access
+            "metric_name": "accuracy", "metric": 0.915, "steps": 250,
+            "wall_time_seconds": 6.2, "noise_scale": noise}})
+    assert capsys.readouterr().out.splitlines() == [
+        f"[1/2] {run.name}: accuracy 0.9150, 250 steps, 6 s, noise scale not measurable",
+        f"[1/2] {run.name}: accuracy 0.9150, 250 steps, 6 s, noise scale 551",
+        f"[1/2] {run.name}: accuracy 0.9150, 250 steps, 6 s"]

@@ -230,10 +230,12 @@ def _progress(done, total, run, status):
     if status["status"] == "ok":
         result = status["result"]
         noise = result["noise_scale"]
+        if noise is not None:  # a negative estimate is not a scale (the table's words)
+            noise = f"{noise:,.0f}" if math.isfinite(noise) and noise > 0 else "not measurable"
         figures = (
             f"{result['metric_name']} {result['metric']:.4f}, {result['steps']} steps, "
             f"{result['wall_time_seconds']:.0f} s"
-            + ("" if noise is None else f", noise scale {noise:,.0f}")
+            + ("" if noise is None else f", noise scale {noise}")
         )
     else:
         figures = status["status"]

@@ -107,8 +107,9 @@ def _fmt(value, digits=4):
 
 def _sweep_end(row):
     """"top" or "bottom" when the chosen learning rate is the highest or lowest of a sweep
-    of three or more rates: a better rate may lie beyond, and the row is then a lower bound
-    (a sweep of two brackets nothing: every choice would be at an end); else None."""
+    of three or more rates: a better rate may lie beyond, and the row may understate what
+    the batch reaches (a sweep of two brackets nothing: every choice would be at an end);
+    else None."""
     rates = sorted(float(rate) for rate in row["sweep"])
     if row["learning_rate"] is None or len(rates) < 3 or "untuned" in row["line"]:
         return None
