@@ -711,6 +711,13 @@ def test_a_recipe_file_needs_a_metric_and_one_task(tmp_path, capsys):
     assert capsys.readouterr().err == (
         "error: --metric=score: which way it is better is not known from its name; give "
         "--metric_mode=min (lower is better) or --metric_mode=max\n")
+    # a misspelt word is named: it is more likely than a metric of its own
+    assert cli.main([f"--recipe={recipe}", f"--study_dir={tmp_path / 's'}",
+                     "--metric=val_acuracy"] + argv) == 2
+    assert capsys.readouterr().err == (
+        "error: --metric=val_acuracy: which way it is better is not known from its name "
+        "('acuracy': accuracy misspelt?); give --metric_mode=min (lower is better) or "
+        "--metric_mode=max\n")
     assert not (tmp_path / "s").exists()
     (tmp_path / "two.py").write_text(
         "from recipes.common import task\nclass A(task.Task): pass\nclass B(task.Task): pass\n")
@@ -799,12 +806,12 @@ def test_a_recipe_files_unknown_metric_stops_the_study_after_its_first_run(
     study_dir = tmp_path / "study"
     recipe = os.path.join(TESTS_DIR, "study_fake_recipe.py")
     argv = [arg for arg in TINY_GRID if not arg.startswith(("--recipe=", "--config_file="))]
-    argv += [f"--recipe={recipe}", "--metric=acuracy", f"--study_dir={study_dir}"]
+    argv += [f"--recipe={recipe}", "--metric=top_1_acc", f"--study_dir={study_dir}"]
     assert cli.main(argv) == 2
     (line,) = capsys.readouterr().err.splitlines()
     results = study_dir / "runs" / "lamb_b8_lr0.1_w1_s1" / "results.json"
-    assert line == ("error: --metric=acuracy: run lamb_b8_lr0.1_w1_s1 finished, but its "
-                    "held-out results have no 'acuracy', only loss, top_1_accuracy, "
+    assert line == ("error: --metric=top_1_acc: run lamb_b8_lr0.1_w1_s1 finished, but its "
+                    "held-out results have no 'top_1_acc', only loss, top_1_accuracy, "
                     "top_5_accuracy "
                     f"({results}); run the same command with --metric set to one of those")
     assert starts(study_dir) == {"lamb_b8_lr0.1_w1_s1": 1}  # no further run started

@@ -15,6 +15,7 @@ writes study.md, study.json and study.png into --study_dir. Run it again with th
 arguments to resume. The grid arithmetic is in recipes/study/plan.py.
 """
 import argparse
+import difflib
 import math
 import os
 import shlex
@@ -281,8 +282,15 @@ def _metric(args):
                         "--metric=accuracy")
     adapter.check_metric(args.recipe, metric)
     if args.metric_mode == "auto" and adapter.mode_of(metric) is None:
+        known, typo = adapter.LOWER_IS_BETTER_WORDS + adapter.HIGHER_IS_BETTER_WORDS, ""
+        for word in metric.split("_"):  # a misspelt word is likelier than a metric of its own
+            near = difflib.get_close_matches(word, known, n=1, cutoff=0.8)
+            if near:
+                typo = f" ({word!r}: {near[0]} misspelt?)"
+                break
         raise UserError(f"--metric={metric}: which way it is better is not known from its "
-                        "name; give --metric_mode=min (lower is better) or --metric_mode=max")
+                        f"name{typo}; give --metric_mode=min (lower is better) or "
+                        "--metric_mode=max")
     return report.Metric.of(metric, args.metric_mode)
 
 
