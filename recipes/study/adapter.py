@@ -176,8 +176,8 @@ def mode_of(metric):
     `HIGHER_IS_BETTER_WORDS` (`top_1_accuracy`, `auc`), None when the name says neither or
     both. (Keras' callbacks take every name without "acc" or "auc" for a loss: an `f1` too.)"""
     words = set(metric.lower().split("_"))
-    lower, higher = bool(words & set(LOWER_IS_BETTER_WORDS)), bool(
-        words & set(HIGHER_IS_BETTER_WORDS))
+    lower = bool(words.intersection(LOWER_IS_BETTER_WORDS))
+    higher = bool(words.intersection(HIGHER_IS_BETTER_WORDS))
     return None if lower == higher else "min" if lower else "max"
 
 

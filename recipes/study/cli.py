@@ -284,7 +284,7 @@ def _metric(args):
     if args.metric_mode == "auto" and adapter.mode_of(metric) is None:
         known, typo = adapter.LOWER_IS_BETTER_WORDS + adapter.HIGHER_IS_BETTER_WORDS, ""
         for word in metric.split("_"):  # a misspelt word is likelier than a metric of its own
-            near = difflib.get_close_matches(word, known, n=1, cutoff=0.8)
+            near = difflib.get_close_matches(word.lower(), known, n=1, cutoff=0.8)
             if near:
                 typo = f" ({word!r}: {near[0]} misspelt?)"
                 break
