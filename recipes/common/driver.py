@@ -58,8 +58,8 @@ def main(task_class, extra_flags=(), run_options=None):
     errors in one line."""
     flags_lib.define_flags(extra_flags)
     from recipes.common import startup  # pylint: disable=import-outside-toplevel
-    # what a recipe's top answers before TensorFlow loads, answered here too for a recipe
-    # that gives `startup.check_command_line` no config class: a config key given as a flag
+    # what a recipe's top answers before TensorFlow loads (done already if it gave its config
+    # class), answered here for one that gave none: a config key given as a flag, say
     startup.check_command_line(task_class.config_class, extra_flags)
 
     def program(argv):

@@ -14,6 +14,7 @@ import os
 import sys
 
 _FULL_HELP = {"--helpfull", "-helpfull", "--helpxml", "-helpxml"}  # left to the full parse
+_CHECKED = set()  # the config classes `check_command_line` checked the command line for
 
 os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "0" if "--verbose" in sys.argv[1:] else "3")
@@ -29,7 +30,10 @@ def check_command_line(config_class=None, extra_flags=()):
     alone finds in the config files and `--params_override` (a YAML error, an unknown key, a
     wrong type). `--helpfull`, which lists TensorFlow's flags too, is left to `driver.main`.
     A recipe program calls it at its top, under `if __name__ == "__main__":`; `driver.main`
-    defines and parses the same flags again and does the rest."""
+    defines and parses the same flags again and does the rest (calling this first: a
+    second call for the same config class returns at once)."""
+    if config_class is not None and config_class in _CHECKED:
+        return
     from recipes.common import config as config_lib  # pylint: disable=import-outside-toplevel
     from recipes.common import config_help, errors  # pylint: disable=import-outside-toplevel
     from recipes.common import flags as flags_lib  # pylint: disable=import-outside-toplevel
@@ -61,6 +65,7 @@ def check_command_line(config_class=None, extra_flags=()):
                                renamed_keys=schema.RENAMED_KEYS)
     except errors.UserError as error:
         _refuse(str(error))
+    _CHECKED.add(config_class)
 
 
 def check_program_flags(define_flags, check_flags):

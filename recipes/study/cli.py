@@ -281,7 +281,9 @@ def _metric(args):
                         "metric of its results.json to pick learning rates on, e.g. "
                         "--metric=accuracy")
     adapter.check_metric(args.recipe, metric)
-    if args.metric_mode == "auto" and adapter.mode_of(metric) is None:
+    try:
+        return report.Metric.of(metric, args.metric_mode)
+    except ValueError:  # auto, and the name does not say
         known, typo = adapter.LOWER_IS_BETTER_WORDS + adapter.HIGHER_IS_BETTER_WORDS, ""
         for word in metric.split("_"):  # a misspelt word is likelier than a metric of its own
             near = difflib.get_close_matches(word.lower(), known, n=1, cutoff=0.8)
@@ -290,8 +292,7 @@ def _metric(args):
                 break
         raise UserError(f"--metric={metric}: which way it is better is not known from its "
                         f"name{typo}; give --metric_mode=min (lower is better) or "
-                        "--metric_mode=max")
-    return report.Metric.of(metric, args.metric_mode)
+                        "--metric_mode=max") from None
 
 
 def _interrupted(study_dir, how="interrupted"):
