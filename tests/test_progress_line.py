@@ -3,6 +3,8 @@ first step's tracing and compiling (seconds, once) made every later figure and t
 left too large (`step 1/6 ... 8.86 s/step, 0m44s left` at about 1 s a step)."""
 import types
 
+import pytest
+
 from recipes.common import callbacks
 
 
@@ -45,3 +47,18 @@ def test_a_line_at_the_first_step_says_its_time_includes_tracing(monkeypatch, ca
 def test_the_scalars_are_printed_by_name(monkeypatch, capsys):
     lines = _run(1, 1, [2.0], monkeypatch, capsys)
     assert lines == ["step 1/1  loss=1  2.00 s/step (with tracing), 0m00s left"]
+
+
+def test_steps_under_a_second_are_given_in_milliseconds(monkeypatch, capsys):
+    # the first step 2 s (tracing), then steps of 30 and 4.2 ms: 17.1 ms a step after it
+    lines = _run(1, 3, [2.0, 2.03, 2.0342], monkeypatch, capsys)
+    assert lines[0].endswith("2.00 s/step (with tracing), 0m04s left")
+    assert lines[1].endswith("  30.0 ms/step, 0m00s left")
+    assert lines[2].endswith("  17.1 ms/step, 0m00s left")
+
+
+@pytest.mark.parametrize("seconds, text", [
+    (12.3, "12.30 s"), (1.0, "1.00 s"), (0.9996, "1.00 s"), (0.9994, "999 ms"),
+    (0.42, "420 ms"), (0.09996, "100 ms"), (0.042, "42.0 ms"), (0.0042, "4.20 ms")])
+def test_a_step_time_keeps_three_figures(seconds, text):
+    assert callbacks._step_time(seconds) == text

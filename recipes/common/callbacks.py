@@ -236,7 +236,7 @@ class ProgressLine(tf_keras.callbacks.Callback):
     """One console line every `every` optimizer steps (and at the last step): the step,
     every scalar of the step's logs by name (Keras' `fit` logs: the loss and metrics are
     means over the steps of the current checkpoint chunk so far, other scalars such as
-    `global_gradient_norm` the step's own), seconds per step and the time left. Plain
+    `global_gradient_norm` the step's own), the time per step and the time left. Plain
     lines (no redrawn progress bar), so a log file reads like the terminal.
 
     Seconds per step are timed from the end of this process's first step, so that its
@@ -271,10 +271,20 @@ class ProgressLine(tf_keras.callbacks.Callback):
             if _is_scalar(value)
         )
         print(
-            f"step {step}/{self._total}  {scalars}  {per_step:.2f} s/step{timing}, "
+            f"step {step}/{self._total}  {scalars}  {_step_time(per_step)}/step{timing}, "
             f"{_duration(per_step * (self._total - step))} left",
             flush=True,
         )
+
+
+def _step_time(seconds):
+    """`1.23 s` from a second up, three figures of milliseconds below (`420 ms`, `42.0 ms`,
+    `4.20 ms`), so that a fast recipe's steps do not all read `0.00 s`."""
+    milliseconds = seconds * 1000
+    if milliseconds >= 999.5:  # would read `1000 ms`
+        return f"{seconds:.2f} s"
+    decimals = 0 if milliseconds >= 99.95 else 1 if milliseconds >= 9.995 else 2
+    return f"{milliseconds:.{decimals}f} ms"
 
 
 def _duration(seconds):
