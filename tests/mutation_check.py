@@ -445,7 +445,7 @@ MUTATIONS = [
     Mutation(
         "study_batch_sizes_unsorted", "--batch_sizes kept in the given order (the default base "
         "batch is then the first, not the smallest)",
-        "recipes/study/cli.py",
+        "recipes/study/flags.py",
         "    batch_sizes = tuple(sorted(set(args.batch_sizes)))",
         "    batch_sizes = tuple(dict.fromkeys(args.batch_sizes))",
         ["tests/test_batch_study.py"],

@@ -16,7 +16,7 @@ from conftest import REPO_ROOT
 from recipes.common import config as config_lib
 from recipes.common import driver
 from recipes.common.errors import UserError
-from recipes.study import adapter, cli, plan, report, runner
+from recipes.study import adapter, cli, flags, plan, report, runner
 
 TESTS_DIR = os.path.dirname(os.path.abspath(__file__))
 TINY_GRID = [
@@ -485,18 +485,18 @@ def test_a_failure_that_is_not_divergence_stops_the_study(fake_recipe, tmp_path,
 
 
 def test_batch_sizes_are_sorted_and_the_base_batch_is_the_smallest():
-    args = cli.parse_args([a for a in TINY_GRID if not a.startswith("--batch_sizes")]
+    args = flags.parse_args([a for a in TINY_GRID if not a.startswith("--batch_sizes")]
                           + ["--batch_sizes=32,8", "--study_dir=unused"])
-    study = cli.settings_from(args)
+    study = flags.settings_from(args)
     assert (study.batch_sizes, study.base_batch_size) == ((8, 32), 8)
 
 
 @pytest.mark.parametrize("change", ["--seeds=4294967295", "--warmup_steps=0"])
 def test_edge_values_the_recipes_take_are_accepted(change):
     flag = change.split("=")[0]
-    args = cli.parse_args([a for a in TINY_GRID if not a.startswith(flag + "=")]
+    args = flags.parse_args([a for a in TINY_GRID if not a.startswith(flag + "=")]
                           + [change, "--study_dir=unused"])
-    study = cli.settings_from(args)
+    study = flags.settings_from(args)
     assert (study.seeds == (4294967295,)) if flag == "--seeds" else study.warmup_steps == 0
 
 
@@ -975,8 +975,8 @@ def test_a_finished_run_whose_config_changed_since_is_named(tmp_path):
     """A study run again after its config file (or a recipe file's defaults) changed
     tabulated the old runs as of the new settings, without a word."""
     config_file = os.path.join(REPO_ROOT, "configs", "resnet", "tiny_cpu.yaml")
-    args = cli.parse_args(TINY_GRID + [f"--study_dir={tmp_path}"])
-    run = plan.sweep_runs(cli.settings_from(args))[("lamb", 8)][0]
+    args = flags.parse_args(TINY_GRID + [f"--study_dir={tmp_path}"])
+    run = plan.sweep_runs(flags.settings_from(args))[("lamb", 8)][0]
     task_class = adapter.task_class_of("resnet")
     options = types.SimpleNamespace(config_files=(config_file,), model_dir=None,
                                     params_override=adapter.override_string(run, ""))
