@@ -451,6 +451,14 @@ MUTATIONS = [
         ["tests/test_batch_study.py"],
         [r"test_batch_sizes_are_sorted_and_the_base_batch_is_the_smallest"]),
     Mutation(
+        "study_stopped_process_time_dropped", "a run the study stopped and ran again counts "
+        "only its last process's seconds",
+        "recipes/study/runner.py",
+        "              \"process_seconds\": round(seconds + sum(stopped), 1),  # every process's",
+        "              \"process_seconds\": round(seconds, 1),",
+        ["tests/test_batch_study.py"],
+        [r"test_killed_study_resumes_without_rerunning_finished_runs"]),
+    Mutation(
         "study_first_error_line", "a failed run is reported by the first error line of its "
         "log (an earlier attempt's)",
         "recipes/study/runner.py",

@@ -420,6 +420,7 @@ def test_killed_study_resumes_without_rerunning_finished_runs(fake_recipe, tmp_p
         while not os.path.exists(hanging) and time.monotonic() < deadline:
             time.sleep(0.2)
         assert os.path.exists(hanging), "the study never reached its second run"
+        time.sleep(3)  # the stopped process: 3 s or more, longer than the run's last
     finally:
         os.killpg(process.pid, signal.SIGTERM)  # the study and the run it started
         process.wait(timeout=60)
@@ -436,6 +437,9 @@ def test_killed_study_resumes_without_rerunning_finished_runs(fake_recipe, tmp_p
     assert result.returncode == 0, result.stderr
     counts = starts(study_dir)
     assert counts.pop("lamb_b8_lr0.4_w1_s1") == 2  # killed unfinished: run again
+    status = json.load(open(os.path.join(
+        study_dir, runner.RUNS_SUBDIR, "lamb_b8_lr0.4_w1_s1", runner.STATUS_FILE)))
+    assert status["processes"] == 2 and status["process_seconds"] >= 3  # both processes
     assert set(counts.values()) == {1} and len(counts) == 15
     assert "[2/8] lamb_b8_lr0.4_w1_s1: diverged" in result.stdout  # 1 of 8 already done
     assert "sweep: 8 runs (1 finished before: not run again)" in result.stdout.splitlines()

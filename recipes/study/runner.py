@@ -7,7 +7,9 @@ study stopped at any point resumes where it was: unfinished runs start again (th
 resumes from its own checkpoint if it wrote one). A failure other than divergence stops
 the study with the recipe's error line: it would fail every run alike. Once the study
 stops (a failure, Ctrl-C), no further run starts and the runs under way are stopped with
-SIGTERM (the recipes save a checkpoint of their step and exit); none of them is recorded.
+SIGTERM (the recipes save a checkpoint of their step and exit); none of them is recorded
+but for its process's seconds (`stopped_attempts.json`), which the run's status adds to
+its own when it finishes.
 """
 import concurrent.futures
 import dataclasses
@@ -24,6 +26,7 @@ from recipes.study import adapter
 RUNS_SUBDIR = "runs"
 STATUS_FILE = "study_run.json"
 LOG_FILE = "study_run.log"
+STOPPED_ATTEMPTS_FILE = "stopped_attempts.json"  # [seconds of each process the study stopped]
 
 # The error lines of the shared driver's `TrainingDiverged` (recipes/common/callbacks.py:
 # `CheckpointEachEpoch`, a non-finite loss after a step and a non-finite variable before a
@@ -138,6 +141,22 @@ def _write_status(directory, status):
     os.replace(path + ".tmp", path)
 
 
+def _stopped_attempts(directory):
+    """The seconds of each earlier process of the run that the study stopped."""
+    path = os.path.join(directory, STOPPED_ATTEMPTS_FILE)
+    if not os.path.exists(path):
+        return []
+    with open(path) as handle:
+        return json.load(handle)
+
+
+def _record_stopped_attempt(directory, seconds):
+    path = os.path.join(directory, STOPPED_ATTEMPTS_FILE)
+    with open(path + ".tmp", "w") as handle:
+        json.dump(_stopped_attempts(directory) + [seconds], handle)
+    os.replace(path + ".tmp", path)
+
+
 def _last_error_line(log_path):
     with open(log_path, errors="replace") as handle:
         lines = [line.strip() for line in handle if line.strip()]
@@ -196,13 +215,17 @@ def execute_one(run, *, recipe, config_files, study_dir, extra_overrides, metric
             returncode = process.wait()
         finally:
             stop.finished(process)
+    seconds = round(time.perf_counter() - start, 1)
+    if returncode != 0 and stop.is_set:  # stopped by the study: it runs again on resume
+        _record_stopped_attempt(directory, seconds)
+        return None
+    stopped = _stopped_attempts(directory)
     status = {"run": dataclasses.asdict(run),
               "study_flags": study_flags(recipe, config_files, extra_overrides),
-              "process_seconds": round(time.perf_counter() - start, 1)}
+              "process_seconds": round(seconds + sum(stopped), 1),  # every process's
+              "processes": len(stopped) + 1}
     if returncode == 0:
         status.update(status="ok", result=_read_results(directory, run, metric))
-    elif stop.is_set:
-        return None  # stopped by the study: unfinished, it runs again on resume
     else:
         line = _last_error_line(log_path)
         if not is_divergence(line):
