@@ -5,6 +5,8 @@ Each check returns the value in the form the caller stores, or raises one `Value
 (both Keras flavours), the schedules, the scaling rules and the batch planner all use
 these, so the same mistake reads the same everywhere.
 """
+import difflib
+import inspect
 import math
 import numbers
 
@@ -200,6 +202,41 @@ def refuse_keywords(optimizer_name, keras_kwargs):
                 f"{optimizer_name} got {keyword}=...: {keyword} is only supported by legacy Keras "
                 f"optimizers (tf.keras.optimizers.legacy), which {optimizer_name} is not; {fix}.")
     return keras_kwargs
+
+
+def keyword_names(cls):
+    """The keywords `cls(...)` takes by name: those of the first `__init__` in its MRO that
+    names any (a `*args, **kwargs` pass-through, such as Keras 3's TensorFlow optimizer's,
+    is skipped)."""
+    named = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    for klass in cls.__mro__:
+        if "__init__" in vars(klass):
+            names = tuple(parameter.name for parameter
+                          in inspect.signature(klass.__init__).parameters.values()
+                          if parameter.kind in named and parameter.name != "self")
+            if names:
+                return names
+    return ()
+
+
+# Base-class keywords not listed as what an optimizer takes: refused (`refuse_keywords`), or
+# only in tf_keras' saved configs.
+_NOT_OFFERED = ("weight_decay", "is_legacy_optimizer")
+
+
+def refuse_unknown_keywords(optimizer_name, keras_kwargs, own, base, error_class):
+    """`error_class` (the base class's own: tf_keras' TypeError, Keras 3's ValueError) for
+    the first keyword that neither the optimizer (`own` names) nor its base class (`base`)
+    takes, naming the closest one; the base classes' messages name neither."""
+    for keyword in keras_kwargs:
+        if keyword not in base:
+            close = difflib.get_close_matches(keyword, own + base, n=1, cutoff=0.6)
+            offered = [name for name in base if name not in own + _NOT_OFFERED]
+            hint = (f"did you mean {close[0]}?" if close else
+                    f"it takes {', '.join(own)}, and its Keras base class's "
+                    f"{', '.join(offered)}")
+            raise error_class(f"{optimizer_name} got an unexpected keyword argument "
+                              f"{keyword!r}: {hint}")
 
 
 # The flavours' base-class keywords that their base classes take without a check (a

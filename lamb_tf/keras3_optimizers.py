@@ -40,6 +40,8 @@ class _LayerwiseOptimizer(layerwise.LayerwiseMixin, keras.optimizers.Optimizer):
     _SCHEDULE_CLASS = keras.optimizers.schedules.LearningRateSchedule
     _VARIABLE_CLASSES = (tf.Variable, keras.Variable)
     _variable_path = staticmethod(variable_path)
+    _BASE_KEYWORDS = arguments.keyword_names(keras.optimizers.Optimizer)
+    _UNKNOWN_KEYWORD_ERROR = ValueError  # as Keras 3's base class
 
     def __init__(self, name, learning_rate, weight_decay_rate, exclude_from_weight_decay,
                  exclude_from_layer_adaptation, keras_kwargs):
@@ -78,7 +80,10 @@ class _LayerwiseOptimizer(layerwise.LayerwiseMixin, keras.optimizers.Optimizer):
 
     @property
     def learning_rate(self):
-        return self._get_current_learning_rate()
+        rate = self._get_current_learning_rate()
+        # with the user's variable: that variable, so that `learning_rate.assign(x)` sets the
+        # rate (an assignment to the base's copy would be undone by the next step's copy)
+        return rate if self._learning_rate_variable is None else self._learning_rate_variable
 
     @learning_rate.setter
     def learning_rate(self, value):

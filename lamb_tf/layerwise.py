@@ -47,6 +47,8 @@ class LayerwiseMixin:
     _SCHEDULE_CLASS = None
     _VARIABLE_CLASSES = ()
     _KERAS3_ONLY_KEYWORDS = {}  # tf_keras: {Keras 3 keyword its base refuses: what to do}
+    _BASE_KEYWORDS = ()  # the keywords the flavour's base class takes
+    _UNKNOWN_KEYWORD_ERROR = TypeError  # what the flavour's base class raises for another
 
     def _check_layerwise_arguments(self, name, learning_rate, weight_decay_rate,
                                    exclude_from_weight_decay, exclude_from_layer_adaptation,
@@ -58,7 +60,10 @@ class LayerwiseMixin:
             if keyword in keras_kwargs:  # (checked, then refused by the base class, before)
                 raise TypeError(f"{name} got {keyword}=: a keyword of Keras 3's optimizers, "
                                 f"which tf_keras' do not take; {instead}")
-        keras_kwargs = arguments.base_keywords(arguments.refuse_keywords(name, dict(keras_kwargs)))
+        keras_kwargs = arguments.refuse_keywords(name, dict(keras_kwargs))
+        arguments.refuse_unknown_keywords(name, keras_kwargs, arguments.keyword_names(type(self)),
+                                          self._BASE_KEYWORDS, self._UNKNOWN_KEYWORD_ERROR)
+        keras_kwargs = arguments.base_keywords(keras_kwargs)
         learning_rate = arguments.learning_rate(learning_rate, self._SCHEDULE_CLASS,
                                                 self._VARIABLE_CLASSES)
         checked = {

@@ -30,6 +30,9 @@ class _LayerwiseOptimizer(layerwise.LayerwiseMixin, tf_keras.optimizers.Optimize
     _SCHEDULE_CLASS = tf_keras.optimizers.schedules.LearningRateSchedule
     _VARIABLE_CLASSES = (tf.Variable,)
     _variable_path = staticmethod(layerwise.name_without_suffix)
+    # (`is_legacy_optimizer`: of its configs, which the base class drops)
+    _BASE_KEYWORDS = arguments.keyword_names(tf_keras.optimizers.Optimizer) + (
+        "is_legacy_optimizer",)
     _KERAS3_ONLY_KEYWORDS = {
         "gradient_accumulation_steps": "accumulate with lamb_tf.accumulation."
                                        "GradientAccumulationModel (docs/large_batch.md)",

@@ -459,6 +459,26 @@ MUTATIONS = [
         ["tests/test_batch_study.py"],
         [r"test_killed_study_resumes_without_rerunning_finished_runs"]),
     Mutation(
+        "keras3_learning_rate_assign_undone", "Keras 3: `learning_rate` of a variable rate is "
+        "the base's copy, so `learning_rate.assign(x)` is undone by the next step",
+        "lamb_tf/keras3_optimizers.py",
+        "        return rate if self._learning_rate_variable is None else "
+        "self._learning_rate_variable",
+        "        return rate",
+        ["tests/test_learning_rate_forms.py"],
+        [r"test_assigning_to_the_learning_rate_of_a_variable_rate_sets_the_rate\[keras3-LAMB\]",
+         r"test_assigning_to_the_learning_rate_of_a_variable_rate_sets_the_rate\[keras3-LARS\]"]),
+    Mutation(
+        "unknown_keyword_left_to_the_base", "a misspelt keyword reaches the base class, whose "
+        "message names no argument",
+        "lamb_tf/layerwise.py",
+        "        arguments.refuse_unknown_keywords(name, keras_kwargs, "
+        "arguments.keyword_names(type(self)),",
+        "        (lambda *_: None)(name, keras_kwargs, arguments.keyword_names(type(self)),",
+        ["tests/test_optimizer_arguments.py"],
+        [r"test_a_misspelt_keyword_names_the_argument_meant\[LAMB-tf_keras\]",
+         r"test_a_misspelt_keyword_names_the_argument_meant\[LAMB-keras3\]"]),
+    Mutation(
         "study_first_error_line", "a failed run is reported by the first error line of its "
         "log (an earlier attempt's)",
         "recipes/study/runner.py",

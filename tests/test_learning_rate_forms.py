@@ -247,3 +247,17 @@ def test_a_callable_set_after_a_variable_rate_replaces_it(flavour_name, optimize
     result = _run(flavour, optimizer, before_step_2=set_callable)
     assert ref.relative_error(result, _expected(optimizer_name)) < 1e-5
     assert float(rate.numpy()) == RATES[0]
+
+
+@pytest.mark.parametrize("flavour_name,optimizer_name", CASES)
+def test_assigning_to_the_learning_rate_of_a_variable_rate_sets_the_rate(
+        flavour_name, optimizer_name):
+    """`optimizer.learning_rate.assign(x)`, how a Keras user changes a rate in place: with a
+    variable rate Keras 3's optimizer gave its own copy, which the next step overwrote from
+    the user's variable, so the assignment was silently undone."""
+    flavour = FLAVOURS[flavour_name]()
+    optimizer = getattr(flavour.module, optimizer_name)(tf.Variable(RATES[0]))
+    result = _run(flavour, optimizer,
+                  before_step_2=lambda: optimizer.learning_rate.assign(RATES[1]))
+    assert float(optimizer.learning_rate) == RATES[1]
+    assert ref.relative_error(result, _expected(optimizer_name)) < 1e-5

@@ -214,3 +214,29 @@ def test_a_name_that_is_not_a_string_is_refused_in_both_flavours(flavour_name):
     for optimizer_class in (module.LAMB, module.LARS):
         with pytest.raises(TypeError, match="name must be a string, got 5"):
             optimizer_class(name=5)
+
+
+UNKNOWN_KEYWORD_ERROR = {"tf_keras": TypeError, "keras3": ValueError}  # as each base class
+
+
+@pytest.mark.parametrize("flavour_name", FLAVOURS)
+@pytest.mark.parametrize("optimizer_name", ["LAMB", "LARS"])
+def test_a_misspelt_keyword_names_the_argument_meant(flavour_name, optimizer_name):
+    """tf_keras' base said `... is not a valid argument, kwargs should be empty for
+    optimizer_experimental.Optimizer`, Keras 3's `Argument(s) not recognized`: neither names
+    the argument meant (Model Garden's LAMB lists the ones it takes)."""
+    optimizer_class = getattr(FLAVOURS[flavour_name]().module, optimizer_name)
+    error = UNKNOWN_KEYWORD_ERROR[flavour_name]
+    with pytest.raises(error, match=re.escape(
+            f"{optimizer_name} got an unexpected keyword argument 'exclude_from_layer_adaption': "
+            "did you mean exclude_from_layer_adaptation?")):
+        optimizer_class(exclude_from_layer_adaption=["bias"])
+    with pytest.raises(error, match=r"'clip_norm': did you mean clipnorm\?$"):
+        optimizer_class(clip_norm=1.0)
+    with pytest.raises(error) as raised:
+        optimizer_class(foo=1)
+    message = str(raised.value)
+    assert message.startswith(f"{optimizer_name} got an unexpected keyword argument 'foo': it "
+                              "takes learning_rate, ")
+    assert "exclude_from_layer_adaptation" in message and "global_clipnorm" in message
+    assert " weight_decay," not in message  # refused: weight_decay_rate is the paper's λ
