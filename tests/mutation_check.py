@@ -793,8 +793,8 @@ MUTATIONS = [
     Mutation(
         "empty_export_dir_refused", "an empty export.dir ends in an IndexError",
         "recipes/common/export.py",
-        "    if entries and \"saved_model.pb\" not in entries:",
-        "    if \"saved_model.pb\" not in entries:",
+        "    if others or (entries and \"saved_model.pb\" not in entries):",
+        "    if others or \"saved_model.pb\" not in entries:",
         ["tests/test_interrupted_export.py::"
          "test_an_export_dir_is_refused_when_it_would_replace_the_run_or_other_files"],
         [r"test_an_export_dir_is_refused_when_it_would_replace_the_run_or_other_files\[empty"]),

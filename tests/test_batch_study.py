@@ -515,6 +515,7 @@ def test_edge_values_the_recipes_take_are_accepted(change):
         ("--base_lr=lamb:0.1", "expected OPTIMIZER=LR items"),
         # the number is what is wrong: it said "expected OPTIMIZER=LR items" as above
         ("--base_lr=lamb=fast", "'lamb=fast': the learning rate of lamb=fast is not a number"),
+        ("--config_file=/tmp", "--config_file /tmp is a directory; give a YAML file"),
         ("--config_file=/nowhere.yaml", "--config_file /nowhere.yaml does not exist; check "
          "the path (relative to the current directory)"),
         # a misspelt optimizer is named with the flag it came from, before --base_lr's check

@@ -4,6 +4,7 @@ outright (SIGKILL) left beside `export/` is removed by the next export, and noth
 (`recipes/common/export.py`). Through the command line: tests/test_stopping_signals.py."""
 
 import os
+import shutil
 
 import pytest
 import tensorflow as tf
@@ -131,6 +132,14 @@ HOLDS_THE_RUN = ("it holds --model_dir {model_dir}, whose checkpoints the export
                         "which the export would replace; give a new or empty directory, or an "
                         "earlier export"),
     ("a_file", "runs/a", "{export_dir} is a file, not a directory"),
+    # an earlier export holding more: a file put there, a run trained into it (both deleted
+    # by the export before)
+    ("earlier_with_notes", "runs/a", "{export_dir} holds files that are not a SavedModel "
+                                     "(notes.txt, ...), which the export would replace; give a "
+                                     "new or empty directory, or an earlier export"),
+    ("earlier_with_a_run", "runs/a", "{export_dir} holds files that are not a SavedModel "
+                                     "(checkpoints, ...), which the export would replace; give "
+                                     "a new or empty directory, or an earlier export"),
 ])
 def test_an_export_dir_is_refused_when_it_would_replace_the_run_or_other_files(
         tmp_path, export_dir, model_dir, problem):
@@ -141,6 +150,13 @@ def test_an_export_dir_is_refused_when_it_would_replace_the_run_or_other_files(
     (tmp_path / "notes" / "notes.txt").write_text("mine")
     (tmp_path / "a_file").write_text("mine")
     export_lib.export_saved_model(str(tmp_path / "earlier"), _module(1.0))
+    for earlier, extra in (("earlier_with_notes", "notes.txt"), ("earlier_with_a_run", "")):
+        shutil.copytree(tmp_path / "earlier", tmp_path / earlier)
+        if extra:
+            (tmp_path / earlier / extra).write_text("mine")
+        else:
+            (tmp_path / earlier / "checkpoints").mkdir()
+            (tmp_path / earlier / "config.yaml").write_text("mine")
     export_dir, model_dir = str(tmp_path / export_dir), str(tmp_path / model_dir)
     expected = problem and problem.format(export_dir=export_dir, model_dir=model_dir)
     assert export_lib.replace_problem(export_dir, model_dir) == expected

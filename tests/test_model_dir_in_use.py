@@ -178,6 +178,33 @@ def test_evaluating_a_run_in_a_read_only_directory_says_to_copy_it(tmp_path, mon
         driver.check_model_dir(str(tmp_path), "train")
 
 
+def test_a_run_whose_own_subdirectory_cannot_be_written_is_refused_before_any_work(
+        tmp_path, monkeypatch):
+    """A resumed run whose checkpoints/ was read-only (a shared team directory) trained, then
+    ended in PermissionDeniedError's traceback at its first checkpoint."""
+    from recipes.common import driver
+
+    checkpoints_dir = tmp_path / "checkpoints"
+    checkpoints_dir.mkdir()
+    problem = f"cannot write in {checkpoints_dir} (Read-only file system)"
+    monkeypatch.setattr(storage, "local_directory_problem",
+                        lambda directory: problem if directory == str(checkpoints_dir) else None)
+    with pytest.raises(UserError) as raised:
+        driver.check_model_dir(str(tmp_path), "train")
+    assert str(raised.value) == (f"--model_dir={tmp_path}: {problem}, where the run writes its "
+                                 "checkpoints/; make it writable, or give another --model_dir")
+
+
+def test_a_model_dir_that_is_a_savedmodel_is_refused(tmp_path):
+    """A run trained into an earlier export's directory: the next export replaced the
+    directory, the run's checkpoints with it."""
+    from recipes.common import driver
+
+    (tmp_path / "saved_model.pb").write_bytes(b"")
+    with pytest.raises(UserError, match=r"is a SavedModel \(an export: its saved_model.pb\)"):
+        driver.check_model_dir(str(tmp_path), "train")
+
+
 @pytest.mark.parametrize("mode, exports, held", [
     ("train", False, ["train"]), ("train", True, ["export", "train"]),
     ("train_and_eval", True, ["eval", "export", "train"]), ("eval", True, ["eval"]),

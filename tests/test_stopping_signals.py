@@ -4,6 +4,7 @@ as Ctrl-C does: what it was writing is cleaned up, then one line and exit status
 tests/test_resume_after_kill.py). The lines name the newest checkpoint when a run has one."""
 
 import glob
+import json
 import os
 import signal
 import subprocess
@@ -150,6 +151,9 @@ def test_sigterm_during_export_leaves_no_copy_and_the_rerun_exports(bert_args, t
         f"stopped: SIGTERM (while exporting); the newest checkpoint is {checkpoint} (step 2): "
         "run the same command again to go on from there")
     assert not glob.glob(os.path.join(model_dir, "export*"))  # no export, no temporary copy
+    with open(os.path.join(model_dir, "results.json"), encoding="utf-8") as f:
+        trained = json.load(f)  # written once trained: the rerun has nothing to train
+    assert trained["steps"] == 2 and "loss" in trained["train"] and trained["eval"] == {}
     # what an export killed outright (SIGKILL) leaves: removed by the next export
     os.makedirs(os.path.join(model_dir, "export.tmp-0123abcd", "variables"))
     rerun_log = str(tmp_path / "rerun.log")
@@ -166,3 +170,7 @@ def test_sigterm_during_export_leaves_no_copy_and_the_rerun_exports(bert_args, t
     assert sorted(os.path.basename(p) for p in glob.glob(os.path.join(model_dir, "export*"))) \
         == ["export"]
     assert os.path.exists(os.path.join(model_dir, "export", "saved_model.pb"))
+    with open(os.path.join(model_dir, "results.json"), encoding="utf-8") as f:
+        kept = json.load(f)  # the training's record (its logs were `{}` in the rerun)
+    assert kept["train"] == trained["train"]
+    assert kept["wall_time_seconds"] == trained["wall_time_seconds"]

@@ -153,7 +153,8 @@ def check_task_methods(task, mode):
 
 def check_model_dir(model_dir, mode):
     """A UserError, before any work, for a --model_dir that cannot be a directory, that
-    cannot be written (or created) or, for eval / export, holds no checkpoint."""
+    cannot be written (or created), whose own subdirectories (checkpoints/, ...) cannot be,
+    that is a SavedModel or, for eval / export, holds no checkpoint."""
     problem = storage.local_directory_problem(model_dir)
     if problem and mode in ("eval", "export") and tf.io.gfile.exists(model_dir):
         raise UserError(  # an archived run, say: its checkpoints are read, but not only
@@ -161,6 +162,17 @@ def check_model_dir(model_dir, mode):
             f"tensorflow.log{', results.json' if mode == 'eval' else ''}): copy the run to a "
             "directory you can write (cp -r) and give that")
     storage.check_writable(f"--model_dir={model_dir}", model_dir)
+    # the run's own directories it writes into (its data it reads, its export it replaces)
+    for name in [name for name in OUTPUTS if name not in ("data", "digits", "export")]:
+        path = os.path.join(model_dir, name)
+        problem = tf.io.gfile.isdir(path) and storage.local_directory_problem(path)
+        if problem:
+            raise UserError(f"--model_dir={model_dir}: {problem}, where the run writes its "
+                            f"{name}/; make it writable, or give another --model_dir")
+    if tf.io.gfile.exists(os.path.join(model_dir, "saved_model.pb")):
+        raise UserError(f"--model_dir={model_dir} is a SavedModel (an export: its "
+                        "saved_model.pb), which a run's files would be mixed into; give a "
+                        "directory of its own")
     if tf.io.gfile.exists(os.path.join(model_dir, "params.yaml")) and not tf.io.gfile.exists(
             os.path.join(model_dir, "config.yaml")):
         raise UserError(
@@ -533,6 +545,8 @@ class _Run:
                 self.evaluate("before training")
             with errors.doing("while training"):  # in `fit`, SIGTERM saves the step first
                 train_logs = self.train()
+            if train_logs:  # recorded now: a rerun after a stop in the evaluation or export
+                self.write_results(train_logs, {})  # has nothing to train, and keeps it
         # after the restore: the model fits
         exclusion_report.write(self.model_dir, rows, self.layer_adaptation)
         if mode in EVAL_MODES:
@@ -540,11 +554,11 @@ class _Run:
         if exports(self.config, mode):
             with errors.doing("while exporting"):
                 self.task.export(self.export_dir())
-        if NOISE_SCALE_LOG in train_logs:
+        if mode != "export":
+            train_logs = self.write_results(train_logs, results)["train"]
+        if mode in TRAIN_MODES and NOISE_SCALE_LOG in train_logs:
             print(describe_noise_scale(self.plan.global_batch_size,
                                        train_logs[NOISE_SCALE_LOG]), flush=True)
-        if mode != "export":
-            self.write_results(train_logs, results)
         print(f"outputs in {self.model_dir}: {', '.join(outputs_present(self.model_dir))}",
               flush=True)
         return results
@@ -625,8 +639,10 @@ class _Run:
             missing, split, error, checkpoints.latest_checkpoint(self.options.model_dir)))
 
     def write_results(self, train_logs, eval_results):
-        """`results.json` (written atomically): what a study tool reads from a run. An
-        evaluation of a trained run (`--mode=eval`) replaces its `eval` and keeps the rest."""
+        """Writes `results.json` (atomically), what a study tool reads from a run, and
+        returns what it holds. A training writes it twice: when trained (`eval` empty) and at
+        the end. An evaluation without training (`--mode=eval`, or a rerun of a run stopped
+        after its training) replaces its `eval` and keeps the rest."""
         results = {
             "mode": self.options.mode,
             "global_batch_size": self.plan.global_batch_size,
@@ -648,3 +664,4 @@ class _Run:
         with tf.io.gfile.GFile(path + ".tmp", "w") as f:
             f.write(json.dumps(results, indent=2, sort_keys=True) + "\n")
         tf.io.gfile.rename(path + ".tmp", path, overwrite=True)
+        return results

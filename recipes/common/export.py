@@ -10,11 +10,18 @@ from recipes.common import fault_injection, storage
 from recipes.common.errors import UserError
 
 
+# What a SavedModel directory holds (`tf.saved_model.save`, Keras' and TF Hub's additions):
+# an export replaces a directory of these only, not one where anything else was put.
+SAVED_MODEL_ENTRIES = frozenset({"saved_model.pb", "saved_model.pbtxt", "variables", "assets",
+                                 "assets.extra", "fingerprint.pb", "keras_metadata.pb"})
+
+
 def replace_problem(export_dir, model_dir=None):
     """None if an export may replace what is at `export_dir` (nothing, an empty directory or
     an earlier SavedModel); else why not, as words for an error line. The export replaces
     the whole directory, so it must not be `model_dir` (the run's checkpoints), hold it, or
-    hold anything but a SavedModel."""
+    hold anything but a SavedModel's entries (a file put into an earlier export, a run
+    trained into it)."""
     target = export_dir.rstrip("/")
     if model_dir is not None:
         run_dir = model_dir.rstrip("/")
@@ -27,10 +34,12 @@ def replace_problem(export_dir, model_dir=None):
     if not tf.io.gfile.isdir(export_dir):
         return (f"{export_dir} is a file, not a directory" if tf.io.gfile.exists(export_dir)
                 else None)
-    entries = sorted(tf.io.gfile.listdir(export_dir))
-    if entries and "saved_model.pb" not in entries:
-        return (f"{export_dir} holds files that are not a SavedModel ({entries[0]}, ...), which "
-                "the export would replace; give a new or empty directory, or an earlier export")
+    entries = sorted(entry.rstrip("/") for entry in tf.io.gfile.listdir(export_dir))
+    others = [entry for entry in entries if entry not in SAVED_MODEL_ENTRIES]
+    if others or (entries and "saved_model.pb" not in entries):
+        return (f"{export_dir} holds files that are not a SavedModel ({(others or entries)[0]}, "
+                "...), which the export would replace; give a new or empty directory, or an "
+                "earlier export")
     return None
 
 

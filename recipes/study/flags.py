@@ -185,6 +185,8 @@ def settings_from(args):
             raise plan_lib.PlanError(f"--seeds: {seed} is not a seed the recipes take; give "
                                      f"seeds from 0 to {MAX_SEED}")
     for path in args.config_file:
+        if os.path.isdir(path):
+            raise plan_lib.PlanError(f"--config_file {path} is a directory; give a YAML file")
         if not os.path.isfile(path):
             raise plan_lib.PlanError(f"--config_file {path} does not exist; check the path "
                                      "(relative to the current directory)")
