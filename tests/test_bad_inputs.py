@@ -213,6 +213,11 @@ CASES = {
     # checkpoint before any data preparation, a learning rate that is not a finite number.
     "model-dir-is-a-file": (BERT, FRESH, ["--model_dir={d}/a_file/run"],
                             ["{d}/a_file is a file, not a directory"]),
+    # a run trained into an export: the next export replaced the directory, the run with it
+    "model-dir-is-a-savedmodel": (RESNET, FRESH, ["--model_dir={d}/a_saved_model"],
+                                  ["--model_dir={d}/a_saved_model is a SavedModel (an export: "
+                                   "its saved_model.pb), which a run's files would be mixed "
+                                   "into; give a directory of its own"]),
     "resnet-model-dir-is-a-file": (RESNET, FRESH, ["--model_dir={d}/a_file"],
                                    ["{d}/a_file is a file, not a directory"]),
     # Linux's /proc takes no new directory, for root too (root passes permission checks)
@@ -240,6 +245,11 @@ CASES = {
         BERT, TRAINED, ["--mode=export", "--params_override=export.dir={d}/notes"],
         ["export.dir={d}/notes: {d}/notes holds files that are not a SavedModel (a.txt, ...)",
          "give a new or empty directory, or an earlier export"]),
+    # an earlier export with a user's file in it: the export deleted the file before
+    "export-dir-an-earlier-export-holding-other-files": (
+        BERT, TRAINED, ["--mode=export", "--params_override=export.dir={d}/export_with_notes"],
+        ["export.dir={d}/export_with_notes: {d}/export_with_notes holds files that are not a "
+         "SavedModel (a.txt, ...)"]),
     "export-dir-is-the-model-dir": (
         BERT, TRAINED, ["--mode=export", "--params_override=export.dir={m}"],
         ["it holds --model_dir", "whose checkpoints the export would replace"]),
@@ -387,6 +397,11 @@ def _write_inputs(d, bert_data):
     (d / "a_file").write_text("not a directory")
     (d / "notes").mkdir()
     (d / "notes" / "a.txt").write_text("a user's file, not an export")
+    (d / "export_with_notes").mkdir()
+    (d / "export_with_notes" / "saved_model.pb").write_bytes(b"")
+    (d / "export_with_notes" / "a.txt").write_text("a user's file, put into an export")
+    (d / "a_saved_model").mkdir()
+    (d / "a_saved_model" / "saved_model.pb").write_bytes(b"")
     (d / "broken.yaml").write_text("train: [1,\n")
     (d / "unknown_key.yaml").write_text("train:\n  stepz: 3\n")
     (d / "corrupt-00000.tfrecord").write_bytes(b"this is not a TFRecord file" * 4)
@@ -676,12 +691,14 @@ README_ROWS = {
     "export before any checkpoint": ["export-before-any-checkpoint"],
     "eval before any checkpoint (nothing is prepared first)":
         ["eval-before-any-checkpoint-prepares-nothing"],  # "the same line": no message
-    "`--model_dir` is a file, or under one": ["model-dir-is-a-file"],
+    "`--model_dir` is a file, or under one, or a SavedModel": ["model-dir-is-a-file",
+                                                               "model-dir-is-a-savedmodel"],
     "`--model_dir`, `export.dir` or `data.data_dir` where nothing can be written":
         ["model-dir-cannot-be-written", "export-dir-cannot-be-written",
          "data-dir-cannot-be-written"],
     "an `export.dir` that holds other files, or the run itself":
-        ["export-dir-holds-other-files", "export-dir-is-the-model-dir",
+        ["export-dir-holds-other-files", "export-dir-an-earlier-export-holding-other-files",
+         "export-dir-is-the-model-dir",
          "export-dir-inside-the-runs-checkpoints"],
     "model values Model Garden cannot build": ["model-heads-do-not-divide",
                                                "resnet-model-norm-epsilon-negative"],

@@ -128,6 +128,28 @@ def test_a_config_file_without_keys_is_refused_not_read_as_the_defaults(tmp_path
                                 "the defaults")
 
 
+@pytest.mark.parametrize("quote", ["'", '"'])
+def test_quotes_that_reached_the_override_are_named(quote):
+    """A script's argument list keeps the quotes a shell would take off: the key read
+    `'train`, refused as an unknown key with `did you mean train?`."""
+    with pytest.raises(UserError) as error:
+        parse_params_override(f"{quote}train.steps=4{quote}")
+    assert str(error.value) == (
+        f"--params_override={quote}train.steps=4{quote}: the quotes around it reached the "
+        "program (a shell takes them off; a list of arguments in a script or YAML file does "
+        "not); drop them: --params_override=train.steps=4")
+
+
+@pytest.mark.parametrize("text, kind", [("- train\n- steps: 3\n", "list"), ("3\n", "int")])
+def test_a_config_file_that_is_not_a_mapping_says_how_one_is_written(tmp_path, text, kind):
+    listed = _write(tmp_path, "listed.yaml", text)
+    with pytest.raises(UserError) as error:
+        load_config(_Schema, [listed])
+    assert str(error.value) == (f"config file {listed!r} must hold a YAML mapping at the top "
+                                f"level, not a {kind}: write `section:` lines with `key: value` "
+                                "lines indented under them (--help_config lists them)")
+
+
 def test_one_unknown_key_is_named_without_guessing_at_another_program(tmp_path):
     typo = _write(tmp_path, "typo.yaml", "train:\n  stepz: 3\n")
     with pytest.raises(UserError) as error:
@@ -353,10 +375,12 @@ def test_resnet_model_values_its_backbone_cannot_build_are_refused(changes, mess
      "train.label_smoothing=1.0 must be at least 0 and below 1"),
     # BERT's data values are the ones its preparation (recipes/bert/prepare_data.py) refuses
     ("bert", "data.seq_length=4",
-     "data: seq_length=4: expected an int >= 5 ([CLS] A [SEP] B [SEP])"),
+     "data.seq_length=4: expected an int >= 5 ([CLS] A [SEP] B [SEP])"),
     ("bert", "data.max_predictions_per_seq=65",
-     "data: max_predictions_per_seq=65: expected an int in [1, seq_length]"),
-    ("bert", "data.dupe_factor=0", "data: dupe_factor=0: expected an int >= 1"),
+     "data.max_predictions_per_seq=65: expected an int in [1, seq_length=64]"),
+    ("bert", "data.dupe_factor=0", "data.dupe_factor=0: expected an int >= 1"),
+    ("bert", "data.vocab_size=0", "data.vocab_size=0: expected an int > 5 (its 5 reserved "
+     "tokens and a word piece at least)"),
 ])
 def test_data_values_the_pipeline_cannot_use_are_refused_by_check_config(
         recipe, override, message):

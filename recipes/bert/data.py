@@ -30,7 +30,7 @@ def check_data_config(data_config):
             max_predictions_per_seq=data_config.max_predictions_per_seq,
             vocab_size=data_config.vocab_size, dupe_factor=data_config.dupe_factor)
     except prepare_data.ArgumentError as error:
-        raise UserError(f"data: {error}") from None
+        raise UserError(f"data.{error}") from None  # `data.seq_length=4: expected ...`
     if data_config.train_files:
         missing = [key for key in ("eval_files", "vocab_file") if not getattr(data_config, key)]
         if missing:
@@ -302,7 +302,7 @@ def _prepare(data_config, data_dir):
             seed=data_config.seed,
         )
     except prepare_data.ArgumentError as error:
-        raise UserError(f"data: {error}") from None
+        raise UserError(f"data.{error}") from None  # `data.seq_length=4: expected ...`
     print(
         f"data: {prepared.num_train_sequences:,} training and "
         f"{prepared.num_eval_sequences:,} held-out sequences from {prepared.num_words:,} "

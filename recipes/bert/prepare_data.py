@@ -447,7 +447,7 @@ def check_arguments(**values):
         "seq_length": (lambda v: v >= 5, "an int >= 5 ([CLS] A [SEP] B [SEP])"),
         "max_predictions_per_seq": (
             lambda v: 1 <= v <= values["seq_length"],
-            "an int in [1, seq_length]",
+            f"an int in [1, seq_length={values.get('seq_length')}]",
         ),
         "masked_lm_prob": (lambda v: 0 < v <= 1, "a float in (0, 1]"),
         "short_seq_prob": (lambda v: 0 <= v <= 1, "a float in [0, 1]"),
@@ -456,7 +456,8 @@ def check_arguments(**values):
         "heldout_fraction": (lambda v: 0 <= v < 1, "a float in [0, 1)"),
         "vocab_size": (
             lambda v: v > len(vocabulary.RESERVED_TOKENS),
-            f"an int > {len(vocabulary.RESERVED_TOKENS)}",
+            f"an int > {len(vocabulary.RESERVED_TOKENS)} (its {len(vocabulary.RESERVED_TOKENS)} "
+            "reserved tokens and a word piece at least)",
         ),
         "chunk_sentences": (lambda v: v >= 1, "an int >= 1"),
     }

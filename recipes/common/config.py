@@ -58,6 +58,11 @@ def load_config(schema_cls, config_files=(), params_override="", renamed_keys=No
 def parse_params_override(text):
     """Parses `a.b=1,c.d=[x, y]` (or a YAML/JSON mapping) into a nested dict."""
     text = text.strip()
+    if len(text) > 1 and text[0] == text[-1] and text[0] in "'\"":
+        raise UserError(  # read as a key `'train` otherwise
+            f"--params_override={text}: the quotes around it reached the program (a shell "
+            "takes them off; a list of arguments in a script or YAML file does not); drop them: "
+            f"--params_override={text[1:-1]}")
     if "=" not in text:
         parsed = _safe_yaml(text, "--params_override")
         if not isinstance(parsed, dict):
@@ -195,7 +200,8 @@ def _read_yaml_file(path):
     if not isinstance(parsed, dict):
         raise UserError(
             f"config file {path!r} must hold a YAML mapping at the top level, "
-            f"not a {type(parsed).__name__}"
+            f"not a {type(parsed).__name__}: write `section:` lines with `key: value` lines "
+            "indented under them (--help_config lists them)"
         )
     return parsed
 

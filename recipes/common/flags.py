@@ -65,8 +65,9 @@ def register_key_flags(names):
 
 
 def _define_shared_flags():
-    flags.DEFINE_multi_string(
-        "config_file", [], "YAML config file; repeat to layer files (later ones win)"
+    flags.DEFINE_multi_string(  # (default None: absl's --help would show `(default: '[]')`)
+        "config_file", None, "YAML config file; repeat to layer files (later ones win; "
+        "none: the program's defaults)"
     )
     flags.DEFINE_string(
         "params_override",
@@ -203,13 +204,13 @@ def read_options(argv, extra_flags=()):
         raise UserError(f"--model_dir {given}: the directory for this run's checkpoints, "
                         "config.yaml and export (see --help)")
     storage.refuse_unexpanded_home("--model_dir", FLAGS.model_dir or "")
-    for config_file in FLAGS.config_file:
+    for config_file in FLAGS.config_file or ():
         storage.refuse_unexpanded_home("--config_file", config_file)
     if FLAGS.cpu_replicas < 0 or (FLAGS.cpu_replicas and FLAGS.strategy != "mirrored"):
         raise UserError(f"--cpu_replicas={FLAGS.cpu_replicas}: give a number of logical CPU "
                         "devices >= 1 with --strategy=mirrored (0: off)")
     return RunOptions(
-        config_files=tuple(FLAGS.config_file),
+        config_files=tuple(FLAGS.config_file or ()),
         params_override=FLAGS.params_override,
         # a file:// URL as the local path it names: every local file of the run (a BERT
         # preparation's too) is written with Python's own files

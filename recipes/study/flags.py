@@ -110,10 +110,12 @@ def parse_args(argv, description=None):
     parser.add_argument("--base_batch_size", type=int, default=0,
                         help="batch the base learning rates belong to (default: the smallest)")
     parser.add_argument("--lr_rule", choices=("sqrt", "linear"), default="sqrt",
-                        help="learning rate at batch B: sqrt, base LR x sqrt(B/base) (the "
-                             "LAMB paper's); linear, base LR x B/base (Goyal et al.)")
+                        help="learning rate at batch B: sqrt (the default), base LR x "
+                             "sqrt(B/base) (the LAMB paper's); linear, base LR x B/base "
+                             "(Goyal et al.)")
     parser.add_argument("--lr_multipliers", type=_list(float), default=(0.5, 1.0, 2.0),
-                        help="the sweep: the rule's learning rate times each of these")
+                        help="the sweep: the rule's learning rate times each of these "
+                             "(default 0.5,1,2)")
     parser.add_argument("--warmup_steps", type=int, required=True,
                         help="warmup updates (sqrt: at every batch; linear: at the base batch)")
     parser.add_argument("--epochs", type=float, required=True,
@@ -123,7 +125,8 @@ def parse_args(argv, description=None):
     parser.add_argument("--micro_batch_size", type=int, required=True,
                         help="per-replica micro-batch; larger batches accumulate")
     parser.add_argument("--seeds", type=_list(int), default=(1, 2, 3),
-                        help="the first sweeps; the best learning rate reruns with the rest")
+                        help="the first sweeps; the best learning rate reruns with the rest "
+                             "(default 1,2,3)")
     parser.add_argument("--untuned", type=_list(str), default=(),
                         help="optimizers also run at the sqrt rule's own LR (no sweep)")
     parser.add_argument("--metric", default="",
@@ -131,7 +134,8 @@ def parse_args(argv, description=None):
                              f"{adapter.DEFAULT_METRICS['bert']}, resnet's "
                              f"{adapter.DEFAULT_METRICS['resnet']}; a recipe file's: required)")
     parser.add_argument("--metric_mode", choices=("auto", "min", "max"), default="auto",
-                        help="which way --metric is better: min, lower; max, higher; auto, "
+                        help="which way --metric is better: min, lower; max, higher; auto (the "
+                             "default), "
                              "as its name says: lower for a loss, entropy, error, mae, mse, "
                              "rmse, ...; higher for an accuracy, acc, auc, precision, recall, "
                              "f1, iou (another name needs min or max)")
@@ -139,7 +143,7 @@ def parse_args(argv, description=None):
                         help="how large the batch can go: each line's largest batch up to "
                              "which every batch's held-out figure stays within this fraction "
                              "of its smallest batch's (default 0.01: 1%%)")
-    parser.add_argument("--parallel", type=int, default=1, help="runs at once")
+    parser.add_argument("--parallel", type=int, default=1, help="runs at once (default 1)")
     parser.add_argument("--report_only", action="store_true",
                         help="run nothing: write the table and plot of the runs finished so far")
     return parser.parse_args(argv)
