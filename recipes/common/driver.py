@@ -162,10 +162,12 @@ def check_model_dir(model_dir, mode):
             f"tensorflow.log{', results.json' if mode == 'eval' else ''}): copy the run to a "
             "directory you can write (cp -r) and give that")
     storage.check_writable(f"--model_dir={model_dir}", model_dir)
-    # the run's own directories it writes into (its data it reads, its export it replaces)
-    for name in [name for name in OUTPUTS if name not in ("data", "digits", "export")]:
-        path = os.path.join(model_dir, name)
-        problem = tf.io.gfile.isdir(path) and storage.local_directory_problem(path)
+    # the run's own directories it writes into (its data it reads, its export it replaces);
+    # on gs:// not checked, as the model_dir itself is not
+    written_into = [name for name in OUTPUTS if name not in ("data", "digits", "export")]
+    for name in written_into if storage.all_local([model_dir]) else ():
+        path = os.path.join(storage.local_path(model_dir), name)
+        problem = os.path.isdir(path) and storage.local_directory_problem(path)
         if problem:
             raise UserError(f"--model_dir={model_dir}: {problem}, where the run writes its "
                             f"{name}/; make it writable, or give another --model_dir")
