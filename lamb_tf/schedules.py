@@ -21,6 +21,8 @@ nested schedule without its class and cannot be rebuilt. Importing this module r
 four classes with their flavour's serialization under the package `lamb_tf`, so loading
 needs no `custom_objects` (the dicts below remain for code that passes them).
 """
+import math
+
 import keras
 import tensorflow as tf
 import tf_keras
@@ -91,7 +93,8 @@ class _WarmupPolynomialDecayMethods:
           total_steps: length of the schedule in optimizer steps (applied updates).
           warmup_steps: warmup length in steps; or give `warmup_fraction` instead.
           warmup_fraction: warmup length as a fraction of `total_steps`, rounded to the
-            nearest step (the paper states warmup as a ratio of the total iterations).
+            nearest step, a half up (the paper states warmup as a ratio of the total
+            iterations).
           end_learning_rate: rate at and after the last step.
           power: polynomial power (1 linear as in BERT/the paper, 0.5 NVIDIA, 2 MLPerf).
           decay_includes_warmup: True: decay counts from step 0 (BERT convention);
@@ -117,7 +120,7 @@ class _WarmupPolynomialDecayMethods:
             arguments.finite_at_least("warmup_fraction", warmup_fraction, 0.0)
             if warmup_fraction >= 1.0:
                 raise ValueError(f"warmup_fraction must be < 1, got {warmup_fraction!r}")
-            resolved_warmup = int(round(warmup_fraction * total_steps))
+            resolved_warmup = int(math.floor(warmup_fraction * total_steps + 0.5))  # (a half up)
         else:
             arguments.integer_at_least("warmup_steps", warmup_steps, 0)
             resolved_warmup = warmup_steps

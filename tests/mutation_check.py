@@ -327,7 +327,8 @@ MUTATIONS = [
         "warmup_fraction_truncated", "warmup_fraction × total_steps truncated instead of "
         "rounded to the nearest step",
         "lamb_tf/schedules.py",
-        "            resolved_warmup = int(round(warmup_fraction * total_steps))",
+        "            resolved_warmup = int(math.floor(warmup_fraction * total_steps + 0.5))  "
+        "# (a half up)",
         "            resolved_warmup = int(warmup_fraction * total_steps)",
         ["tests/test_schedules.py"],
         [r"test_warmup_fraction_rounds_to_the_nearest_step"]),
