@@ -134,11 +134,15 @@ def finished_runs(study_dir):
                   if os.path.exists(os.path.join(runs_dir, name, STATUS_FILE)))
 
 
-def _write_status(directory, status):
-    path = os.path.join(directory, STATUS_FILE)
+def _write_json(path, value):
+    """Writes `value` to `path` atomically (a stopped study leaves no half-written file)."""
     with open(path + ".tmp", "w") as handle:
-        json.dump(status, handle, indent=2, sort_keys=True)
+        json.dump(value, handle, indent=2, sort_keys=True)
     os.replace(path + ".tmp", path)
+
+
+def _write_status(directory, status):
+    _write_json(os.path.join(directory, STATUS_FILE), status)
 
 
 def _stopped_attempts(directory):
@@ -151,10 +155,8 @@ def _stopped_attempts(directory):
 
 
 def _record_stopped_attempt(directory, seconds):
-    path = os.path.join(directory, STOPPED_ATTEMPTS_FILE)
-    with open(path + ".tmp", "w") as handle:
-        json.dump(_stopped_attempts(directory) + [seconds], handle)
-    os.replace(path + ".tmp", path)
+    _write_json(os.path.join(directory, STOPPED_ATTEMPTS_FILE),
+                _stopped_attempts(directory) + [seconds])
 
 
 def _last_error_line(log_path):
