@@ -433,6 +433,19 @@ def _raise_terminated(signum, frame):
     raise _Terminated()
 
 
+def _stop_behind(error):
+    """The Ctrl-C or SIGTERM behind `error`: itself, or one it was raised from or while
+    handling (a signal's exception raised inside C code, numpy's `__array__` say, reaches
+    Python as a SystemError with it as its context); None if none is."""
+    seen = set()
+    while error is not None and id(error) not in seen:
+        if isinstance(error, (KeyboardInterrupt, _Terminated)):
+            return error
+        seen.add(id(error))
+        error = error.__cause__ or error.__context__
+    return None
+
+
 def _check_then(driver_main, driver_name):
     """`driver_main`, run only after the flags and the experiment config pass the checks."""
     from absl import flags
@@ -447,7 +460,10 @@ def _check_then(driver_main, driver_name):
             return driver_main(argv)
         except _UsageError as error:
             _usage_error(str(error))
-        except (KeyboardInterrupt, _Terminated) as stopped:  # one line, not the traceback
+        except (KeyboardInterrupt, _Terminated, Exception) as error:  # a stop: one line
+            stopped = _stop_behind(error)
+            if stopped is None:
+                raise
             how = "SIGTERM" if isinstance(stopped, _Terminated) else "interrupted (Ctrl-C)"
             print(f"stopped: {how}; run the same command again to go on (Model Garden's "
                   "trainer resumes from the newest checkpoint in --model_dir)",

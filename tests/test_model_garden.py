@@ -288,6 +288,30 @@ def test_launcher_stopped_while_training_is_one_line(tmp_path, signum, how, stat
     assert not list(tmp_path.glob("*_temp*"))
 
 
+def test_a_stop_that_reaches_python_as_a_system_error_is_still_the_launchers_line(
+        monkeypatch, capsys):
+    """SIGTERM raised while numpy's `__array__` ran (a summary's value converted for Orbit)
+    reached Python as a SystemError with it as context: a traceback and exit 1 (seen in CI
+    in `test_launcher_stopped_while_training_is_one_line[15-SIGTERM-143]`)."""
+    def driver_main(argv):
+        try:
+            model_garden_launcher._raise_terminated(15, None)  # pylint: disable=protected-access
+        except BaseException:  # as CPython reports an exception raised inside C code
+            raise SystemError("<built-in method __array__ of numpy.ndarray object> returned "
+                              "a result with an exception set")
+
+    monkeypatch.setattr(model_garden_launcher, "check", lambda *args: None)
+    handlers = {signum: signal.getsignal(signum) for signum in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        with pytest.raises(SystemExit) as exited:
+            model_garden_launcher._check_then(driver_main, "nlp")([])  # pylint: disable=protected-access
+    finally:
+        for signum, handler in handlers.items():
+            signal.signal(signum, handler)
+    assert exited.value.code == 143
+    assert capsys.readouterr().err.startswith("stopped: SIGTERM; run the same command again")
+
+
 @pytest.mark.slow  # two real command-line runs of Model Garden's driver
 def test_launcher_refuses_another_model_in_a_runs_model_dir_before_it_writes(tmp_path):
     """The trainer wrote the new config over the run's params.yaml, then failed to restore

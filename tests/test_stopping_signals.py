@@ -67,6 +67,30 @@ def test_a_signal_once_main_runs_cleans_up_then_one_line(starting, signal_name, 
     assert result.stderr.splitlines() == [line]
 
 
+WRAPPED_IN_C_CODE = PROGRAM.replace(
+    "            time.sleep(30)\n",
+    "            time.sleep(30)\n"
+    "        except BaseException:  # as CPython reports an exception raised inside C code\n"
+    "            raise SystemError('<built-in method __array__ of numpy.ndarray object> '\n"
+    "                              'returned a result with an exception set')\n")
+
+
+@pytest.mark.parametrize("signal_name, status, how", [
+    ("SIGTERM", 143, "SIGTERM (while exporting)"), ("SIGINT", 130, "interrupted (Ctrl-C)")])
+def test_a_signal_that_reaches_python_as_a_system_error_is_still_a_stop(
+        signal_name, status, how):
+    """A signal's exception raised while C code ran (numpy's `__array__` inside TensorFlow's
+    conversion of a summary's value) reached Python as a SystemError with it as context: a
+    traceback and exit 1 (seen in CI, Model Garden's launcher under SIGTERM)."""
+    assert WRAPPED_IN_C_CODE != PROGRAM
+    result = subprocess.run(
+        [sys.executable, "-c", WRAPPED_IN_C_CODE.format(signal=signal_name, starting="")],
+        capture_output=True, text=True, cwd=REPO_ROOT, timeout=120, preexec_fn=_default_sigint)
+    assert result.returncode == status, result.stderr
+    assert result.stderr.splitlines()[0].startswith(f"stopped: {how}; run the same command")
+    assert len(result.stderr.splitlines()) == 1
+
+
 @pytest.mark.parametrize("signal_name, how, status", [
     ("SIGTERM", "SIGTERM (while exporting)", 143),
     ("SIGINT", "interrupted (Ctrl-C)", 130)])

@@ -211,20 +211,21 @@ def run(main, trains=True):
         except Preempted as stopped:
             print(f"stopped: {stopped}", file=sys.stderr, flush=True)
             sys.exit(EXIT_PREEMPTED)
-        except Exception as error:  # pylint: disable=broad-except
+        except (KeyboardInterrupt, Terminated, Exception) as error:
+            stopped = stop_behind(error)
+            if isinstance(stopped, KeyboardInterrupt):  # Ctrl-C: what was written stays
+                print(stopped_line("interrupted (Ctrl-C)", "SIGTERM also saves the step in "
+                                   "progress first", trains), file=sys.stderr, flush=True)
+                sys.exit(EXIT_INTERRUPTED)
+            if stopped is not None:  # SIGTERM outside training: cleaned up as for Ctrl-C
+                how = f"SIGTERM ({stopped.doing})" if stopped.doing else "SIGTERM"
+                print(stopped_line(how, trains=trains), file=sys.stderr, flush=True)
+                sys.exit(EXIT_PREEMPTED)
             problem = cloud_storage_problem(error)
             if problem is None:
                 raise
             print(f"error: {problem}", file=sys.stderr, flush=True)
             sys.exit(EXIT_USER_ERROR)
-        except KeyboardInterrupt:  # Ctrl-C: what was written stays (checkpoints are atomic)
-            print(stopped_line("interrupted (Ctrl-C)", "SIGTERM also saves the step in "
-                               "progress first", trains), file=sys.stderr, flush=True)
-            sys.exit(EXIT_INTERRUPTED)
-        except Terminated as stopped:  # SIGTERM outside training: cleaned up as for Ctrl-C
-            how = f"SIGTERM ({stopped.doing})" if stopped.doing else "SIGTERM"
-            print(stopped_line(how, trains=trains), file=sys.stderr, flush=True)
-            sys.exit(EXIT_PREEMPTED)
 
     parse_command_line()
     try:
@@ -232,6 +233,20 @@ def run(main, trains=True):
     except app.UsageError as error:  # absl raises this for bad flags in some paths.
         print(f"error: {error}", file=sys.stderr, flush=True)
         sys.exit(EXIT_USER_ERROR)
+
+
+def stop_behind(error):
+    """The Ctrl-C (KeyboardInterrupt) or SIGTERM (`Terminated`) behind `error`: itself, or
+    one it was raised from or while handling (a signal's exception raised inside C code,
+    numpy's `__array__` say, reaches Python as a SystemError with it as its context); None
+    if none is."""
+    seen = set()
+    while error is not None and id(error) not in seen:
+        if isinstance(error, (KeyboardInterrupt, Terminated)):
+            return error
+        seen.add(id(error))
+        error = error.__cause__ or error.__context__
+    return None
 
 
 def stopped_line(how, note=None, trains=True):

@@ -129,16 +129,21 @@ def parse_args(argv, description=None):
                              "(default 1,2,3)")
     parser.add_argument("--untuned", type=_list(str), default=(),
                         help="optimizers also run at the sqrt rule's own LR (no sweep)")
+    _add_answer_flags(parser)
+    return parser.parse_args(argv)
+
+
+def _add_answer_flags(parser):
+    """The flags of what the study answers on, and how it runs."""
     parser.add_argument("--metric", default="",
                         help="held-out metric in results.json (default: bert's "
                              f"{adapter.DEFAULT_METRICS['bert']}, resnet's "
                              f"{adapter.DEFAULT_METRICS['resnet']}; a recipe file's: required)")
     parser.add_argument("--metric_mode", choices=("auto", "min", "max"), default="auto",
                         help="which way --metric is better: min, lower; max, higher; auto (the "
-                             "default), "
-                             "as its name says: lower for a loss, entropy, error, mae, mse, "
-                             "rmse, ...; higher for an accuracy, acc, auc, precision, recall, "
-                             "f1, iou (another name needs min or max)")
+                             "default), as its name says: lower for a loss, entropy, error, "
+                             "mae, mse, rmse, ...; higher for an accuracy, acc, auc, precision, "
+                             "recall, f1, iou (another name needs min or max)")
     parser.add_argument("--tolerance", type=float, default=0.01,
                         help="how large the batch can go: each line's largest batch up to "
                              "which every batch's held-out figure stays within this fraction "
@@ -146,7 +151,6 @@ def parse_args(argv, description=None):
     parser.add_argument("--parallel", type=int, default=1, help="runs at once (default 1)")
     parser.add_argument("--report_only", action="store_true",
                         help="run nothing: write the table and plot of the runs finished so far")
-    return parser.parse_args(argv)
 
 
 MAX_SEED = 2**32 - 1  # the recipes seed NumPy, which takes 0 ... 2**32 - 1
