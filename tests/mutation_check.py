@@ -480,6 +480,15 @@ MUTATIONS = [
         [r"test_a_misspelt_keyword_names_the_argument_meant\[LAMB-tf_keras\]",
          r"test_a_misspelt_keyword_names_the_argument_meant\[LAMB-keras3\]"]),
     Mutation(
+        "stop_wrapped_in_a_system_error_missed", "a Ctrl-C or SIGTERM that reaches Python as a "
+        "SystemError (raised while C code ran) ends in a traceback and exit 1",
+        "recipes/common/errors.py",
+        "        error = error.__cause__ or error.__context__",
+        "        error = None",
+        ["tests/test_stopping_signals.py"],
+        [r"test_a_signal_that_reaches_python_as_a_system_error_is_still_a_stop\[SIGTERM",
+         r"test_a_signal_that_reaches_python_as_a_system_error_is_still_a_stop\[SIGINT"]),
+    Mutation(
         "study_first_error_line", "a failed run is reported by the first error line of its "
         "log (an earlier attempt's)",
         "recipes/study/runner.py",
