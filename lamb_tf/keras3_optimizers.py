@@ -80,10 +80,11 @@ class _LayerwiseOptimizer(layerwise.LayerwiseMixin, keras.optimizers.Optimizer):
 
     @property
     def learning_rate(self):
-        rate = self._get_current_learning_rate()
-        # with the user's variable: that variable, so that `learning_rate.assign(x)` sets the
-        # rate (an assignment to the base's copy would be undone by the next step's copy)
-        return rate if self._learning_rate_variable is None else self._learning_rate_variable
+        if self._learning_rate_variable is not None:
+            # that variable, so that `learning_rate.assign(x)` sets the rate (an assignment
+            # to the base's copy would be undone by the next step's copy)
+            return self._learning_rate_variable
+        return self._get_current_learning_rate()
 
     @learning_rate.setter
     def learning_rate(self, value):

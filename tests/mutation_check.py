@@ -463,9 +463,8 @@ MUTATIONS = [
         "keras3_learning_rate_assign_undone", "Keras 3: `learning_rate` of a variable rate is "
         "the base's copy, so `learning_rate.assign(x)` is undone by the next step",
         "lamb_tf/keras3_optimizers.py",
-        "        return rate if self._learning_rate_variable is None else "
-        "self._learning_rate_variable",
-        "        return rate",
+        "            return self._learning_rate_variable",
+        "            return self._get_current_learning_rate()",
         ["tests/test_learning_rate_forms.py"],
         [r"test_assigning_to_the_learning_rate_of_a_variable_rate_sets_the_rate\[keras3-LAMB\]",
          r"test_assigning_to_the_learning_rate_of_a_variable_rate_sets_the_rate\[keras3-LARS\]"]),

@@ -194,9 +194,9 @@ def legend(metric):
         "at that rate. Training time: the recipe's own, from its start to its end (its "
         "results.json), without the process's start-up (TensorFlow's import, some seconds), and "
         "of its last process only where a stopped study resumed it; the header's total "
-        "counts whole processes, those a stopped study ended too. Noise scale: the gradient noise scale "
-        "B_simple in examples, at the end of the runs, mean over seeds (McCandlish et al., "
-        "arXiv 1812.06162): the batch beyond which a larger one buys little per example; – "
+        "counts whole processes, those a stopped study ended too. Noise scale: the gradient "
+        "noise scale B_simple in examples, at the end of the runs, mean over seeds "
+        "(McCandlish et al., arXiv 1812.06162): the batch beyond which a larger one buys little per example; – "
         "when an update is one micro-batch on one replica (nothing to estimate it from), not "
         "measurable when the estimate is negative (the noise outweighs the gradient).\n")
 
