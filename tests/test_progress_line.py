@@ -16,7 +16,7 @@ class _Iterations:
         return self.value
 
 
-def _run(every, total, step_ends, monkeypatch, capsys):
+def _run(every, total, step_ends, monkeypatch, capsys, logs=None):
     """Drives a ProgressLine: training starts at time 0; step i+1 ends at step_ends[i]."""
     clock = {"now": 0.0}
     monkeypatch.setattr(callbacks.time, "perf_counter", lambda: clock["now"])
@@ -26,7 +26,7 @@ def _run(every, total, step_ends, monkeypatch, capsys):
     line.on_train_begin()
     for step, end in enumerate(step_ends, start=1):
         clock["now"], iterations.value = end, step
-        line.on_train_batch_end(step - 1, {"loss": 1.0})
+        line.on_train_batch_end(step - 1, logs or {"loss": 1.0})
     return capsys.readouterr().out.splitlines()
 
 
@@ -62,3 +62,14 @@ def test_steps_under_a_second_are_given_in_milliseconds(monkeypatch, capsys):
     (0.42, "420 ms"), (0.09996, "100 ms"), (0.042, "42.0 ms"), (0.0042, "4.20 ms")])
 def test_a_step_time_keeps_three_figures(seconds, text):
     assert callbacks._step_time(seconds) == text
+
+
+@pytest.mark.parametrize("estimate, text", [
+    (227.4, "gradient_noise_scale=227.4"), (-1523.0, "gradient_noise_scale=not_yet"),
+    (0.0, "gradient_noise_scale=not_yet"), (float("nan"), "gradient_noise_scale=not_yet")])
+def test_a_noise_scale_estimate_below_zero_reads_not_yet(monkeypatch, capsys, estimate, text):
+    # the estimate is negative while |G|² or tr(Σ) is below its noise: no scale yet, as the
+    # run's final line says ("not measurable yet"), rather than a negative number of examples
+    lines = _run(1, 1, [2.0], monkeypatch, capsys,
+                 logs={"loss": 1.0, "gradient_noise_scale": estimate})
+    assert lines == [f"step 1/1  loss=1 {text}  2.00 s/step (with tracing), 0m00s left"]

@@ -10,6 +10,7 @@ import tf_keras
 from tensorboard.compat.proto import summary_pb2
 from tensorboard.plugins.scalar import summary_v2 as scalar_summary
 
+from lamb_tf.noise_scale import NOISE_SCALE_LOG
 from recipes.common.errors import TrainingDiverged
 
 
@@ -266,7 +267,7 @@ class ProgressLine(tf_keras.callbacks.Callback):
             timing = " (with tracing)"
         per_step = (now - first_time) / max(1, step - first_step)
         scalars = " ".join(
-            f"{name}={float(value):.4g}"
+            f"{name}={_scalar_text(name, float(value))}"
             for name, value in (logs or {}).items()
             if _is_scalar(value)
         )
@@ -275,6 +276,14 @@ class ProgressLine(tf_keras.callbacks.Callback):
             f"{_duration(per_step * (self._total - step))} left",
             flush=True,
         )
+
+
+def _scalar_text(name, value):
+    """Four figures; a gradient-noise-scale estimate that is not a positive number is no
+    scale yet (|G|² or tr(Σ) still below its noise), as the run's final line says."""
+    if name == NOISE_SCALE_LOG and not (math.isfinite(value) and value > 0):
+        return "not_yet"
+    return f"{value:.4g}"
 
 
 def _step_time(seconds):
