@@ -346,3 +346,22 @@ def test_an_evaluation_of_a_trained_run_keeps_its_training_record(trained_runs, 
     # the study refuses a misspelt --metric from this list, before any run
     from recipes.study import adapter
     assert sorted(evaluated["eval"]) == sorted(adapter.HELD_OUT_METRICS["bert"])
+
+
+def test_eval_steps_beyond_the_held_out_files_evaluates_them_and_says_so(
+        trained_runs, config_file, pretrain_main, tmp_path, capsys):
+    """Keras' evaluate stops where the files end ("ran out of data", a log line): the console
+    said nothing, and the figures were of fewer sequences than eval.steps asks (as ResNet's
+    recipe says)."""
+    model_dir = str(tmp_path / "run")
+    shutil.copytree(trained_runs[1][0], model_dir)
+    pretrain_main(f"--config_file={config_file}", f"--model_dir={model_dir}", "--mode=eval",
+                  "--params_override=eval.steps=1000")
+    lines = capsys.readouterr().out.splitlines()
+    (held_out,) = [line for line in lines if line.startswith("held-out ")]
+    evaluated = int(held_out.split(" (")[1].split(" sequences")[0].replace(",", ""))
+    assert 0 < evaluated < 8 * 1000  # eval.global_batch_size=8 (tiny_bert_data.config)
+    (note,) = [line for line in lines if line.startswith("eval.steps=")]
+    assert note == (f"eval.steps=1000 is more than the held-out files hold (8,000 sequences): "
+                    f"evaluated their {evaluated:,}")
+    assert lines.index(note) < lines.index(held_out)

@@ -36,12 +36,6 @@ from recipes.common import corrupt_data, driver, storage, task  # noqa: E402
 from recipes.common.errors import UserError  # noqa: E402
 
 
-def _trains(mode):
-    """Whether `mode` trains: only then is a reused preparation's every data.* input
-    compared with the config (`data_lib.check_preparation_inputs`)."""
-    return mode in driver.TRAIN_MODES
-
-
 class BertPretraining(task.Task):
     """Masked-LM + next-sentence pretraining of Model Garden's BertEncoderV2."""
 
@@ -49,6 +43,7 @@ class BertPretraining(task.Task):
     export_subdir = "export"
     default_exclude_from_weight_decay = exclusions.BERT_EXCLUDE_PATTERNS
     listed_files = None  # the configured files, listed by check_data
+    told_eval_steps = False  # that eval.steps read more than the held-out files hold
 
     def check_config(self):
         data, model = self.config.data, self.config.model
@@ -68,12 +63,13 @@ class BertPretraining(task.Task):
             ecosystem_export.check_replace(model_dir)
         self.listed_files = data_lib.list_data_files(self.config.data)
         if self.listed_files is None:  # a corpus to prepare, unless prepared already
-            data_lib.check_corpus(self.config.data, model_dir, _trains(mode))
+            data_lib.check_corpus(self.config.data, model_dir, mode in driver.TRAIN_MODES)
 
     def prepare(self, model_dir, mode):
         self.model_dir = model_dir
+        # (a reused preparation's every data.* input is compared with the config only to train)
         self.data = data_lib.locate_or_prepare_data(self.config.data, model_dir,
-                                                    self.listed_files, _trains(mode))
+                                                    self.listed_files, mode in driver.TRAIN_MODES)
         self.vocab_size = len(vocabulary.read_vocabulary(self.data.vocab_file))
         if self.config.data.train_files:
             data_lib.check_first_records(self.config.data, self.data, self.vocab_size,
@@ -99,12 +95,15 @@ class BertPretraining(task.Task):
     def evaluate(self, model, strategy):
         dataset = input_lib.make_eval_dataset(strategy, self.config, self.data.eval_files)
         self.evaluated_step = int(model.optimizer.iterations.numpy())
-        results = model.evaluate(
-            dataset, steps=self.config.eval.steps or None, return_dict=True, verbose=0
-        )
+        steps, batch = self.config.eval.steps, self.config.eval.global_batch_size
+        results = model.evaluate(dataset, steps=steps or None, return_dict=True, verbose=0)
         if "masked_lm_accuracy" not in results:  # no batch: Keras returns no metric
             raise UserError(self._no_eval_batch(f"the held-out files of {self.data.eval_pattern}"))
         self.evaluated_sequences = model_lib.sequences_counted(model)
+        if self.evaluated_sequences < steps * batch and not self.told_eval_steps:
+            self.told_eval_steps = True  # (once: train_and_eval evaluates twice)
+            print(f"eval.steps={steps} is more than the held-out files hold ({steps * batch:,} "
+                  f"sequences): evaluated their {self.evaluated_sequences:,}", flush=True)
         return results
 
     def _no_eval_batch(self, held_out):
