@@ -418,10 +418,16 @@ class GradientAccumulationModel(tf_keras.Model):
         # the all-reduce, once per optimizer step (the optimizer's own, done here so that the
         # global norm of the applied gradient can be reported)
         inner_optimizer = optimizer.inner_optimizer if loss_scaled else optimizer
-        grads_and_vars = inner_optimizer.aggregate_gradients(grads_and_vars)
+        legacy = isinstance(inner_optimizer, tf_keras.optimizers.legacy.Optimizer)
+        if legacy:  # OptimizerV2 (Model Garden's default) names it privately, with its hooks
+            grads_and_vars = inner_optimizer._aggregate_gradients(grads_and_vars)
+        else:
+            grads_and_vars = inner_optimizer.aggregate_gradients(grads_and_vars)
         gradient_norm = tf.linalg.global_norm([g for g, _ in grads_and_vars])  # before clipping
         # global clipping (on the all-reduced gradient), one update
-        optimizer.apply_gradients(grads_and_vars, skip_gradients_aggregation=True)
+        optimizer.apply_gradients(grads_and_vars, **(
+            {"experimental_aggregate_gradients": False} if legacy
+            else {"skip_gradients_aggregation": True}))
         logs = self.get_metrics_result()
         logs[GRADIENT_NORM_LOG] = gradient_norm
         if measure_noise:

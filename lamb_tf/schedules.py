@@ -90,7 +90,7 @@ class _WarmupPolynomialDecayMethods:
 
         Args:
           peak_learning_rate: rate reached at the end of the warmup.
-          total_steps: length of the schedule in optimizer steps (applied updates).
+          total_steps: length of the schedule in optimizer steps (`optimizer.iterations`).
           warmup_steps: warmup length in steps; or give `warmup_fraction` instead.
           warmup_fraction: warmup length as a fraction of `total_steps`, rounded to the
             nearest step, a half up (the paper states warmup as a ratio of the total
@@ -120,7 +120,8 @@ class _WarmupPolynomialDecayMethods:
             arguments.finite_at_least("warmup_fraction", warmup_fraction, 0.0)
             if warmup_fraction >= 1.0:
                 raise ValueError(f"warmup_fraction must be < 1, got {warmup_fraction!r}")
-            resolved_warmup = int(math.floor(warmup_fraction * total_steps + 0.5))  # (a half up)
+            # a half up, of the product as written in decimals (0.145 x 100 is 14.4999...)
+            resolved_warmup = int(math.floor(round(warmup_fraction * total_steps, 9) + 0.5))
         else:
             arguments.integer_at_least("warmup_steps", warmup_steps, 0)
             resolved_warmup = warmup_steps

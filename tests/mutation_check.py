@@ -58,8 +58,8 @@ MUTATIONS = [
         "tf_keras_accumulation_all_reduce_averages", "tf_keras GradientAccumulationModel: the "
         "cross-replica step averages gradients instead of summing them",
         "lamb_tf/accumulation.py",
-        "        grads_and_vars = inner_optimizer.aggregate_gradients(grads_and_vars)",
-        "        grads_and_vars = [(g / self.distribute_strategy.num_replicas_in_sync, v) "
+        "            grads_and_vars = inner_optimizer.aggregate_gradients(grads_and_vars)",
+        "            grads_and_vars = [(g / self.distribute_strategy.num_replicas_in_sync, v) "
         "for g, v in inner_optimizer.aggregate_gradients(grads_and_vars)]",
         ["tests/test_accumulation.py::test_two_replicas_with_accumulation_equal_one_device"],
         [r"test_two_replicas_with_accumulation_equal_one_device\[lamb\]",
@@ -68,8 +68,8 @@ MUTATIONS = [
         "tf_keras_accumulation_no_all_reduce", "tf_keras GradientAccumulationModel: the "
         "all-reduce sum is dropped",
         "lamb_tf/accumulation.py",
-        "        grads_and_vars = inner_optimizer.aggregate_gradients(grads_and_vars)",
-        "        grads_and_vars = list(grads_and_vars)",
+        "            grads_and_vars = inner_optimizer.aggregate_gradients(grads_and_vars)",
+        "            grads_and_vars = list(grads_and_vars)",
         ["tests/test_accumulation.py::test_two_replicas_with_accumulation_equal_one_device"],
         [r"test_two_replicas_with_accumulation_equal_one_device"]),
     # ---- gradient accumulation --------------------------------------------------------------
@@ -327,8 +327,8 @@ MUTATIONS = [
         "warmup_fraction_truncated", "warmup_fraction × total_steps truncated instead of "
         "rounded to the nearest step",
         "lamb_tf/schedules.py",
-        "            resolved_warmup = int(math.floor(warmup_fraction * total_steps + 0.5))  "
-        "# (a half up)",
+        "            resolved_warmup = int(math.floor(round(warmup_fraction * total_steps, 9) "
+        "+ 0.5))",
         "            resolved_warmup = int(warmup_fraction * total_steps)",
         ["tests/test_schedules.py"],
         [r"test_warmup_fraction_rounds_to_the_nearest_step"]),

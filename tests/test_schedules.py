@@ -77,7 +77,10 @@ def test_warmup_fraction_rounds_to_the_nearest_step():
     # a half rounds up: Python's round() takes it to the even step, and 0.05 of 10 steps
     # became no warmup at all
     for fraction, total, nearest in ((0.29, 100, 29), (0.0999, 1000, 100), (0.0004, 1000, 0),
-                                     (0.05, 10, 1), (0.25, 10, 3), (0.15, 10, 2)):
+                                     (0.05, 10, 1), (0.25, 10, 3), (0.15, 10, 2),
+                                     # halves whose float product falls just below them
+                                     (0.145, 100, 15), (0.285, 100, 29), (0.565, 100, 57),
+                                     (0.575, 100, 58)):
         schedule = schedules.TfKerasWarmupPolynomialDecay(PEAK, total, warmup_fraction=fraction)
         assert schedule.warmup_steps == nearest, (fraction, total)
 
