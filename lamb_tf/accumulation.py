@@ -196,9 +196,11 @@ def check_fit_arrays(fit, accumulation_steps, num_replicas, args, kwargs):
              f"give x of whole batches and validation_data=(x_val, y_val) instead of "
              f"validation_split")
     fix = {"each": f"give a batch_size that {divisor} divides",
+           "the only": f"give x a number of examples that {divisor} divides",
            "the last, partial": f"{whole}, or a tf.data.Dataset batched with "
                                 "drop_remainder=True"}
-    for which, size in (("each", full), ("the last, partial", last)):
+    for which, size in (("each" if full == batch_size else "the only", full),
+                        ("the last, partial", last)):
         if size % divisor:
             raise ValueError(
                 f"fit: {holds}, so with batch_size={batch_size} {which} "
@@ -365,7 +367,8 @@ class GradientAccumulationModel(tf_keras.Model):
         if noise_scale_decay is not None:
             # In checkpoints (a resumed run continues the averages) but not in `weights`,
             # which stay the inner model's: set without Keras' tracking, tracked by name.
-            noise_scale = noise_scale_lib.GradientNoiseScale(noise_scale_decay)
+            noise_scale = noise_scale_lib.GradientNoiseScale(
+                arguments.beta("noise_scale_decay", noise_scale_decay))
             self._track_trackable(noise_scale, name="gradient_noise_scale")
         object.__setattr__(self, "noise_scale", noise_scale)
         # `fit` reduces train_step outputs over replicas by SUM ("auto" off TPU); metric results

@@ -122,15 +122,39 @@ class Exclusions:
             for pattern in patterns:
                 matched = [shape for path, shape in paths_and_shapes if re.search(pattern, path)]
                 parameters = sum(_size(shape) for shape in matched)
-                if matched:
+                if not pattern:  # "bias,".split(",") holds one
+                    logger.warning("%s: %s holds an empty pattern, which matches every "
+                                   "variable (%d), so it excludes them all.",
+                                   optimizer_name, argument_name, len(matched))
+                elif matched:
                     logger.info("%s: %s pattern %r matches %d variables (%d parameters).",
                                 optimizer_name, argument_name, pattern, len(matched), parameters)
                 else:
                     logger.warning(
                         "%s: %s pattern %r matches NO variable, so it excludes nothing. "
-                        "Variable paths look like %r; see optimizer.exclusion_table().",
+                        "Variable paths look like %r; see optimizer.exclusion_table().%s",
                         optimizer_name, argument_name, pattern,
-                        paths_and_shapes[0][0] if paths_and_shapes else "(no variables)")
+                        paths_and_shapes[0][0] if paths_and_shapes else "(no variables)",
+                        _model_name_hint(pattern, [path for path, _ in paths_and_shapes]))
+
+
+def _model_name_hint(pattern, paths):
+    """A sentence for a pattern that matches once its first path part is dropped: Keras 3
+    names a Sequential model's variables `<model>/<layer>/...` when the model builds them at
+    construction (an `Input` first), and `<layer>/...` once it is loaded or built from its
+    config, so a pattern (or a `var_list` exclusion) holding the model's name stops matching."""
+    anchor, rest = ("^", pattern[1:]) if pattern.startswith("^") else ("", pattern)
+    first, slash, shorter = rest.partition("/")
+    if not slash or not shorter or not re.fullmatch(r"[\w.-]+", first):
+        return ""
+    try:
+        if not any(re.search(anchor + shorter, path) for path in paths):
+            return ""
+    except re.error:  # the rest alone is no regex (a group opened in the first part)
+        return ""
+    return (f" Without its first part, {anchor + shorter!r} would match: Keras 3 leaves a "
+            "Sequential model's name out of its variables' paths once the model is loaded or "
+            "built from its config; write patterns without it.")
 
 
 def format_table(rows):

@@ -195,9 +195,13 @@ class _MixedBatchScheduleMethods:
         super().__init__()
         for argument, schedule in (("phase_1", phase_1), ("phase_2", phase_2)):
             if not isinstance(schedule, self._schedules_module.LearningRateSchedule):
+                other = ("; it is one of the other Keras flavour (tf_keras or Keras 3): build "
+                         "both phases and this schedule in one flavour, the optimizer's"
+                         if hasattr(schedule, "get_config") and callable(schedule) else "")
                 raise TypeError(
                     f"{argument} must be a {self._schedules_module.__name__}."
-                    f"LearningRateSchedule, got {schedule!r}"
+                    f"LearningRateSchedule, got a {type(schedule).__module__}."
+                    f"{type(schedule).__name__}{other}"
                 )
         if phase_1_steps is None:
             phase_1_steps = getattr(phase_1, "total_steps", None)

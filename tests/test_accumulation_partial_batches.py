@@ -46,7 +46,10 @@ def _refusal_before_training(flavour_name, examples, **fit_arguments):
              "x[:64] (whole batches only)"),
     (64, 18, "with batch_size=18 each batch has 18, which does not split into 1 replica(s) x "
              "accumulation_steps=4 micro-batches: give a batch_size that 4 divides"),
-    (30, None, "x holds 30 examples, so with batch_size=32 each batch has 30"),  # Keras' 32
+    # Keras' default 32: fewer examples make one batch, and a batch_size k divides is no fix
+    (30, None, "x holds 30 examples, so with batch_size=32 the only batch has 30, which does "
+               "not split into 1 replica(s) x accumulation_steps=4 micro-batches: give x a "
+               "number of examples that 4 divides"),
 ])
 def test_arrays_that_leave_a_batch_k_does_not_divide_are_refused_before_training(
         flavour_name, examples, batch_size, expected):

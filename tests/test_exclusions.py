@@ -178,3 +178,50 @@ def test_a_variable_excluded_by_identity_is_not_one_of_several_sharing_its_path(
     alone.exclude_from_weight_decay(var_list=[first])
     alone.build([first])
     assert [row.decayed for row in alone.exclusion_table()] == [False]
+
+
+def _warnings(caplog):
+    return [r.getMessage() for r in caplog.records
+            if r.name == "lamb_tf.exclusions" and r.levelno == logging.WARNING]
+
+
+@pytest.mark.parametrize("flavour_name", FLAVOURS)
+def test_an_empty_pattern_warns_that_it_excludes_every_variable(flavour_name, caplog):
+    # "bias,".split(",") ends in "", which matches every path: all excluded, said at INFO only
+    flavour = FLAVOURS[flavour_name]()
+    model = _nested_model(flavour.keras)
+    optimizer = flavour.module.LAMB(weight_decay_rate=0.1,
+                                    exclude_from_weight_decay="bias,".split(","))
+    with caplog.at_level(logging.INFO, logger="lamb_tf.exclusions"):
+        decisions = _decisions(optimizer, model)
+    assert not any(decayed or adapted for decayed, adapted in decisions.values())
+    assert _warnings(caplog) == [
+        f"LAMB: exclude_from_weight_decay holds an empty pattern, which matches every variable "
+        f"({len(decisions)}), so it excludes them all."]
+
+
+def test_a_pattern_holding_a_keras3_sequential_models_name_says_why_it_stopped_matching(caplog):
+    """Keras 3 names a Sequential model's variables `net/d/bias` when it builds them at
+    construction, `d/bias` once built from its config (`.keras` loading does that): a
+    `var_list` exclusion (written as the path) then matched nothing, with a warning that
+    did not say why."""
+    import keras
+
+    from lamb_tf import keras3_optimizers
+
+    model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2, name="d")], name="net")
+    optimizer = keras3_optimizers.LAMB(weight_decay_rate=0.1)
+    optimizer.exclude_from_weight_decay(var_list=[model.layers[0].bias])
+    assert _decisions(optimizer, model)["net/d/bias"] == (False, False)
+    rebuilt = keras.Sequential.from_config(model.get_config())
+    restored = keras3_optimizers.LAMB.from_config(optimizer.get_config())
+    with caplog.at_level(logging.INFO, logger="lamb_tf.exclusions"):
+        decisions = _decisions(restored, rebuilt)
+    assert decisions["d/bias"] == (True, True)  # Keras 3's paths: the exclusion is lost
+    (warning,) = _warnings(caplog)
+    assert warning.endswith(
+        "Without its first part, '^d/bias$' would match: Keras 3 leaves a Sequential model's "
+        "name out of its variables' paths once the model is loaded or built from its config; "
+        "write patterns without it.")
+    assert exclusions._model_name_hint("^no/such/bias$", ["d/bias"]) == ""
+    assert exclusions._model_name_hint("(a|b)/bias", ["d/bias"]) == ""

@@ -248,6 +248,13 @@ def test_a_decay_that_is_not_a_number_is_a_type_error_naming_it(decay):
         noise_scale.GradientNoiseScale(decay=decay)
 
 
+def test_the_accumulation_models_bad_decay_is_named_by_its_argument():
+    # it said "decay must be in [0, 1)", the noise-scale object's argument, not the caller's
+    inner = tf_keras.Sequential([tf_keras.Input((2,)), tf_keras.layers.Dense(1)])
+    with pytest.raises(ValueError, match=re.escape("noise_scale_decay must be in [0, 1), got 1.0")):
+        accumulation.GradientAccumulationModel(inner, 2, noise_scale_decay=1.0)
+
+
 def test_one_batch_size_is_a_clear_error():
     with pytest.raises(ValueError, match="two batch sizes"):
         noise_scale.unbiased_estimates(1.0, 1.0, 64, 64)

@@ -249,8 +249,16 @@ def test_bad_arguments_name_the_argument(kwargs, error, fragment):
 def test_mixed_batch_rejects_the_other_flavours_schedule():
     tf_keras_phase, _ = _phases(schedules.TfKerasWarmupPolynomialDecay)
     keras3_phase, _ = _phases(schedules.Keras3WarmupPolynomialDecay)
-    with pytest.raises(TypeError, match="phase_1"):
+    with pytest.raises(TypeError) as raised:
         schedules.Keras3MixedBatchSchedule(tf_keras_phase, keras3_phase)
+    # the class and the flavour, not `<... object at 0x...>`
+    assert str(raised.value) == (
+        "phase_1 must be a keras.optimizers.schedules.LearningRateSchedule, got a "
+        "lamb_tf.schedules.TfKerasWarmupPolynomialDecay; it is one of the other Keras flavour "
+        "(tf_keras or Keras 3): build both phases and this schedule in one flavour, the "
+        "optimizer's")
+    with pytest.raises(TypeError, match="^phase_2 must be a .*, got a builtins.float$"):
+        schedules.TfKerasMixedBatchSchedule(tf_keras_phase, 0.1)
 
 
 def test_short_names_follow_the_active_tf_keras(monkeypatch):
