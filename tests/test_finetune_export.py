@@ -11,6 +11,7 @@ fresh-process check after real fine-tuning is in tests/test_finetune.py.
 import json
 import re
 import types
+import unicodedata
 
 import numpy as np
 import pytest
@@ -98,6 +99,38 @@ def test_served_answers_are_the_ones_evaluation_decodes_over_all_windows(setup):
         if start == -1:  # no valid span: squad_lib's placeholder
             assert answer == finetune_export.NO_SPAN_ANSWER and end == -1
         else:
+            assert context.encode()[start:end].decode() == answer
+
+
+# Accents (precomposed and combining), a capital whose folding is longer, a zero-width space:
+# each is normalized away by the tokenizer, so the model sees the same pieces as without them.
+ACCENTED = {"Alice": "Alíce", "Paris": "París", "Rome": "Róme", "bread": "bre\u0301ad",
+            "Oslo": "Ösló", "Cairo": "Caïro", "Seoul": "Séoul", "lives": "li\u200bves",
+            "kimchi": "kímchí", "every": "évery"}
+
+
+def _strip_accents(text):
+    """Python's own NFD without the non-spacing marks, and no zero-width spaces."""
+    return "".join(c for c in unicodedata.normalize("NFD", text)
+                   if unicodedata.category(c) != "Mn").replace("\u200b", "")
+
+
+def test_answers_of_accented_contexts_are_whole_characters_of_the_context(setup):
+    """tensorflow-text's offsets count bytes of the text it normalized (é is 2 bytes, e 1):
+    answers after an accented letter were cut short, inside a character, by one byte per
+    accent before them. The pieces and so the spans are those of the plain context."""
+    questions = [e.question_text for e in setup.examples]
+    plain = [" ".join(e.doc_tokens) for e in setup.examples]
+    accented = [re.sub("|".join(ACCENTED), lambda m: ACCENTED[m.group()], c) for c in plain]
+    assert all(_strip_accents(a) == p for a, p in zip(accented, plain))
+    served = setup.serving.answer(tf.constant(questions), tf.constant(accented))
+    answers = [a.decode() for a in served["answer"].numpy()]  # whole UTF-8 characters
+    assert [_strip_accents(a) for a in answers] == [setup.expected[e.qas_id]
+                                                    for e in setup.examples]
+    assert sum(a != _strip_accents(a) for a in answers) >= 2  # answers holding accents
+    for context, answer, start, end in zip(accented, answers, served["start"].numpy(),
+                                           served["end"].numpy()):
+        if start != -1:
             assert context.encode()[start:end].decode() == answer
 
 

@@ -14,13 +14,14 @@ Question answering, `serving_default(question, context)`, string [batch]
   start <= end and the span has at most `max_answer_length` pieces; the pair with the
   highest start + end logit over all windows wins, the first one of equal scores in
   `postprocess_output`'s order (`Windows`, `_best_span`). The answer is the context text
-  the pieces cover (tensorflow-text word-piece offsets). `postprocess_output` maps pieces
-  back through the whitespace-split words, which gives the same text except for runs of
-  whitespace inside an answer (it joins words with one space; the official metric splits
-  on whitespace, so the scores agree) and text whose lower-casing or accent stripping
-  changes its length (its `get_final_text` then falls back to whole words). Without any
-  valid span the answer is `squad_lib`'s placeholder "empty" and start = end = -1.
-  Written here rather than called because `squad_lib` is Python over NumPy lists, which a
+  the pieces cover (tensorflow-text's word-piece offsets, which count bytes of the text it
+  normalized, mapped back to the context's: `original_byte_offsets`). `postprocess_output`
+  maps pieces back through the whitespace-split words, which gives the same text except
+  for runs of whitespace inside an answer (it joins words with one space; the official
+  metric splits on whitespace, so the scores agree) and text whose lower-casing or accent
+  stripping changes its length (its `get_final_text` then falls back to whole words).
+  Without any valid span the answer is `squad_lib`'s placeholder "empty" and start = end
+  = -1. Written here rather than called because `squad_lib` is Python over NumPy lists, which a
   SavedModel cannot carry; tests/test_finetune_export.py checks it against `squad_lib`.
 
 Loading needs the tensorflow-text ops: `import tensorflow_text` before
@@ -28,6 +29,7 @@ Loading needs the tensorflow-text ops: `import tensorflow_text` before
 """
 
 import tensorflow as tf
+import tensorflow_text as tf_text
 
 from recipes.bert.classification import TextPacker
 
@@ -92,9 +94,10 @@ class QuestionAnsweringServing(tf.Module):
         # has no offsets at all).
         piece = lambda position: tf.where(found, pieces.row_starts() + tf.gather(
             windows.start, window) + position - tf.gather(windows.first, window), 0)
-        byte_start = tf.where(found, tf.gather(tf.concat([starts.values, [0]], 0),
-                                               piece(start)), -1)
-        byte_end = tf.where(found, tf.gather(tf.concat([ends.values, [0]], 0), piece(end)), -1)
+        byte_start, byte_end = original_byte_offsets(
+            context, tf.gather(tf.concat([starts.values, [0]], 0), piece(start)),
+            tf.gather(tf.concat([ends.values, [0]], 0), piece(end)))
+        byte_start, byte_end = tf.where(found, byte_start, -1), tf.where(found, byte_end, -1)
         # No valid span in any window: squad_lib's placeholder answer, which is scored.
         answer = tf.where(found, tf.strings.substr(context, tf.maximum(byte_start, 0),
                                                    byte_end - byte_start), NO_SPAN_ANSWER)
@@ -137,6 +140,41 @@ class QuestionAnsweringServing(tf.Module):
 
     def signatures(self):
         return {"serving_default": self.answer.get_concrete_function()}
+
+
+def normalized(text):
+    """What tensorflow-text's `BertTokenizer(lower_case=True)` makes of `text` before it splits
+    it, and what its offsets count bytes of (`BasicTokenizer.tokenize_with_offsets`): case
+    folded, NFD without its non-spacing marks (accents), control and format characters made
+    spaces. Each step may change a character's length in bytes (é: 2 -> 1, U+200B: 3 -> 1)."""
+    text = tf.strings.regex_replace(tf_text.normalize_utf8(tf_text.case_fold_utf8(text), "NFD"),
+                                    r"\p{Mn}", "")
+    return tf.strings.regex_replace(text, r"\p{Cc}|\p{Cf}", " ")
+
+
+def original_byte_offsets(context, start, end):
+    """The byte offsets in `context` ([batch] strings) of the spans [start, end) ([batch]
+    int64) of its `normalized` text: a span starts at the character whose normalized bytes
+    hold its first byte and ends after the one holding its last, and after the accents that
+    follow it (marks normalize to nothing). Each character normalized on its own gives its
+    normalized length (the steps act per character; NFD's reordering of marks does not
+    matter, as they are removed)."""
+    chars, char_starts = tf.strings.unicode_split_with_offsets(context, "UTF-8")
+    normalized_ends = tf.math.cumsum(tf.cast(tf.strings.length(normalized(chars)), tf.int64),
+                                     axis=-1)
+    # dense, with one column past every row's end (an empty context has no characters)
+    past_end = tf.cast(tf.strings.length(context), tf.int64)[:, tf.newaxis]
+    normalized_ends = tf.concat([normalized_ends.to_tensor(tf.int64.max),
+                                 tf.fill(tf.shape(past_end), tf.int64.max)], axis=1)
+    char_ends = tf.concat([(char_starts + tf.cast(tf.strings.length(chars), tf.int64))
+                           .to_tensor(0), past_end], axis=1)
+    char_starts = tf.concat([char_starts.to_tensor(0), past_end], axis=1)
+    at = lambda offsets, byte, side: tf.gather(offsets, tf.searchsorted(
+        normalized_ends, byte[:, tf.newaxis], side=side), batch_dims=1)[:, 0]
+    # the end: after the character holding the last byte, or where the next character with
+    # normalized bytes starts
+    return at(char_starts, start, "right"), tf.maximum(at(char_ends, end - 1, "right"),
+                                                       at(char_starts, end, "right"))
 
 
 class Windows:
