@@ -1000,6 +1000,44 @@ MUTATIONS = [
         ["tests/test_task_interface.py::test_a_model_of_keras_3_is_named_not_a_type_error_"
          "traceback"],
         [r"test_a_model_of_keras_3_is_named_not_a_type_error_traceback"]),
+    # ---- 2026-12-07, second session: an audit of fine-tuning and of the library's API -----
+    Mutation(
+        "squad_export_offsets_of_normalized_text", "the SQuAD export slices the context at "
+        "tensorflow-text's offsets, which count bytes of the text it lower-cased and stripped "
+        "of accents",
+        "recipes/bert/finetune_export.py",
+        "    normalized_ends = tf.math.cumsum(tf.cast(tf.strings.length(normalized(chars)), "
+        "tf.int64),",
+        "    normalized_ends = tf.math.cumsum(tf.cast(tf.strings.length(chars), tf.int64),",
+        ["tests/test_finetune_export.py::test_answers_of_accented_contexts_are_whole_"
+         "characters_of_the_context"],
+        [r"test_answers_of_accented_contexts_are_whole_characters_of_the_context"]),
+    Mutation(
+        "legacy_optimizer_aggregates_twice", "with a tf_keras legacy optimizer the accumulation "
+        "wrapper all-reduces the gradients, then apply_gradients again",
+        "lamb_tf/accumulation.py",
+        "            {\"experimental_aggregate_gradients\": False} if legacy",
+        "            {\"experimental_aggregate_gradients\": True} if legacy",
+        ["tests/test_accumulation.py::test_a_legacy_optimizer_on_two_replicas_equals_one_"
+         "device"],
+        [r"test_a_legacy_optimizer_on_two_replicas_equals_one_device"]),
+    Mutation(
+        "negative_noise_scale_printed", "the progress line prints a negative noise-scale "
+        "estimate as a number of examples",
+        "recipes/common/callbacks.py",
+        "    if name == NOISE_SCALE_LOG and not (math.isfinite(value) and value > 0):",
+        "    if name == NOISE_SCALE_LOG and not math.isfinite(value):",
+        ["tests/test_progress_line.py"],
+        [r"test_a_noise_scale_estimate_below_zero_reads_not_yet\[-1523"]),
+    Mutation(
+        "bert_eval_steps_beyond_the_files_silent", "BERT's eval.steps beyond the held-out "
+        "files evaluates what they hold without a word",
+        "recipes/bert/pretrain.py",
+        "        if self.evaluated_sequences < steps * batch and not self.told_eval_steps:",
+        "        if False:",
+        ["tests/test_bert_recipe.py::test_eval_steps_beyond_the_held_out_files_evaluates_them_"
+         "and_says_so"],
+        [r"test_eval_steps_beyond_the_held_out_files_evaluates_them_and_says_so"]),
 ]
 
 

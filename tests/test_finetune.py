@@ -140,7 +140,7 @@ def test_squad_trains_scores_and_serves_the_scored_answers_in_a_fresh_process(
     # the held-out scores reach TensorBoard `eval/` (the last write: after training)
     written = {tag: value for _, tag, value in tensorboard_events.scalars(model_dir / "eval")}
     assert written == pytest.approx(results["eval"], rel=1e-6) and written, written
-    predictions = json.loads((model_dir / finetune.PREDICTIONS_FILE).read_text())
+    predictions = json.loads((model_dir / squad.PREDICTIONS_FILE).read_text())
     # The 8 training questions in their own contexts: the span head has memorised them.
     scores = squad.squad_scores(articles, predictions)
     assert scores["f1"] >= 90.0 and scores["exact_match"] >= 87.5
@@ -474,3 +474,36 @@ def test_a_classification_evaluation_reads_eval_steps_batches_and_scores_those(e
 
     task.network = FirstRowsRight()
     assert task.evaluate(None, None) == {"accuracy": pytest.approx(8 / rows)}
+
+
+@pytest.mark.parametrize("task, refused", [("stdlib", True), ("classification", False)])
+def test_the_stdlib_tasks_seed_is_kept_by_a_resumed_or_evaluated_run(task, refused, tmp_path):
+    """The stdlib task's train.seed draws its train/test split: evaluating (or resuming) a
+    run with another seed wrote a new split, whose held-out passages the run had trained on,
+    and scored it."""
+    import tensorflow as tf
+
+    from recipes.common import checkpoints
+    from recipes.common import config as config_lib
+    from recipes.common import driver
+
+    task_keys = "" if task == "stdlib" else (
+        ",data.task=classification,data.train_file=t.tsv,data.eval_file=t.tsv")
+    saved = config_lib.load_config(finetune.BertFinetuneConfig, (),
+                                   "encoder.pretraining_dir=/runs/bert" + task_keys)
+    config_lib.save_config(saved, str(tmp_path))
+    tf.train.Checkpoint(step=tf.Variable(1)).save(
+        str(tmp_path / checkpoints.CHECKPOINT_SUBDIR / "ckpt"))
+    changed = finetune.BertFinetuneTask(config_lib.load_config(
+        finetune.BertFinetuneConfig, (), "encoder.pretraining_dir=/runs/bert,train.seed=7"
+        + task_keys))
+    if not refused:
+        assert driver.compare_with_saved_config(changed, str(tmp_path), "eval") == [
+            f"config: train.seed 1 -> 7 (evaluating the run in {tmp_path})"]
+        return
+    with pytest.raises(finetune.UserError) as error:
+        driver.compare_with_saved_config(changed, str(tmp_path), "eval")
+    assert str(error.value) == (
+        f"train.seed was 1 in the run in {tmp_path}, now 7: a run keeps train.seed from its "
+        "first step to its last (they define what it trains); keep train.seed=1 to evaluate "
+        "the run (without --config_file, its own config.yaml is the config)")

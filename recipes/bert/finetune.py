@@ -6,8 +6,8 @@ documents.
       --model_dir=/tmp/finetune --params_override=encoder.pretraining_dir=/tmp/bert_tiny
 
   python -m recipes.bert.finetune --config_file=configs/bert/finetune_squad_v1.yaml \
-      --model_dir=/tmp/squad --params_override=encoder.pretraining_dir=RUN,\
-  data.train_file=train-v1.1.json,data.eval_file=dev-v1.1.json
+      --model_dir=/tmp/squad \
+      --params_override=encoder.pretraining_dir=RUN,data.train_file=TRAIN,data.eval_file=DEV
 
 The encoder, its vocabulary and the sequence length come from a pretraining run's
 `model_dir` (its `model_garden/` export and `config.yaml`); `encoder.init: none` trains the
@@ -24,8 +24,6 @@ from recipes.bert.finetune_config import BertFinetuneConfig
 if __name__ == "__main__":  # --help and flag mistakes answered before TensorFlow loads
     startup.check_command_line(BertFinetuneConfig, (finetune_flags.COMPARE_FLAG,))
 
-import json  # noqa: E402
-import os  # noqa: E402
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 import tf_keras  # noqa: E402
@@ -36,15 +34,17 @@ from recipes.bert import finetune_data, finetune_export, squad  # noqa: E402
 from recipes.common import driver, export as export_lib, task as task_lib  # noqa: E402
 from recipes.common.errors import UserError  # noqa: E402,F401  (raised by the checks)
 
-PREDICTIONS_FILE = "predictions.json"  # squad: {question id: answer} of the last evaluation
-
 
 class BertFinetuneTask(task_lib.Task):
     config_class = BertFinetuneConfig
     export_subdir = "export"
     default_exclude_from_weight_decay = tuple(exclusions.BERT_EXCLUDE_PATTERNS)
-    # A resumed run keeps its encoder and its task: the checkpoint holds their weights.
-    fixed_on_resume = ("encoder.pretraining_dir", "encoder.init", "data.")
+
+    @property
+    def fixed_on_resume(self):
+        """The encoder and task (the checkpoint holds their weights); stdlib's split seed."""
+        kept = ("encoder.pretraining_dir", "encoder.init", "data.")
+        return kept + (("train.seed",) if self.config.data.task == "stdlib" else ())
 
     def check_config(self):
         """Keys, task files (read and checked whole) and the pretraining run, before
@@ -116,10 +116,7 @@ class BertFinetuneTask(task_lib.Task):
                 self.data.eval_examples, self.data.eval_features, outputs["start_logits"],
                 outputs["end_logits"], self.data.eval_dataset_json,
                 self.config.data.n_best_size, self.config.data.max_answer_length)
-            # The answers the scores are computed on, as the official script reads them.
-            tf.io.gfile.makedirs(self.model_dir)
-            with tf.io.gfile.GFile(os.path.join(self.model_dir, PREDICTIONS_FILE), "w") as f:
-                f.write(json.dumps(self.predictions, indent=1) + "\n")
+            squad.write_predictions(self.model_dir, self.predictions)
             return squad.squad_scores(questions, self.predictions)
         logits = outputs["logits"]
         labels = self.data.eval_arrays[1]["logits"][:len(logits)]

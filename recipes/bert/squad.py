@@ -201,3 +201,14 @@ def squad_scores(dataset, predictions):
     `dataset` (the JSON `data` list); a question without a prediction scores 0."""
     scores = squad_evaluate_v1_1.evaluate(dataset, predictions)
     return {"exact_match": 100.0 * scores["exact_match"], "f1": 100.0 * scores["final_f1"]}
+
+
+PREDICTIONS_FILE = "predictions.json"  # {question id: answer} of a run's last evaluation
+
+
+def write_predictions(model_dir, predictions):
+    """The answers the scores are computed on, in <model_dir>/predictions.json, as the
+    official script reads them."""
+    tf.io.gfile.makedirs(model_dir)
+    with tf.io.gfile.GFile(f"{model_dir.rstrip('/')}/{PREDICTIONS_FILE}", "w") as f:
+        f.write(json.dumps(predictions, indent=1) + "\n")
