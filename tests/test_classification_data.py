@@ -31,6 +31,22 @@ def test_tsv_and_jsonl_give_the_same_examples(tmp_path):
     assert classification.label_ids(expected, ["no", "yes"], "a.tsv") == [1, 0]
 
 
+@pytest.mark.parametrize("newline", ["\n", "\r\n"])
+def test_a_line_separator_or_form_feed_inside_a_sentence_is_not_a_line_break(tmp_path,
+                                                                             newline):
+    # str.splitlines also breaks at U+2028, U+0085, \x0c, ...: a valid JSONL line written
+    # with ensure_ascii=False was "not a JSON object", a TSV row "lacks 'label'"
+    sentences = ["one\u2028two", "page\x0cbreak", "next\x85line"]
+    (tmp_path / "a.jsonl").write_bytes(newline.join(
+        json.dumps({"sentence": s, "label": "x"}, ensure_ascii=False) for s in sentences)
+        .encode())
+    (tmp_path / "a.tsv").write_bytes(newline.join(
+        ["sentence\tlabel"] + [f"{s}\tx" for s in sentences]).encode() + newline.encode())
+    expected = [classification.Example(s, None, "x") for s in sentences]
+    assert classification.read_examples(str(tmp_path / "a.jsonl")) == expected
+    assert classification.read_examples(str(tmp_path / "a.tsv")) == expected
+
+
 def test_label_ids_follow_the_given_label_order_not_the_sorted_one():
     # data.labels is the class-id order: "yes" first is class 0 although "no" sorts first.
     examples = [classification.Example("a", None, "no"),

@@ -13,6 +13,7 @@ packer, so serving sees exactly the inputs training saw.
 
 import csv
 import dataclasses
+import io
 import json
 import os
 from typing import List, Optional
@@ -51,13 +52,16 @@ def read_examples(path, key=None) -> List[Example]:
         raise UserError(f"{name} is not UTF-8 text ({error.reason} at byte {error.start}); "
                         "save it as UTF-8") from None
     if extension == ".tsv":
-        reader = csv.DictReader(text.splitlines(), delimiter="\t", quoting=csv.QUOTE_NONE)
+        # (lines end at \n, \r\n or \r only: str.splitlines also splits at U+2028, a form
+        # feed, ... which a sentence may hold)
+        reader = csv.DictReader(io.StringIO(text, newline=""), delimiter="\t",
+                                quoting=csv.QUOTE_NONE)
         _check_header(name, reader.fieldnames or [])
         rows = list(reader)
         first_line = 2  # after the header
     else:
         rows = []
-        for number, line in enumerate(text.splitlines(), start=1):
+        for number, line in enumerate(io.StringIO(text, newline=""), start=1):
             if not line.strip():
                 continue
             try:
