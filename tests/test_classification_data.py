@@ -120,3 +120,20 @@ def test_a_tsv_header_without_the_columns_is_named_as_the_header(tmp_path, conte
     with pytest.raises(UserError) as raised:
         classification.read_examples(str(tmp_path / "train.tsv"), "data.train_file")
     assert str(raised.value) == f"data.train_file={tmp_path / 'train.tsv'} {message}"
+
+
+def test_a_run_keeps_the_labels_its_class_ids_were_trained_on(tmp_path):
+    """Without data.labels the class ids are the training file's labels, sorted: a file
+    whose labels were edited between two commands on one run (`io` renamed `zio`) made the
+    export answer `zio` where the run had trained `math`, silently."""
+    run = tmp_path / "run"
+    finetune_data.keep_labels(str(run), ["io", "math"], "train.tsv")  # the first command
+    assert json.loads((run / finetune_data.LABELS_FILE).read_text()) == ["io", "math"]
+    finetune_data.keep_labels(str(run), ["io", "math"], "train.tsv")  # the same: no error
+    with pytest.raises(UserError) as error:
+        finetune_data.keep_labels(str(run), ["math", "zio"], "train.tsv")
+    assert str(error.value) == (
+        f"the run in {run} trained the labels ['io', 'math'] (class ids 0, 1, ...; "
+        f"{run / finetune_data.LABELS_FILE}), but data.train_file=train.tsv now gives "
+        "['math', 'zio']: restore the file's labels, or train a new run in another --model_dir")
+    assert json.loads((run / finetune_data.LABELS_FILE).read_text()) == ["io", "math"]

@@ -3,6 +3,7 @@ sequence length), and the task's examples packed into arrays of the encoder's in
 (recipes/bert/finetune.py is the task that uses them)."""
 import collections
 import dataclasses
+import json
 import os
 
 import numpy as np
@@ -137,6 +138,29 @@ def read_examples(train_file, eval_file, labels, keys=(None, None)):
     return ClassificationExamples(train, evaluation, labels, pairs, ids)
 
 
+LABELS_FILE = "labels.json"  # a classification run's labels, by class id
+
+
+def keep_labels(model_dir, labels, train_file):
+    """A run's class ids keep their labels: a UserError if <model_dir>/labels.json holds
+    other ones (without data.labels they are the training file's, sorted, so an edited
+    file would rename the trained classes silently); else the labels are written there."""
+    path = os.path.join(model_dir, LABELS_FILE)
+    if tf.io.gfile.exists(path):
+        with tf.io.gfile.GFile(path) as f:
+            kept = json.load(f)
+        if kept != list(labels):
+            raise UserError(
+                f"the run in {model_dir} trained the labels {kept} (class ids 0, 1, ...; "
+                f"{path}), but data.train_file={train_file} now gives {list(labels)}: restore "
+                "the file's labels, or train a new run in another --model_dir")
+        return
+    tf.io.gfile.makedirs(model_dir)
+    with tf.io.gfile.GFile(path + ".tmp", "w") as f:
+        f.write(json.dumps(list(labels), indent=1) + "\n")
+    tf.io.gfile.rename(path + ".tmp", path, overwrite=True)
+
+
 def read_classification(data):
     """The checked `ClassificationExamples` of data.task=classification (data.train_file,
     data.eval_file, data.labels): read before any work, by the task's config check."""
@@ -152,6 +176,8 @@ def prepare_classification(data, run, seq_length, model_dir, seed, examples=None
         examples = read_examples(*stdlib_classification.write_task(
             os.path.join(model_dir, "data"), run.data_dir, run.data_seed, seed))
     examples = examples or read_classification(data)
+    if data.task == "classification":
+        keep_labels(model_dir, examples.labels, data.train_file)
     packer = classification.TextPacker(run.vocab_file, seq_length)
 
     def arrays(split, ids):
