@@ -250,6 +250,11 @@ CASES = {
         BERT, TRAINED, ["--mode=export", "--params_override=export.dir={d}/export_with_notes"],
         ["export.dir={d}/export_with_notes: {d}/export_with_notes holds files that are not a "
          "SavedModel (a.txt, ...)"]),
+    # an earlier export, but another run's: the export replaced it, silently
+    "export-dir-another-runs-export": (
+        BERT, TRAINED, ["--mode=export", "--params_override=export.dir={d}/other_run/export"],
+        ["export.dir={d}/other_run/export: it is in {d}/other_run, another training run's "
+         "directory, whose export this one would replace; give a directory of its own"]),
     "export-dir-is-the-model-dir": (
         BERT, TRAINED, ["--mode=export", "--params_override=export.dir={m}"],
         ["it holds --model_dir", "whose checkpoints the export would replace"]),
@@ -402,6 +407,9 @@ def _write_inputs(d, bert_data):
     (d / "export_with_notes" / "a.txt").write_text("a user's file, put into an export")
     (d / "a_saved_model").mkdir()
     (d / "a_saved_model" / "saved_model.pb").write_bytes(b"")
+    (d / "other_run" / "export").mkdir(parents=True)  # another run's earlier export
+    (d / "other_run" / "export" / "saved_model.pb").write_bytes(b"")
+    (d / "other_run" / "config.yaml").write_text("train: {}\n")
     (d / "broken.yaml").write_text("train: [1,\n")
     (d / "unknown_key.yaml").write_text("train:\n  stepz: 3\n")
     (d / "corrupt-00000.tfrecord").write_bytes(b"this is not a TFRecord file" * 4)
@@ -696,9 +704,9 @@ README_ROWS = {
     "`--model_dir`, `export.dir` or `data.data_dir` where nothing can be written":
         ["model-dir-cannot-be-written", "export-dir-cannot-be-written",
          "data-dir-cannot-be-written"],
-    "an `export.dir` that holds other files, or the run itself":
+    "an `export.dir` that holds other files, another run's export, or the run itself":
         ["export-dir-holds-other-files", "export-dir-an-earlier-export-holding-other-files",
-         "export-dir-is-the-model-dir",
+         "export-dir-another-runs-export", "export-dir-is-the-model-dir",
          "export-dir-inside-the-runs-checkpoints"],
     "model values Model Garden cannot build": ["model-heads-do-not-divide",
                                                "resnet-model-norm-epsilon-negative"],

@@ -507,3 +507,24 @@ def test_the_stdlib_tasks_seed_is_kept_by_a_resumed_or_evaluated_run(task, refus
         f"train.seed was 1 in the run in {tmp_path}, now 7: a run keeps train.seed from its "
         "first step to its last (they define what it trains); keep train.seed=1 to evaluate "
         "the run (without --config_file, its own config.yaml is the config)")
+
+
+@pytest.mark.slow  # exports a pretraining run's encoder (SavedModels)
+def test_a_model_garden_checkpoint_of_another_encoder_is_one_line(pretraining_dir):
+    """encoder.yaml of one run beside the model_garden/ checkpoint of another (copied in by
+    hand): the restore's ValueError ended in a traceback, exit 1."""
+    real = finetune_data.PretrainingRun(pretraining_dir)
+    run = finetune_data.PretrainingRun.__new__(finetune_data.PretrainingRun)
+    run.directory, run.checkpoint = real.directory, real.checkpoint
+    run.encoder_config = ecosystem_export.encoder_config(TINY_MODEL, vocab_size=20)
+    settings = types.SimpleNamespace(dropout_rate=0.0, attention_dropout_rate=0.0,
+                                     init="pretrained")
+    with pytest.raises(finetune.UserError) as error:
+        run.build_encoder(SEQ_LENGTH, settings)
+    message = str(error.value)
+    assert message.startswith(
+        f"encoder.pretraining_dir: {real.checkpoint} does not fit the encoder of "
+        f"{pretraining_dir}'s model_garden/encoder.yaml (") and "\n" not in message
+    assert message.endswith(
+        "); export the run's encoder again (python -m recipes.bert.ecosystem_export "
+        f"--model_dir={pretraining_dir})")

@@ -68,8 +68,16 @@ class PretrainingRun:
         config.bert_v2.attention_dropout_rate = settings.attention_dropout_rate
         encoder = ecosystem_export.create_weights(encoders.build_encoder(config), seq_length)
         if settings.init == "pretrained":
-            status = tf.train.Checkpoint(encoder=encoder).read(self.checkpoint)
-            status.expect_partial().assert_existing_objects_matched()
+            try:
+                status = tf.train.Checkpoint(encoder=encoder).read(self.checkpoint)
+                status.expect_partial().assert_existing_objects_matched()
+            except (ValueError, AssertionError, tf.errors.OpError) as error:  # shapes, names
+                run_dir = os.path.dirname(self.directory)
+                raise UserError(
+                    f"encoder.pretraining_dir: {self.checkpoint} does not fit the encoder of "
+                    f"{run_dir}'s model_garden/encoder.yaml ({str(error).splitlines()[0][:160]}"
+                    "); export the run's encoder again (python -m recipes.bert.ecosystem_export "
+                    f"--model_dir={run_dir})") from None
             print(f"encoder: pretrained weights from {self.checkpoint}", flush=True)
         else:
             print("encoder: random weights (encoder.init: none)", flush=True)

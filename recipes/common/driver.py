@@ -200,6 +200,12 @@ def check_export_dir(task, model_dir):
     if inside:  # found when the export replaces it, after the training, otherwise
         raise UserError(f"{setting}: it is inside {inside}, which the run writes itself; give a "
                         f"directory of its own (by default {task.export_subdir}/ in --model_dir)")
+    parent = os.path.dirname(storage.local_path(export_dir).rstrip("/"))
+    if (task.config.export.dir and not storage.is_inside(parent, model_dir)
+            and storage.all_local([parent]) and any(  # another run's export/
+                os.path.isfile(os.path.join(parent, name)) for name in storage.RUN_FILES)):
+        raise UserError(f"{setting}: it is in {parent}, another training run's directory, "
+                        "whose export this one would replace; give a directory of its own")
 
 
 def _run_output_holding(path, model_dir, export_subdir):
