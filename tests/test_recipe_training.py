@@ -331,8 +331,21 @@ def test_an_init_checkpoint_of_another_model_is_one_line(tmp_path, widths, words
     """`train.init_checkpoint` (phase 2 from phase 1's weights) of another model."""
     path = tf.train.Checkpoint(model=_accumulating([4, 1])).save(str(tmp_path / "ckpt"))
     with pytest.raises(UserError, match=rf"train.init_checkpoint {path} does not fit this model "
-                                        rf"{words}.*\); both runs need the same model"):
-        checkpoints.restore_weights_only(_accumulating(widths), path)
+                                        rf"{words}.*\); what the task says the runs need$"):
+        checkpoints.restore_weights_only(_accumulating(widths), path,
+                                         "what the task says the runs need")
+
+
+def test_fine_tuning_says_what_its_init_checkpoint_is_and_is_not():
+    # the pretrained encoder comes from encoder.pretraining_dir: a pretraining checkpoint as
+    # train.init_checkpoint was told both runs need "the same model.* shape", keys fine-tuning
+    # has none of
+    from recipes.bert import finetune
+    from recipes.common import task
+
+    assert "model.*" in task.Task.init_checkpoint_fits
+    assert "encoder.pretraining_dir" in finetune.BertFinetuneTask.init_checkpoint_fits
+    assert "model.*" not in finetune.BertFinetuneTask.init_checkpoint_fits
 
 
 def test_export_is_complete_or_absent(tmp_path, monkeypatch):

@@ -39,6 +39,8 @@ class BertFinetuneTask(task_lib.Task):
     config_class = BertFinetuneConfig
     export_subdir = "export"
     default_exclude_from_weight_decay = tuple(exclusions.BERT_EXCLUDE_PATTERNS)
+    init_checkpoint_fits = ("give a fine-tuning run of this task and its labels (the pretrained "
+                            "encoder comes from encoder.pretraining_dir)")
 
     @property
     def fixed_on_resume(self):

@@ -194,10 +194,11 @@ def _first_line(error):
     return (str(error).strip().splitlines() or [type(error).__name__])[0]
 
 
-def restore_weights_only(model, init_checkpoint):
+def restore_weights_only(model, init_checkpoint, fits):
     """The weights of another run (`train.init_checkpoint`: a model_dir or a checkpoint
     path) into `model.inner_model`; the optimizer state and step start fresh (phase 2 of
-    mixed-batch training starts from phase 1's weights)."""
+    mixed-batch training starts from phase 1's weights). `fits` ends the error line of a
+    checkpoint that does not fit: what the two runs need (the task's own words)."""
     path = init_checkpoint_path(init_checkpoint)
     # Only the path checkpoint -> model -> inner_model (the weights): a compiled Keras model
     # also tracks its optimizer, which must not come along.
@@ -208,8 +209,7 @@ def restore_weights_only(model, init_checkpoint):
         raise UserError("train.init_checkpoint: " + _damaged(path, error)) from None
     except (AssertionError, ValueError, tf.errors.InvalidArgumentError) as error:
         raise UserError(
-            f"train.init_checkpoint {path} does not fit this model ({misfit(error)}); both runs "
-            "need the same model.* shape and vocabulary / number of classes"
+            f"train.init_checkpoint {path} does not fit this model ({misfit(error)}); {fits}"
         ) from None
     print(f"initialised weights from {path} (optimizer state starts fresh)", flush=True)
 

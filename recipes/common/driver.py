@@ -546,7 +546,8 @@ class _Run:
             if mode in ("eval", "export"):
                 checkpoints.restore_latest(self.model, self.options.model_dir)
             elif not resuming and self.config.train.init_checkpoint:
-                checkpoints.restore_weights_only(self.model, self.config.train.init_checkpoint)
+                checkpoints.restore_weights_only(self.model, self.config.train.init_checkpoint,
+                                                 self.task.init_checkpoint_fits)
         train_logs, results = {}, {}
         if mode in TRAIN_MODES:
             if mode == "train_and_eval" and not resuming:

@@ -52,6 +52,9 @@ class Task:
     # Config keys (or prefixes ending in ".") a resumed run may not change: the checkpoint
     # would not mean the same model or data any more. Other changes are printed.
     fixed_on_resume = ("model.",)
+    # What a train.init_checkpoint that does not fit the model needs, for its error line.
+    init_checkpoint_fits = ("both runs need the same model.* shape and vocabulary / number of "
+                            "classes")
 
     def __init__(self, config):
         self.config = config
