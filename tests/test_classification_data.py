@@ -137,3 +137,50 @@ def test_a_run_keeps_the_labels_its_class_ids_were_trained_on(tmp_path):
         f"{run / finetune_data.LABELS_FILE}), but data.train_file=train.tsv now gives "
         "['math', 'zio']: restore the file's labels, or train a new run in another --model_dir")
     assert json.loads((run / finetune_data.LABELS_FILE).read_text()) == ["io", "math"]
+
+
+def test_a_training_file_of_one_label_is_refused(tmp_path):
+    # it trained one class and scored accuracy=1.0000 (chance 1.0000)
+    (tmp_path / "train.tsv").write_text("sentence\tlabel\na\tio\nb\tio\n")
+    with pytest.raises(UserError) as error:
+        finetune_data.read_examples(str(tmp_path / "train.tsv"), str(tmp_path / "train.tsv"),
+                                    None, keys=("data.train_file", "data.eval_file"))
+    assert str(error.value) == (f"data.train_file={tmp_path / 'train.tsv'} has one label, "
+                                "'io'; a classification needs examples of at least 2")
+
+
+@pytest.mark.parametrize("labels, message", [
+    (["io", "math", "io"], "data.labels=['io', 'math', 'io'] holds 'io' twice; give each label "
+                           "once, in class-id order"),
+    (["io"], "data.labels=['io'] holds one label; a classification needs at least 2 (or leave "
+             "data.labels unset: the training file's labels)"),
+])
+def test_data_labels_of_a_repeated_or_single_label_are_refused(labels, message):
+    # a repeated label made a class no example trains ("3 labels")
+    from recipes.bert import finetune_config
+    from recipes.common import config as config_lib
+
+    config = config_lib.load_config(
+        finetune_config.BertFinetuneConfig, (), "encoder.pretraining_dir=/runs/bert,"
+        "data.task=classification,data.train_file=t.tsv,data.eval_file=t.tsv,"
+        f"data.labels=[{','.join(labels)}]")
+    with pytest.raises(UserError) as error:
+        finetune_config.check(config)
+    assert str(error.value) == message
+
+
+@pytest.mark.parametrize("seq_length", [1, 4])
+def test_a_sequence_length_without_room_for_text_is_refused(seq_length):
+    # seq_length 1 or 2 trained on [CLS] [SEP] alone; 3-4 cut a pair's second sentence whole
+    import types
+
+    data = types.SimpleNamespace(task="classification", seq_length=seq_length)
+    run = types.SimpleNamespace(corpus=None, seq_length=128)
+    with pytest.raises(UserError) as error:
+        finetune_data.check_task_run(data, run)
+    assert str(error.value) == (
+        f"data.seq_length={seq_length} leaves no room for text beside [CLS] and one [SEP] per "
+        "sentence (a sentence pair's second sentence would be cut whole); give at least 5 "
+        "(0 = the pretraining run's)")
+    data.seq_length = 5
+    assert finetune_data.check_task_run(data, run) == 5

@@ -96,6 +96,13 @@ def check(config):
                         "model_dir (its encoder shape and vocabulary are used also with "
                         "encoder.init: none)")
     check_task_keys(data)
+    labels = list(data.labels or ())
+    repeated = sorted({label for label in labels if labels.count(label) > 1})
+    if repeated or len(labels) == 1:
+        raise UserError(f"data.labels={labels} " + (
+            f"holds {repeated[0]!r} twice; give each label once, in class-id order" if repeated
+            else "holds one label; a classification needs at least 2 (or leave data.labels "
+            "unset: the training file's labels)"))
     if data.task != "stdlib" and not (data.train_file and data.eval_file):
         raise UserError(f"data.task={data.task} needs data.train_file and data.eval_file")
     check_task_files(data)

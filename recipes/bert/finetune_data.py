@@ -123,6 +123,11 @@ def check_task_run(data, run):
             f"data.max_query_length={data.max_query_length} pieces and [CLS] [SEP] [SEP]; give "
             f"a data.max_query_length below {seq_length - 3}, or a pretraining run of a longer "
             "data.seq_length (BERT: 384 with 64)")
+    if data.task != "squad" and seq_length < 5:  # [CLS] a [SEP] (b [SEP]): a piece of each
+        raise UserError(
+            f"data.seq_length={seq_length} leaves no room for text beside [CLS] and one [SEP] "
+            "per sentence (a sentence pair's second sentence would be cut whole); give at "
+            "least 5 (0 = the pretraining run's)")
     return seq_length
 
 
@@ -137,6 +142,9 @@ def read_examples(train_file, eval_file, labels, keys=(None, None)):
     train = classification.read_examples(train_file, keys[0])
     evaluation = classification.read_examples(eval_file, keys[1])
     labels = list(labels or sorted({e.label for e in train}))
+    if len(labels) < 2:  # one class: trained to nothing, and scored 1.0 (chance 1.0)
+        raise UserError(f"{names[0]} has one label, {labels[0]!r}; a classification needs "
+                        "examples of at least 2")
     pairs = train[0].second is not None
     if (evaluation[0].second is not None) != pairs:
         raise UserError(f"{names[0]} and {names[1]} differ: one has sentence pairs, the other "
