@@ -91,6 +91,23 @@ def test_eval_preprocessing_is_exact_normalisation_for_a_full_crop(tmp_path):
     np.testing.assert_array_equal(weights, np.ones(5))
 
 
+def test_eval_reads_the_first_num_examples_records_on_every_pipeline(four_files):
+    # data.eval_num_examples below the records: that many (it evaluated whole batches of
+    # the files' records, 8 for 5); on 2 pipelines each reads every other of the first 7
+    steps = input_lib.eval_steps(7, 10, num_pipelines=2)
+    labels_read, total_weight = [], 0.0
+    for pipeline_id in range(2):
+        for _, labels, weights in input_lib.make_eval_dataset(
+                data_config(), four_files, 5, steps, input_context=context(2, pipeline_id),
+                num_examples=7).as_numpy_iterator():
+            labels_read.extend(labels[weights == 1.0])
+            total_weight += weights.sum()
+    assert total_weight == 7 == input_lib.eval_examples_read(7, steps, 5, num_pipelines=2)
+    every = [labels for _, labels, _ in input_lib.make_eval_dataset(
+        data_config(), four_files, 24, 1).as_numpy_iterator()][0]
+    assert sorted(labels_read) == sorted(every[:7])
+
+
 def test_eval_pads_with_zero_weight_and_every_pipeline_covers_its_share(four_files):
     # 24 records, global eval batch 10 over 2 pipelines (1 replica each): 3 steps of
     # 5 per pipeline = 15 slots for 12 records each; every record counted once.

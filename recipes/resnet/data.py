@@ -40,10 +40,12 @@ def prepare_digits(output_dir, validation_fraction, num_shards, jpeg_quality, se
         info = convert.read_info(output_dir)
         if info.get("digits_settings") == settings:
             return info
+        saved = info.get("digits_settings") or {}
+        changed = ", ".join(f"{name} {saved.get(name)!r} (now {value!r})"
+                            for name, value in settings.items() if saved.get(name) != value)
         raise UserError(
-            f"{output_dir} holds digits converted with other settings "
-            f"({info.get('digits_settings')}); delete it or use a new --model_dir"
-        )
+            f"{output_dir} holds digits converted with other settings ({changed}); use a new "
+            "--model_dir (deleting them would evaluate the run on digits it trained on)")
     images, labels, names = digits.load_digits()
     info = convert.convert_arrays(
         images,
@@ -101,20 +103,46 @@ def list_data_files(data, mode):
     if data.embedded_digits:
         return None
     listed = _list_files(data.train_file_pattern, data.eval_file_pattern, mode)
-    for files in listed.values():
-        for directory in sorted({os.path.dirname(path) for path in files}):
-            _check_against_conversion(data, directory)
+    directories = sorted({os.path.dirname(path) for files in listed.values() for path in files}
+                         | _pattern_directory(data.train_file_pattern))  # (eval: the trained)
+    classes = {}  # class names -> the first conversion naming them
+    for directory in directories:
+        names = _check_against_conversion(data, directory)
+        if names is not None:
+            classes.setdefault(tuple(names), directory)
+    if len(classes) > 1:
+        raise _other_classes_error(*list(classes.items())[:2])
     return listed
+
+
+def _other_classes_error(one, other):
+    """The UserError for two conversions (class names, directory) whose class ids mean
+    other classes (each conversion numbers the sorted names of its own class folders)."""
+    (first, one_dir), (second, other_dir) = one, other
+    i = next((i for i, (a, b) in enumerate(zip(first, second)) if a != b),
+             min(len(first), len(second)))
+    name = lambda names: repr(names[i]) if i < len(names) else "no class"
+    return UserError(
+        f"the records in {one_dir} and {other_dir} come from conversions of other class "
+        f"folders: class id {i} is {name(first)} in one, {name(second)} in the other (their "
+        f"{convert.INFO_FILE}); convert both splits in one conversion (--validation_fraction) "
+        "or from folders of the same classes")
+
+
+def _pattern_directory(pattern):
+    """{the directory of `pattern`} when it is one (no glob character in it), else {}."""
+    directory = os.path.dirname(pattern or "")
+    return {directory} if directory and not set("*?[") & set(directory) else set()
 
 
 def _check_against_conversion(data, directory):
     """A UserError, before any work, for data.num_classes below the classes, or a
     data.label_offset other than the offset, that the converter's dataset_info.json in
     `directory` gives (files without one, such as Google's, are not checked here: their
-    first record is, before the model is built)."""
+    first record is, before the model is built); else its class names (None without one)."""
     path = os.path.join(directory, convert.INFO_FILE)
     if not tf.io.gfile.exists(path):
-        return
+        return None
     info = convert.read_info(directory)
     classes, offset = len(info.get("class_names", [])), info.get("label_offset")
     if classes > data.num_classes:
@@ -126,6 +154,7 @@ def _check_against_conversion(data, directory):
             f"data.label_offset={data.label_offset}, but {path} (written by "
             f"recipes.resnet.convert) gives the records' labels from {offset}; give "
             f"data.label_offset={offset}")
+    return info.get("class_names")
 
 
 def resolve_data(data, work_dir, mode, listed=None):
@@ -144,7 +173,7 @@ def resolve_data(data, work_dir, mode, listed=None):
         splits = info["splits"]
         train_pattern, eval_pattern = (os.path.join(digits_dir, splits[split]["file_pattern"])
                                        for split in ("train", "validation"))
-        eval_examples = splits["validation"]["num_examples"]
+        eval_examples = data.eval_num_examples or splits["validation"]["num_examples"]
         labels_file = export_lib.labels_file_for(digits_dir)
         listed = _list_files(train_pattern, eval_pattern, mode)  # converted above: ours
     else:

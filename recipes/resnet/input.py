@@ -24,6 +24,7 @@ Garden's `InputReader`, which needs its `hyperparams` DataConfig; what it would 
 """
 
 import math
+import os
 
 import tensorflow as tf
 from official.vision.dataloaders import classification_input
@@ -50,6 +51,12 @@ def list_files(file_pattern, what):
             f"{what}={file_pattern!r} matches no file; check the path, or convert "
             "your images with `python -m recipes.resnet.convert`"
         )
+    # (local only: a stat per file of a remote glob of 1,024 shards would take a minute)
+    directories = [path for path in files if "://" not in path and os.path.isdir(path)]
+    if directories:  # read as a file: FailedPreconditionError's traceback
+        raise UserError(
+            f"{what}={file_pattern!r} matches the directory {directories[0]}; give a glob of "
+            f"its TFRecord files, such as {directories[0].rstrip('/')}/train-*")
     return files
 
 
@@ -185,10 +192,12 @@ def eval_examples_read(num_examples, steps, pipeline_batch_size, num_pipelines=1
 
 
 def make_eval_dataset(
-    data, files, per_replica_batch_size, steps, *, input_context=None, dtype="float32"
+    data, files, per_replica_batch_size, steps, *, input_context=None, dtype="float32",
+    num_examples=None,
 ):
     """Exactly `steps` steps of (image, label, weight) batches of `files` (a list, or a
-    glob: `files_to_read`); padding has weight 0.
+    glob: `files_to_read`), of their first `num_examples` records (None: all); padding has
+    weight 0.
 
     Each pipeline reads every N-th record of all files, in file order, so the pipelines'
     shares differ by at most one example and `eval_steps` covers them all.
@@ -199,6 +208,8 @@ def make_eval_dataset(
     if input_context is not None:
         replicas_per_pipeline = input_context.num_replicas_in_sync // num_pipelines
     dataset = tf.data.TFRecordDataset(files, buffer_size=_READ_BUFFER_BYTES)
+    if num_examples is not None:  # data.eval_num_examples below the records: that many
+        dataset = dataset.take(num_examples)
     if num_pipelines > 1:
         dataset = dataset.shard(num_pipelines, pipeline_id)
     parse = _parse_fn(data, False, dtype)
