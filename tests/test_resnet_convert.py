@@ -267,10 +267,17 @@ def test_png_record_is_flagged_only_when_the_pipeline_reads_jpeg_only(tmp_path):
     ("validation_fraction", -0.1, "--validation_fraction=-0.1 must be at least 0 and below 1"),
     ("num_shards", 0, "--num_shards=0 must be at least 1; give the number of files per split"),
     ("jpeg_quality", 101, "--jpeg_quality=101 must be from 1 to 100; give e.g. 95"),
+    # a slash: a NotFoundError's traceback and hidden .tmp shards left; empty: "-00000-of-..."
+    ("split", "a/b", "--split='a/b' must be a name for the shards' files (letters, digits, "
+                     "_ . -; such as train or validation)"),
+    ("split", "", "--split='' must be a name for the shards' files"),
+    ("split", "val", "--split=val names the one split of a conversion without "
+                     "--validation_fraction, which writes train and validation; drop one of "
+                     "them"),  # (it was ignored)
 ])
 def test_cli_values_the_converter_refuses_are_named_as_flags(flag, value, message, tmp_path):
     good = dict(check="", image_dir="", npz="", digits=True, output_dir=str(tmp_path / "out"),
-                validation_fraction=0.1, num_shards=4, jpeg_quality=95)
+                validation_fraction=0.1, num_shards=4, jpeg_quality=95, split="train")
     convert_flags.check_flags(types.SimpleNamespace(**good), [])
     with pytest.raises(UserError) as caught:
         convert_flags.check_flags(types.SimpleNamespace(**{**good, flag: value}), [])
@@ -313,6 +320,23 @@ def test_shards_being_written_match_no_glob_and_an_interrupted_split_leaves_noth
     assert os.listdir(tmp_path) == []
 
 
+def test_a_failed_rename_of_the_shards_leaves_nothing(tmp_path, monkeypatch):
+    # the renames were outside the clean-up: hidden .tmp shards stayed (a --split with a
+    # slash, now refused by the flags, failed there)
+    real_rename = tf.io.gfile.rename
+
+    def rename(source, target, overwrite=False):
+        if target.endswith("00001-of-00002"):
+            raise tf.errors.NotFoundError(None, None, "no such directory")
+        real_rename(source, target, overwrite)
+
+    monkeypatch.setattr(convert.tf.io.gfile, "rename", rename)
+    monkeypatch.setattr(convert, "make_example", lambda *_: b"record")
+    with pytest.raises(tf.errors.NotFoundError):
+        convert.write_split(range(8), str(tmp_path), "train", 2, ["a"], "png", 95)
+    assert [name for name in os.listdir(tmp_path) if ".tmp-" in name] == []
+
+
 @pytest.mark.slow  # fresh processes
 @pytest.mark.parametrize("written, flags, message", [
     (b"not an archive", [], "error: --npz='{npz}' is not a NumPy .npz archive; save it "
@@ -327,6 +351,19 @@ def test_shards_being_written_match_no_glob_and_an_interrupted_split_leaves_noth
     ({"images": np.zeros((2, 4, 4), np.uint8), "labels": [0, 2], "class_names": ["a", "b"]},
      [], "error: --npz='{npz}': class_names must be a list of at least 3 names (labels go up "
          "to 2), got shape [2]"),
+    ({"images": np.zeros((0, 4, 4), np.uint8), "labels": np.zeros((0,), np.int64)}, [],
+     "error: --npz='{npz}': images must hold at least one image of at least 1 x 1 pixels, "
+     "got shape [0, 4, 4, 1]"),  # a ValueError's traceback (np.max of no labels)
+    ({"images": np.zeros((2, 0, 4), np.uint8), "labels": [0, 1]}, [],
+     "error: --npz='{npz}': images must hold at least one image of at least 1 x 1 pixels"),
+    ({"images": np.zeros((2, 4, 4), np.uint8), "labels": [0, 1], "class_names": ["a", "a"]},
+     [], "error: --npz='{npz}': class_names holds 'a' more than once; give each class its own "
+         "name"),
+    ({"images": np.zeros((4, 4, 4), np.uint8), "labels": [0, 1, 1, 1]},
+     ["--validation_fraction=0.6"],  # train: 0 examples of class 0, exit 0
+     "error: validation_fraction=0.6 holds out every image of class '0' (1 class(es) in "
+     "all), which training would then never see; give a smaller fraction, or more images "
+     "of each class"),
     (None, ["--validation_fraction=0.01"],
      "error: validation_fraction=0.01 holds out no image (each class holds out its share, "
      "rounded; the smallest class has 10); give a larger fraction, or 0 for no validation "

@@ -162,6 +162,9 @@ def check_arrays(images, labels):
         raise UserError(
             f"images must have shape [N, H, W] or [N, H, W, 1 or 3], got " f"{list(images.shape)}"
         )
+    if not len(images) or not images.shape[1] or not images.shape[2]:
+        raise UserError(f"images must hold at least one image of at least 1 x 1 pixels, got "
+                        f"shape {list(images.shape)}")
     if labels.ndim != 1 or len(labels) != len(images):
         raise UserError(f"labels must have shape [N] = [{len(images)}], got {list(labels.shape)}")
     if not np.issubdtype(labels.dtype, np.integer) or (len(labels) and labels.min() < 0):
@@ -239,16 +242,17 @@ def write_split(sources, output_dir, split, num_shards, class_names, image_forma
             writers[i % num_shards].write(
                 make_example(source, class_names, image_format, jpeg_quality)
             )
-    except BaseException:  # Ctrl-C too: nothing half-written stays
         for writer in writers:
             writer.close()
+        for temporary, path in zip(temporaries, paths):
+            tf.io.gfile.rename(temporary, path, overwrite=True)
+    except BaseException:  # Ctrl-C too, or a failed rename: nothing half-written stays
+        for writer in writers:
+            writer.close()  # (again, if closed: nothing)
         for temporary in temporaries:
-            tf.io.gfile.remove(temporary)
+            if tf.io.gfile.exists(temporary):
+                tf.io.gfile.remove(temporary)
         raise
-    for writer in writers:
-        writer.close()
-    for temporary, path in zip(temporaries, paths):
-        tf.io.gfile.rename(temporary, path, overwrite=True)
     return paths
 
 
@@ -318,6 +322,13 @@ def convert(
                 f"holds out its share, rounded; the smallest class has "
                 f"{min(collections.Counter(s.label for s in sources).values())}); give a "
                 "larger fraction, or 0 for no validation split")
+        untrained = sorted(set(s.label for s in sources) - set(s.label for s in train))
+        if untrained:  # a class of one image at 0.6: all of it held out
+            raise UserError(
+                f"validation_fraction={validation_fraction} holds out every image of class "
+                f"{class_names[untrained[0]]!r} ({len(untrained)} class(es) in all), which "
+                "training would then never see; give a smaller fraction, or more images of "
+                "each class")
         splits = {"train": train, "validation": validation}
     else:
         order = np.random.default_rng(seed).permutation(len(sources))
@@ -682,7 +693,12 @@ def _read_npz(path):
         raise UserError(
             f"--npz={path!r}: class_names must be a list of at least {needed} names (labels go "
             f"up to {needed - 1}), got shape {list(names.shape)}")
-    return images, labels, [str(name) for name in names]
+    names = [str(name) for name in names]
+    repeated = sorted({name for name in names if names.count(name) > 1})
+    if repeated:  # two class ids of one name in labels.txt and the export's answers
+        raise UserError(f"--npz={path!r}: class_names holds {repeated[0]!r} more than once; "
+                        "give each class its own name")
+    return images, labels, names
 
 
 if __name__ == "__main__":

@@ -3,6 +3,8 @@ the program defines and checks its flags before TensorFlow loads
 (`recipes.common.startup.check_program_flags`), so that `--help` and a flag mistake are
 answered at once instead of after about 5 s."""
 
+import re
+
 from absl import flags
 
 from recipes.common import errors
@@ -84,6 +86,14 @@ def check_flags(values, arguments):
             f"--validation_fraction={values.validation_fraction} must be at least 0 and below "
             "1; give the share of each class to hold out as split `validation` (e.g. 0.1; 0: "
             "none)")
+    if not re.fullmatch(r"[A-Za-z0-9_.-]+", values.split) or values.split.startswith("."):
+        raise UserError(
+            f"--split={values.split!r} must be a name for the shards' files (letters, digits, "
+            "_ . -; such as train or validation)")
+    if values.split != "train" and values.validation_fraction:
+        raise UserError(
+            f"--split={values.split} names the one split of a conversion without "
+            f"--validation_fraction, which writes train and validation; drop one of them")
     if values.num_shards < 1:
         raise UserError(f"--num_shards={values.num_shards} must be at least 1; give the "
                         "number of files per split")
