@@ -269,6 +269,8 @@ def test_optimizer_values_the_library_refuses_are_refused_with_the_config(key, v
 
 @pytest.mark.parametrize("section, key, value, message", [
     ("eval", "global_batch_size", 0, "eval.global_batch_size=0 must be positive"),
+    # alone: it was said together with a valid eval.global_batch_size ("must be positive and")
+    ("eval", "steps", -1, "eval.steps=-1 must be at least 0 (0 = the whole held-out set)"),
     ("optimizer", "warmup_steps", 10, "optimizer.warmup_steps=10 must be at least 0 and less "
                                       "than train.steps=10"),  # warmup == steps: no decay
     ("optimizer", "learning_rate", float("inf"), "optimizer.learning_rate=inf must be a finite "

@@ -140,11 +140,12 @@ def check(config):
     if not 0 <= train.seed < 2**32:
         raise UserError(f"train.seed={train.seed} must be from 0 to 2**32 - 1 (TensorFlow's and "
                         "NumPy's seeds)")
-    if config.eval.global_batch_size <= 0 or config.eval.steps < 0:
-        raise UserError(
-            f"eval.global_batch_size={config.eval.global_batch_size} must be positive and "
-            f"eval.steps={config.eval.steps} at least 0 (0 = the whole held-out set)"
-        )
+    if config.eval.global_batch_size <= 0:
+        raise UserError(f"eval.global_batch_size={config.eval.global_batch_size} must be "
+                        "positive: the examples of one evaluation step")
+    if config.eval.steps < 0:
+        raise UserError(f"eval.steps={config.eval.steps} must be at least 0 (0 = the whole "
+                        "held-out set)")
     if config.runtime.precision not in PRECISIONS:
         raise UserError(
             f"runtime.precision={config.runtime.precision!r} is not one of "
