@@ -506,10 +506,16 @@ def test_cli_check_counts_the_records_it_read_and_says_when_it_stopped_at_its_li
     status, stdout, stderr = _run_convert(f"--check={tmp_path}/png/train-*")
     assert (status, stdout) == (2, []), stderr[-20:]
     listed = [line for line in stderr if line.startswith("corrupt record ")]
-    assert len(listed) == 10 and all("decode_jpeg_only" in line for line in listed)
-    assert stderr[-1].startswith(
+    # the check's own flag is the fix (it named data.decode_jpeg_only, a training key)
+    assert len(listed) == 10 and all(
+        "(the image is not a JPEG and --image_format=jpeg (the default) expects JPEG: check "
+        "PNG records with --image_format=png)" in line for line in listed), listed[0]
+    assert stderr[-1] == (
         f"error: at least 10 corrupt record(s) in {tmp_path}/png/train-* (the check stops at 10:"
-        " it stopped in file 1 of 1); re-create the files named above"), stderr[-1]
+        " it stopped in file 1 of 1); if they hold PNG images, check them with "
+        "--image_format=png"), stderr[-1]
+    status, _, stderr = _run_convert(f"--check={tmp_path}/png/train-*", "--image_format=png")
+    assert (status, stderr) == (0, []), stderr[-20:]
 
 
 def test_a_check_of_a_whole_output_dir_reads_its_records_not_labels_or_dataset_info(tmp_path):

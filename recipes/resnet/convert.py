@@ -443,6 +443,13 @@ def _decodes(serialized, jpeg_only):
     return tf.shape(tf.io.decode_image(encoded, channels=3, expand_animations=False))
 
 
+# What a record of another image format says to do when only JPEG is decoded: training's
+# fix; `--check`'s is its own flag.
+NOT_JPEG_FIX = "data.decode_jpeg_only is true: set it to false or convert with --image_format=jpeg"
+CHECK_NOT_JPEG_FIX = ("--image_format=jpeg (the default) expects JPEG: check PNG records with "
+                      "--image_format=png")
+
+
 def find_corrupt_records(file_pattern, jpeg_only=True, limit=10):
     """[CorruptRecord(file, index, problem)] of records the input pipeline cannot decode.
 
@@ -456,13 +463,14 @@ def find_corrupt_records(file_pattern, jpeg_only=True, limit=10):
 RecordScan = collections.namedtuple("RecordScan", ["corrupt", "records", "files"])
 
 
-def scan_records(file_pattern, jpeg_only=True, limit=10):
+def scan_records(file_pattern, jpeg_only=True, limit=10, not_jpeg_fix=NOT_JPEG_FIX):
     """RecordScan(corrupt: what `find_corrupt_records` returns, records: how many were read,
     files: how many files were read): the files matching `file_pattern` in order, until
-    `limit` corrupt records are found (then the counts are of the files read so far)."""
+    `limit` corrupt records are found (then the counts are of the files read so far).
+    `not_jpeg_fix`: what a record of another image format, when `jpeg_only`, says to do."""
     corrupt, records, files = [], 0, 0
     for path in record_files(file_pattern):
-        found, readable = _corrupt_in_file(path, jpeg_only, limit - len(corrupt))
+        found, readable = _corrupt_in_file(path, jpeg_only, limit - len(corrupt), not_jpeg_fix)
         corrupt += found
         records += readable
         files += 1
@@ -478,7 +486,7 @@ def record_files(file_pattern):
             if os.path.basename(path) not in (LABELS_FILE, INFO_FILE)]
 
 
-def _corrupt_in_file(path, jpeg_only, limit):
+def _corrupt_in_file(path, jpeg_only, limit, not_jpeg_fix):
     """(at most `limit` CorruptRecords of the TFRecord file `path`, its readable records)."""
     records = tf.data.TFRecordDataset(path)
     found = []
@@ -510,13 +518,14 @@ def _corrupt_in_file(path, jpeg_only, limit):
     good = {int(i) for i, _ in decoded.as_numpy_iterator()}
     for index, serialized in enumerate(records.take(readable)):
         if index not in good:
-            found.append(CorruptRecord(path, index, _why_undecodable(serialized, jpeg_only)))
+            found.append(CorruptRecord(path, index, _why_undecodable(serialized, jpeg_only,
+                                                                     not_jpeg_fix)))
             if len(found) >= limit:
                 break
     return found, readable
 
 
-def _why_undecodable(serialized, jpeg_only):
+def _why_undecodable(serialized, jpeg_only, not_jpeg_fix=NOT_JPEG_FIX):
     try:
         _decodes(serialized, jpeg_only)
     except (tf.errors.InvalidArgumentError, tf.errors.UnimplementedError) as error:
@@ -524,10 +533,7 @@ def _why_undecodable(serialized, jpeg_only):
         example = tf.train.Example.FromString(serialized.numpy())
         encoded = example.features.feature["image/encoded"].bytes_list.value
         if jpeg_only and encoded and not encoded[0].startswith(JPEG_MAGIC):
-            message += (
-                " (the image is not a JPEG and data.decode_jpeg_only is true: set it to false"
-                " or convert with --image_format=jpeg)"
-            )
+            message += f" (the image is not a JPEG and {not_jpeg_fix})"
         return message
     return "decodes when read alone"
 
@@ -588,11 +594,14 @@ def check_files(pattern, jpeg_only):
     """`--check`: prints how many records of the files matching `pattern` were decoded, or
     lists the corrupt ones (at most `CHECK_LIMIT`) on stderr and raises a UserError."""
     paths = _refuse_check_pattern(pattern)
-    scan = scan_records(pattern, jpeg_only=jpeg_only, limit=CHECK_LIMIT)
+    scan = scan_records(pattern, jpeg_only=jpeg_only, limit=CHECK_LIMIT,
+                        not_jpeg_fix=CHECK_NOT_JPEG_FIX)
     for record in scan.corrupt:
         print(describe_corrupt_record(record), file=sys.stderr)
     redo = ("re-create the files named above with `python -m recipes.resnet.convert` (or drop "
             "those records), then check again")
+    if scan.corrupt and all(CHECK_NOT_JPEG_FIX in record.problem for record in scan.corrupt):
+        redo = "if they hold PNG images, check them with --image_format=png"
     if len(scan.corrupt) >= CHECK_LIMIT:
         raise UserError(
             f"at least {len(scan.corrupt)} corrupt record(s) in {pattern} (the check stops "
