@@ -3,8 +3,7 @@
 Shared sections (train, optimizer, eval, runtime, export) are `recipes.common.schema`'s;
 the defaults below are the embedded task on AdamW (learning rate 1e-4), what runs without
 --config_file; configs/bert/finetune_stdlib.yaml sets every key of the embedded task with
-its reason (LAMB at 0.01), configs/bert/finetune_squad_v1.yaml carries
-BERT's SQuAD recipe.
+its reason (LAMB at 0.01), configs/bert/finetune_squad_v1.yaml carries BERT's SQuAD recipe.
 """
 import dataclasses
 import os
