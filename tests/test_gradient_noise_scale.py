@@ -275,6 +275,10 @@ def test_the_recipes_console_says_a_negative_estimate_is_not_a_noise_scale():
 
     assert (driver.describe_noise_scale(2048, 1270.4)
             == "batch 2,048; measured noise scale ≈ 1,270 examples")
+    # a small scale keeps three figures (a fine-tuning run of batch 4 read "≈ 0 examples")
+    assert [driver.describe_noise_scale(4, scale).split("≈ ")[1] for scale in (
+        0.4213, 12.34, 99.4, 99.6)] == ["0.421 examples", "12.3 examples", "99.4 examples",
+                                        "100 examples"]
     for estimate, shown in [(-275.0, "-275"), (float("nan"), "nan")]:
         line = driver.describe_noise_scale(4, estimate)
         assert line.startswith(f"batch 4; noise scale not measurable yet (estimate {shown}: ")

@@ -480,9 +480,9 @@ def held_inputs(task, mode):
 def describe_noise_scale(global_batch_size, noise_scale):
     """The console's line for the run's last gradient-noise-scale estimate: a negative (or
     not finite) one is no scale yet, while |G|² or tr(Σ) is below its noise."""
-    if math.isfinite(noise_scale) and noise_scale > 0:
-        return (f"batch {global_batch_size:,}; measured noise scale ≈ {noise_scale:,.0f} "
-                "examples")
+    if math.isfinite(noise_scale) and noise_scale > 0:  # (three figures below 100: not "≈ 0")
+        shown = f"{noise_scale:,.0f}" if noise_scale >= 99.5 else f"{noise_scale:.3g}"
+        return f"batch {global_batch_size:,}; measured noise scale ≈ {shown} examples"
     return (f"batch {global_batch_size:,}; noise scale not measurable yet (estimate "
             f"{noise_scale:,.0f}: the gradient norms are still mostly noise; it settles with "
             "more updates)")
