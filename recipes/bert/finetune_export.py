@@ -21,8 +21,9 @@ Question answering, `serving_default(question, context)`, string [batch]
   metric splits on whitespace, so the scores agree) and text whose lower-casing or accent
   stripping changes its length (its `get_final_text` then falls back to whole words).
   Without any valid span the answer is `squad_lib`'s placeholder "empty" and start = end
-  = -1. Written here rather than called because `squad_lib` is Python over NumPy lists, which a
-  SavedModel cannot carry; tests/test_finetune_export.py checks it against `squad_lib`.
+  = -1. Written here rather than called because `squad_lib` is Python over NumPy lists,
+  which a SavedModel cannot carry; tests/test_finetune_export.py checks it against
+  `squad_lib`.
 
 Loading needs the tensorflow-text ops: `import tensorflow_text` before
 `tf.saved_model.load(path)`.
