@@ -1063,3 +1063,23 @@ def test_a_runs_progress_line_names_its_metric_and_a_negative_noise_estimate_is_
         f"[1/2] {run.name}: accuracy 0.9150, 250 steps, 6 s, noise scale not measurable",
         f"[1/2] {run.name}: accuracy 0.9150, 250 steps, 6 s, noise scale 551",
         f"[1/2] {run.name}: accuracy 0.9150, 250 steps, 6 s"]
+
+
+@pytest.mark.parametrize("exit_code", [143, 130, -signal.SIGTERM])
+def test_a_run_ended_by_the_stopping_signal_is_a_stopped_attempt_before_the_study_stops(
+        tmp_path, monkeypatch, exit_code):
+    """A process group's SIGTERM reaches the study and its run at once: when the run ended
+    before the study had said stop, its end was taken for a failure (or a divergence) and
+    its process time was lost to the resumed run's status (a CI run: `processes` 1, not 2)."""
+    code = (f"import os, signal; os.kill(os.getpid(), {-exit_code})" if exit_code < 0
+            else f"import sys; sys.exit({exit_code})")
+    monkeypatch.setattr(adapter, "command",
+                        lambda *args: [sys.executable, "-c", code])
+    run = plan.Run("lamb", 8, 8, 2, 1, 0.1, 1)
+    study_dir = str(tmp_path / "study")
+    assert runner.execute_one(run, recipe="bert", config_files=[], study_dir=study_dir,
+                              extra_overrides="", metric="loss") is None
+    assert runner.read_status(study_dir, run) is None  # not finished: runs again on resume
+    with open(os.path.join(runner.run_dir(study_dir, run),
+                           runner.STOPPED_ATTEMPTS_FILE)) as f:
+        assert len(json.load(f)) == 1

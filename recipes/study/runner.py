@@ -16,6 +16,7 @@ import dataclasses
 import json
 import os
 import re
+import signal
 import subprocess
 import threading
 import time
@@ -166,6 +167,12 @@ def _last_error_line(log_path):
     return (errors or lines or ["(no output)"])[-1]
 
 
+# A run ended by SIGTERM or SIGINT: the recipes' exit statuses (128 + the signal) or the
+# signal itself (a negative return code).
+_STOPPED_EXITS = {code for number in (signal.SIGTERM, signal.SIGINT)
+                  for code in (128 + number, -number)}
+
+
 class _Stop:
     """Shared by the threads of one `execute`: once set, no run starts and the processes
     under way are sent SIGTERM."""
@@ -218,7 +225,9 @@ def execute_one(run, *, recipe, config_files, study_dir, extra_overrides, metric
         finally:
             stop.finished(process)
     seconds = round(time.perf_counter() - start, 1)
-    if returncode != 0 and stop.is_set:  # stopped by the study: it runs again on resume
+    # stopped by the study, or by the signal that stops the study (a process group's SIGTERM
+    # or Ctrl-C reaches the run too, maybe before the study has said stop): it runs again
+    if returncode != 0 and (stop.is_set or returncode in _STOPPED_EXITS):
         _record_stopped_attempt(directory, seconds)
         return None
     stopped = _stopped_attempts(directory)
