@@ -172,9 +172,7 @@ def keep_labels(model_dir, labels, train_file):
                 "the file's labels, or train a new run in another --model_dir")
         return
     tf.io.gfile.makedirs(model_dir)
-    with tf.io.gfile.GFile(path + ".tmp", "w") as f:
-        f.write(json.dumps(list(labels), indent=1) + "\n")
-    tf.io.gfile.rename(path + ".tmp", path, overwrite=True)
+    storage.write_text(path, json.dumps(list(labels), indent=1) + "\n")
 
 
 def read_classification(data):

@@ -121,10 +121,7 @@ def save_config(config, model_dir):
             while tf.io.gfile.exists(os.path.join(model_dir, f"config.{n}.yaml")):
                 n += 1
             tf.io.gfile.copy(path, os.path.join(model_dir, f"config.{n}.yaml"))
-    temporary = path + ".tmp"
-    with tf.io.gfile.GFile(temporary, "w") as f:
-        f.write(text)
-    tf.io.gfile.rename(temporary, path, overwrite=True)
+    storage.write_text(path, text)
     return path
 
 

@@ -670,7 +670,5 @@ class _Run:
             if trained.get("train"):
                 results = {**trained, "eval": eval_results,
                            "eval_mode_wall_time_seconds": results["wall_time_seconds"]}
-        with tf.io.gfile.GFile(path + ".tmp", "w") as f:
-            f.write(json.dumps(results, indent=2, sort_keys=True) + "\n")
-        tf.io.gfile.rename(path + ".tmp", path, overwrite=True)
+        storage.write_text(path, json.dumps(results, indent=2, sort_keys=True) + "\n")
         return results

@@ -261,6 +261,16 @@ def yaml_error_words(error):
     return (getattr(error, "problem", None) or "invalid YAML") + where
 
 
+def write_text(path, text):
+    """Writes `text` to `path` (local or gs://) whole or not at all: into `<path>.tmp`, then
+    renamed over `path`, so a reader (or a run killed while writing) never sees half a file."""
+    import tensorflow as tf  # (gs:// too; this module is imported before TensorFlow)
+
+    with tf.io.gfile.GFile(path + ".tmp", "w") as f:
+        f.write(text)
+    tf.io.gfile.rename(path + ".tmp", path, overwrite=True)
+
+
 def read_mapping(path, keys=(), advice=""):
     """The mapping the JSON file, or YAML file (`.yaml`), at `path` holds, with each of
     `keys` (local or gs://); a one-line `UserError` naming the file when it cannot be read,

@@ -400,10 +400,7 @@ def write_info(output_dir, info):
         (LABELS_FILE, "".join(f"{c}\n" for c in info["class_names"])),
         (INFO_FILE, json.dumps(info, indent=2) + "\n"),
     ):
-        path = os.path.join(output_dir, name)
-        with tf.io.gfile.GFile(path + ".tmp", "w") as f:
-            f.write(text)
-        tf.io.gfile.rename(path + ".tmp", path, overwrite=True)
+        storage.write_text(os.path.join(output_dir, name), text)
 
 
 def read_info(data_dir):
