@@ -20,12 +20,20 @@ batch buys little per example; both estimators are noisy, so, as the paper recom
 the averages. (Both averages start at 0 and share the decay, so their bias corrections
 cancel in the ratio.)
 """
+import math
+
 import tensorflow as tf
 
 from lamb_tf import arguments
 
 # `fit` logs (progress bar, TensorBoard): the EMA-smoothed simple noise scale, in examples.
 NOISE_SCALE_LOG = "gradient_noise_scale"
+
+
+def is_measured(estimate):
+    """Whether a logged estimate (a float) is a noise scale: not while it is negative (or 0,
+    or not finite), which it is while |G|^2 or tr(Sigma) is still below its noise."""
+    return math.isfinite(estimate) and estimate > 0
 
 
 def unbiased_estimates(small_squared_norm, big_squared_norm, small_batch, big_batch):

@@ -535,9 +535,10 @@ MUTATIONS = [
         ["tests/test_bert_config_checks.py"],
         [r"test_an_eval_batch_of_all_the_held_out_sequences_is_one_batch_not_none\[8"]),
     Mutation(
-        "config_yaml_written_in_place", "config.yaml written in place instead of beside "
-        "itself and renamed (a write stopped half way leaves it truncated)",
-        "recipes/common/config.py",
+        "config_yaml_written_in_place", "config.yaml (every atomic text write: "
+        "storage.write_text) written in place instead of beside itself and renamed (a write "
+        "stopped half way leaves it truncated)",
+        "recipes/common/storage.py",
         "    temporary = path + \".tmp\"",
         "    temporary = path",
         ["tests/test_recipe_config.py"],
@@ -1025,8 +1026,8 @@ MUTATIONS = [
         "negative_noise_scale_printed", "the progress line prints a negative noise-scale "
         "estimate as a number of examples",
         "recipes/common/callbacks.py",
-        "    if name == NOISE_SCALE_LOG and not (math.isfinite(value) and value > 0):",
-        "    if name == NOISE_SCALE_LOG and not math.isfinite(value):",
+        "    if name == noise_scale.NOISE_SCALE_LOG and not noise_scale.is_measured(value):",
+        "    if name == noise_scale.NOISE_SCALE_LOG and not math.isfinite(value):",
         ["tests/test_progress_line.py"],
         [r"test_a_noise_scale_estimate_below_zero_reads_not_yet\[-1523"]),
     Mutation(

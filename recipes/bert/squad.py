@@ -19,6 +19,7 @@ the same word pieces as the `tensorflow_text.BertTokenizer` used in pretraining.
 
 import collections
 import json
+import os
 
 import numpy as np
 import tensorflow as tf
@@ -30,6 +31,7 @@ from official.nlp.tools import squad_evaluate_v1_1
 from official.nlp.tools import tokenization
 
 from recipes.bert import squad_format
+from recipes.common import storage
 from recipes.common.errors import UserError
 
 # Model Garden's squad experiment / Google BERT's run_squad.py defaults.
@@ -210,5 +212,5 @@ def write_predictions(model_dir, predictions):
     """The answers the scores are computed on, in <model_dir>/predictions.json, as the
     official script reads them."""
     tf.io.gfile.makedirs(model_dir)
-    with tf.io.gfile.GFile(f"{model_dir.rstrip('/')}/{PREDICTIONS_FILE}", "w") as f:
-        f.write(json.dumps(predictions, indent=1) + "\n")
+    storage.write_text(os.path.join(model_dir, PREDICTIONS_FILE),
+                       json.dumps(predictions, indent=1) + "\n")

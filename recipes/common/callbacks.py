@@ -10,7 +10,7 @@ import tf_keras
 from tensorboard.compat.proto import summary_pb2
 from tensorboard.plugins.scalar import summary_v2 as scalar_summary
 
-from lamb_tf.noise_scale import NOISE_SCALE_LOG
+from lamb_tf import noise_scale
 from recipes.common.errors import TrainingDiverged
 
 
@@ -281,7 +281,7 @@ class ProgressLine(tf_keras.callbacks.Callback):
 def _scalar_text(name, value):
     """Four figures; a gradient-noise-scale estimate that is not a positive number is no
     scale yet (|G|² or tr(Σ) still below its noise), as the run's final line says."""
-    if name == NOISE_SCALE_LOG and not (math.isfinite(value) and value > 0):
+    if name == noise_scale.NOISE_SCALE_LOG and not noise_scale.is_measured(value):
         return "not_yet"
     return f"{value:.4g}"
 

@@ -24,7 +24,7 @@ import tf_keras
 from absl import logging as absl_logging
 
 from lamb_tf import accumulation
-from lamb_tf.noise_scale import NOISE_SCALE_LOG
+from lamb_tf import noise_scale as noise_scale_lib
 from recipes.common import callbacks as callbacks_lib
 from recipes.common import checkpoints, config_help, corrupt_data, errors, exclusion_report
 from recipes.common import config as config_lib
@@ -202,8 +202,7 @@ def check_export_dir(task, model_dir):
                         f"directory of its own (by default {task.export_subdir}/ in --model_dir)")
     parent = os.path.dirname(storage.local_path(export_dir).rstrip("/"))
     if (task.config.export.dir and not storage.is_inside(parent, model_dir)
-            and storage.all_local([parent]) and any(  # another run's export/
-                os.path.isfile(os.path.join(parent, name)) for name in storage.RUN_FILES)):
+            and storage.run_file(parent)):  # another run's export/
         raise UserError(f"{setting}: it is in {parent}, another training run's directory, "
                         "whose export this one would replace; give a directory of its own")
 
@@ -480,7 +479,7 @@ def held_inputs(task, mode):
 def describe_noise_scale(global_batch_size, noise_scale):
     """The console's line for the run's last gradient-noise-scale estimate: a negative (or
     not finite) one is no scale yet, while |G|² or tr(Σ) is below its noise."""
-    if math.isfinite(noise_scale) and noise_scale > 0:  # (three figures below 100: not "≈ 0")
+    if noise_scale_lib.is_measured(noise_scale):  # (three figures below 100: not "≈ 0")
         shown = f"{noise_scale:,.0f}" if noise_scale >= 99.5 else f"{noise_scale:.3g}"
         return f"batch {global_batch_size:,}; measured noise scale ≈ {shown} examples"
     return (f"batch {global_batch_size:,}; noise scale not measurable yet (estimate "
@@ -565,9 +564,9 @@ class _Run:
                 self.task.export(self.export_dir())
         if mode != "export":
             train_logs = self.write_results(train_logs, results)["train"]
-        if mode in TRAIN_MODES and NOISE_SCALE_LOG in train_logs:
+        if mode in TRAIN_MODES and noise_scale_lib.NOISE_SCALE_LOG in train_logs:
             print(describe_noise_scale(self.plan.global_batch_size,
-                                       train_logs[NOISE_SCALE_LOG]), flush=True)
+                                       train_logs[noise_scale_lib.NOISE_SCALE_LOG]), flush=True)
         print(f"outputs in {self.model_dir}: {', '.join(outputs_present(self.model_dir))}",
               flush=True)
         return results

@@ -80,13 +80,19 @@ RUN_FILES = ("config.yaml", "params.yaml")
 def check_not_a_run(setting, directory, written):
     """A UserError naming `setting` if the local `directory` holds a training run (one of
     `RUN_FILES`), among whose files a data tool or a study would write `written`."""
-    if not all_local([directory]):
-        return
-    found = [name for name in RUN_FILES if os.path.isfile(os.path.join(local_path(directory),
-                                                                         name))]
+    found = run_file(directory)
     if found:
-        raise UserError(f"{setting}: it holds a training run (its {found[0]}), among whose "
+        raise UserError(f"{setting}: it holds a training run (its {found}), among whose "
                         f"files {written} would be written; give a directory of its own")
+
+
+def run_file(directory):
+    """The first of `RUN_FILES` that the local `directory` holds (a training run's), or None
+    (for a remote directory too: not looked at)."""
+    if not all_local([directory]):
+        return None
+    return next((name for name in RUN_FILES
+                 if os.path.isfile(os.path.join(local_path(directory), name))), None)
 
 
 # The directories this process holds (`exclusive_use`, `shared_use`): (device, inode) ->
@@ -266,9 +272,10 @@ def write_text(path, text):
     renamed over `path`, so a reader (or a run killed while writing) never sees half a file."""
     import tensorflow as tf  # (gs:// too; this module is imported before TensorFlow)
 
-    with tf.io.gfile.GFile(path + ".tmp", "w") as f:
+    temporary = path + ".tmp"
+    with tf.io.gfile.GFile(temporary, "w") as f:
         f.write(text)
-    tf.io.gfile.rename(path + ".tmp", path, overwrite=True)
+    tf.io.gfile.rename(temporary, path, overwrite=True)
 
 
 def read_mapping(path, keys=(), advice=""):
