@@ -70,8 +70,21 @@ def trust_ratio(x_norm, u_norm, coefficient=1.0, phi_bounds=None):
     return tf.where(defined, coefficient * phi / safe_u_norm, tf.ones_like(u_norm))
 
 
+def wide_dtype(dtype):
+    """The dtype a layer's norms, trust ratio and scaled step are formed in: float32 for a
+    16-bit layer (float16 ends at 65,504: a layer of 300×300 weights of 250 has ‖x‖ = 75,000,
+    and a ratio ‖x‖/‖u‖ leaves its range where the step ratio·u does not), else its own."""
+    return tf.float32 if dtype in (tf.float16, tf.bfloat16) else dtype
+
+
+def scaled(scale, tensor):
+    """`scale · tensor` formed in `scale`'s dtype (`wide_dtype`), returned in `tensor`'s.
+    A no-op cast for a float32 or float64 layer."""
+    return tf.cast(scale * tf.cast(tensor, scale.dtype), tensor.dtype)
+
+
 def l2_norm(x):
-    """‖x‖ = √(Σ x²) over a whole layer, as a scalar tensor.
+    """‖x‖ = √(Σ x²) over a whole layer, as a scalar tensor in `wide_dtype(x.dtype)`.
 
     The squares are summed as a matrix-vector product, rows of the last dimension times a
     vector of ones, and the row sums then added: the same sum in another order (float
@@ -84,11 +97,10 @@ def l2_norm(x):
     columns = x.shape[-1] if x.shape.rank and x.shape[-1] else 1  # scalar, empty: one column
     # a 16-bit layer's squares summed in float32: Σx² overflows float16 (65,504) at ‖x‖ = 256,
     # and a bfloat16 sum (float32's range, 8 bits of mantissa) stops growing: 256 + 1 = 256
-    wide = tf.float32 if x.dtype in (tf.float16, tf.bfloat16) else x.dtype
+    wide = wide_dtype(x.dtype)
     # Σ_j x_ij² for every row i, then Σ_i
     squares = tf.reshape(tf.square(tf.cast(x, wide)), [-1, columns])
-    norm = tf.sqrt(tf.reduce_sum(tf.linalg.matvec(squares, tf.ones([columns], wide))))
-    return tf.cast(norm, x.dtype)
+    return tf.sqrt(tf.reduce_sum(tf.linalg.matvec(squares, tf.ones([columns], wide))))
 
 
 def dense_gradient(g, shape):
@@ -103,14 +115,14 @@ def dense_gradient(g, shape):
     return g
 
 
-def _one_minus_power(beta, t):
-    """1 - β^t in t's dtype, as -expm1(t · log1p(-(1 - β))).
+def _one_minus_power(beta, t, dtype):
+    """1 - β^t as -expm1(t · log1p(-(1 - β))), formed in t's dtype, returned in `dtype`.
 
     Written out because `1 - tf.pow(β, t)` cancels: in float32, β2 = 0.999 is stored as
     0.99900001, which puts a 1e-5 relative error into 1 - β2^t for small t. Here 1 - β is
     formed in Python float64 and nothing cancels (XLA/TPU-friendly, no float64 tensors).
     """
-    return -tf.math.expm1(t * tf.math.log1p(tf.constant(-(1.0 - beta), t.dtype)))
+    return tf.cast(-tf.math.expm1(t * tf.math.log1p(tf.constant(-(1.0 - beta), t.dtype))), dtype)
 
 
 def lamb_step(x, g, m, v, t, eta, beta_1, beta_2, epsilon, weight_decay_rate, *,
@@ -131,24 +143,24 @@ def lamb_step(x, g, m, v, t, eta, beta_1, beta_2, epsilon, weight_decay_rate, *,
       `(x_next, m_next, v_next, ratio)`, ratio being the trust ratio used (1 if not adapted).
     """
     dtype = x.dtype
-    t = tf.cast(t, dtype)
+    t = tf.cast(t, wide_dtype(dtype))  # a 16-bit t is exact only to 2,048 (bfloat16: 256)
     # m_t = β1 m_{t-1} + (1 - β1) g_t
     m = beta_1 * m + (1.0 - beta_1) * g
     # v_t = β2 v_{t-1} + (1 - β2) g_t²
     v = beta_2 * v + (1.0 - beta_2) * tf.square(g)
     # m̂_t = m_t / (1 - β1^t)
-    m_hat = m / _one_minus_power(beta_1, t) if bias_correction else m
+    m_hat = m / _one_minus_power(beta_1, t, dtype) if bias_correction else m
     # v̂_t = v_t / (1 - β2^t)
-    v_hat = v / _one_minus_power(beta_2, t) if bias_correction else v
+    v_hat = v / _one_minus_power(beta_2, t, dtype) if bias_correction else v
     # r_t = m̂_t / (√v̂_t + ε)
     r = m_hat / (tf.sqrt(v_hat) + epsilon)
     # u_t = r_t + λ x_t
     u = r + weight_decay_rate * x if decay else r
     # φ(‖x_t‖) / ‖u_t‖, or 1 for a variable excluded from layer adaptation
     ratio = (trust_ratio(l2_norm(x), l2_norm(u), phi_bounds=phi_bounds) if adapt
-             else tf.ones([], dtype))
+             else tf.ones([], wide_dtype(dtype)))
     # x_{t+1} = x_t - η_t · ratio · u_t
-    x = x - tf.cast(eta, dtype) * ratio * u
+    x = x - scaled(tf.cast(eta, ratio.dtype) * ratio, u)
     return x, m, v, ratio
 
 
@@ -170,18 +182,17 @@ def lars_step(x, g, velocity, eta, momentum, weight_decay_rate, eeta, *,
     Returns:
       `(x_next, velocity_next, ratio)`.
     """
-    dtype = x.dtype
-    eta = tf.cast(eta, dtype)
+    eta = tf.cast(eta, wide_dtype(x.dtype))
     # g_t ← g_t + λ x_t (L2 weight decay enters the gradient)
     g = g + weight_decay_rate * x if decay else g
     if classic_momentum:
         # ρ = eeta · ‖x_t‖ / ‖g_t‖
         ratio = (trust_ratio(l2_norm(x), l2_norm(g), coefficient=eeta) if adapt
-                 else tf.ones([], dtype))
+                 else tf.ones([], eta.dtype))
         # v_t = μ v_{t-1} + η_t ρ g_t
-        velocity = momentum * velocity + eta * ratio * g
+        velocity = momentum * velocity + scaled(eta * ratio, g)
         # step: μ v_t + η_t ρ g_t (Nesterov) or v_t
-        step = momentum * velocity + eta * ratio * g if nesterov else velocity
+        step = momentum * velocity + scaled(eta * ratio, g) if nesterov else velocity
     else:
         # v_t = μ v_{t-1} + g_t
         velocity = momentum * velocity + g
@@ -189,9 +200,9 @@ def lars_step(x, g, velocity, eta, momentum, weight_decay_rate, eeta, *,
         direction = momentum * velocity + g if nesterov else velocity
         # ρ = eeta · ‖x_t‖ / ‖d_t‖
         ratio = (trust_ratio(l2_norm(x), l2_norm(direction), coefficient=eeta) if adapt
-                 else tf.ones([], dtype))
+                 else tf.ones([], eta.dtype))
         # step: η_t ρ d_t
-        step = eta * ratio * direction
+        step = scaled(eta * ratio, direction)
     # x_{t+1} = x_t - step
     x = x - step
     return x, velocity, ratio

@@ -98,7 +98,7 @@ MUTATIONS = [
     Mutation(
         "bias_correction_off", "LAMB: the first moment is never bias-corrected",
         "lamb_tf/update_rules.py",
-        "    m_hat = m / _one_minus_power(beta_1, t) if bias_correction else m",
+        "    m_hat = m / _one_minus_power(beta_1, t, dtype) if bias_correction else m",
         "    m_hat = m",
         ["tests/test_matches_numpy_reference.py"],
         [rf"test_lamb_matches_reference\[.*{flavour}\]" for flavour in BOTH]),
@@ -113,8 +113,8 @@ MUTATIONS = [
     Mutation(
         "layer_norm_without_square_root", "the layer norm returns Σx² instead of √(Σx²)",
         "lamb_tf/update_rules.py",
-        "    norm = tf.sqrt(tf.reduce_sum(tf.linalg.matvec(squares, tf.ones([columns], wide))))",
-        "    norm = tf.reduce_sum(tf.linalg.matvec(squares, tf.ones([columns], wide)))",
+        "    return tf.sqrt(tf.reduce_sum(tf.linalg.matvec(squares, tf.ones([columns], wide))))",
+        "    return tf.reduce_sum(tf.linalg.matvec(squares, tf.ones([columns], wide)))",
         ["tests/test_update_rules.py", "tests/test_matches_numpy_reference.py"],
         [r"test_l2_norm_is_the_float64_norm_of_the_whole_layer",
          *(rf"test_lamb_matches_reference\[.*{flavour}\]" for flavour in BOTH)]),

@@ -41,7 +41,7 @@ def test_a_16_bit_layer_norm_does_not_overflow(dtype):
     """‖x‖ = √(1000 · 10²) ≈ 316 fits float16, but Σx² = 1e5 does not: summed in float32."""
     x = np.full([1000], 10.0)
     got = update_rules.l2_norm(tf.constant(x, dtype))
-    assert got.dtype == dtype
+    assert got.dtype == tf.float32
     assert float(got) == pytest.approx(np.sqrt(np.sum(x ** 2)), rel=1e-2)  # 16-bit rounding
     g = np.full([1000], 0.5)
     zeros = tf.zeros([1000], dtype)
@@ -50,6 +50,46 @@ def test_a_16_bit_layer_norm_does_not_overflow(dtype):
     expected, _, _ = ref.lamb_step(x, g, np.zeros(1000), np.zeros(1000), 1, 1e-3, 0.9, 0.999,
                                    1e-6, 0.0)
     np.testing.assert_allclose(tf.cast(x_next, tf.float64).numpy(), expected, rtol=1e-2)
+
+
+@pytest.mark.parametrize("optimizer_name", ["LAMB", "LARS"])
+@pytest.mark.parametrize("flavour_name", FLAVOURS)
+def test_a_float16_layer_whose_norm_is_beyond_float16_still_steps(flavour_name, optimizer_name):
+    """300×300 float16 weights of 250: ‖x‖ = 75,000, beyond float16's 65,504. The norms and
+    the ratio are float32; cast back to float16 the ratio was 0 or inf (weights of -inf)."""
+    flavour = FLAVOURS[flavour_name]()
+    x, g = np.full([300, 300], 250.0), np.ones([300, 300])
+    variable = tf.Variable(tf.constant(x, tf.float16), name="w")
+    eta = 1e-3 if optimizer_name == "LAMB" else 1.0  # LARS: η·eeta·‖x‖ = 1e-3·75,000
+    optimizer = getattr(flavour.module, optimizer_name)(eta)
+    optimizer.apply_gradients([(tf.constant(g, tf.float16), variable)])
+    if optimizer_name == "LAMB":
+        expected, _, _ = ref.lamb_step(x, g, 0 * x, 0 * x, 1, eta, 0.9, 0.999, 1e-6, 0.0)
+    else:
+        expected, _ = ref.lars_step(x, g, 0 * x, eta, 0.9, 0.0, 0.001)
+    assert float(np.max(np.abs(expected - x))) > 0.1  # a step float16 can see at 250
+    np.testing.assert_allclose(variable.numpy().astype(np.float64), expected, rtol=1e-3)
+
+
+@pytest.mark.parametrize("dtype", [tf.float16, tf.bfloat16])
+def test_a_16_bit_update_whose_norm_is_beyond_float16_keeps_its_ratio(dtype):
+    """Weights of norm ~300, a gradient with entries whose v underflows float16: ‖u‖ ≈ 2e5 is
+    beyond float16, the ratio ‖x‖/‖u‖ ≈ 1.6e-3 is not; it was cast to 0 (the layer stopped
+    moving). In bfloat16 (float32's range) nothing underflows: the same step norm."""
+    rng = np.random.default_rng(7)
+    x, g = rng.normal(size=[300, 300]), 0.1 * rng.normal(size=[300, 300])
+    g[:, :50] = 1e-4  # (1 - β2)·g² = 1e-11: v is 0 in float16, r = m̂/ε is large
+    x16, g16 = tf.constant(x, dtype), tf.constant(g, dtype)
+    zeros = tf.zeros_like(x16)
+    x_next, _, _, ratio = update_rules.lamb_step(x16, g16, zeros, zeros, 1, 1e-2, 0.9, 0.999,
+                                                 1e-6, 0.0)
+    x_in = x16.numpy().astype(np.float64)
+    if dtype == tf.float16:  # the case at hand: ‖u‖ = ‖x‖/ratio is beyond float16
+        assert 0 < float(ratio) < np.linalg.norm(x_in) / 65504
+    # whatever ‖u‖, a LAMB step has the norm η·‖x‖ (Algorithm 2, φ the identity)
+    step = x_next.numpy().astype(np.float64) - x_in
+    assert np.isfinite(step).all()
+    assert np.linalg.norm(step) == pytest.approx(1e-2 * np.linalg.norm(x_in), rel=0.05)
 
 
 def test_trust_ratio_gradient_is_finite_at_zero_norm():
