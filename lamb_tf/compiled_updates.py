@@ -32,17 +32,18 @@ SMALLEST_COMPILED = 65_536
 class _InPlaceUpdate:
     """One update function, run as an XLA kernel or, for small variables, as plain ops."""
 
-    def __init__(self, update, smallest_compiled):
+    def __init__(self, update, smallest_compiled, compiled):
         self._compiled = {}  # {(shape, dtype): the update as a tf.function with jit_compile}
         self._uncompiled = update
         # None: the module's SMALLEST_COMPILED, read when the optimizer builds its slots
         self._smallest_compiled = (SMALLEST_COMPILED if smallest_compiled is None
                                    else smallest_compiled)
+        self._compiles = compiled  # False: no XLA kernel at all (tf_keras' jit_compile=False)
 
     def _by_size(self, variable):
         """The compiled update for a variable of at least `smallest_compiled` elements."""
         elements = variable.shape.num_elements()
-        if elements is not None and elements < self._smallest_compiled:
+        if not self._compiles or (elements is not None and elements < self._smallest_compiled):
             return self._uncompiled
         # One function per shape and dtype, each traced once: a single shared one would be
         # traced per shape all the same, and an eager loop over a model's many shapes would
@@ -65,11 +66,12 @@ class LambUpdate(_InPlaceUpdate):
 
     Each optimizer holds its own instance (made in `build`), so the compiled traces, which
     reference that optimizer's variables, live and die with it. Variables of fewer than
-    `smallest_compiled` elements run as plain TensorFlow ops.
+    `smallest_compiled` elements, and every variable if not `compiled`, run as plain
+    TensorFlow ops.
     """
 
-    def __init__(self, smallest_compiled=None):
-        super().__init__(_lamb_update, smallest_compiled)
+    def __init__(self, smallest_compiled=None, compiled=True):
+        super().__init__(_lamb_update, smallest_compiled, compiled)
 
     def __call__(self, variable, gradient, m, v, trust_ratio, t, eta, beta_1, beta_2,
                  epsilon, weight_decay_rate, decay, adapt, bias_correction, phi_bounds):
@@ -86,8 +88,8 @@ class LambUpdate(_InPlaceUpdate):
 class LarsUpdate(_InPlaceUpdate):
     """`update_rules.lars_step` for one variable, assigned in place: one per optimizer."""
 
-    def __init__(self, smallest_compiled=None):
-        super().__init__(_lars_update, smallest_compiled)
+    def __init__(self, smallest_compiled=None, compiled=True):
+        super().__init__(_lars_update, smallest_compiled, compiled)
 
     def __call__(self, variable, gradient, velocity, trust_ratio, eta, momentum,
                  weight_decay_rate, eeta, nesterov, classic_momentum, decay, adapt):

@@ -45,6 +45,9 @@ class _LayerwiseOptimizer(layerwise.LayerwiseMixin, tf_keras.optimizers.Optimize
             name, learning_rate, weight_decay_rate, exclude_from_weight_decay,
             exclude_from_layer_adaptation, keras_kwargs)
         super().__init__(name=name, weight_decay=None, **keras_kwargs)
+        # the caller's jit_compile: the base keeps True only where a GPU is, and False stops
+        # our per-variable XLA kernels too (`compiled_updates`)
+        self._jit_compile_argument = bool(keras_kwargs.get("jit_compile", True))
         self._set_checked(checked)
         self._learning_rate = self._build_learning_rate(learning_rate)
 
@@ -95,6 +98,7 @@ class _LayerwiseOptimizer(layerwise.LayerwiseMixin, tf_keras.optimizers.Optimize
         # as tf_keras' own optimizers: a float32 number, the schedule's dict, or the
         # callable's current value
         config["learning_rate"] = self._serialize_hyperparameter(self._learning_rate)
+        config["jit_compile"] = self._jit_compile_argument  # not False for want of a GPU
         return config
 
     @classmethod
@@ -159,7 +163,7 @@ class LAMB(hyperparameters.LambArguments, _LayerwiseOptimizer):
     def _build_slots(self, var_list):
         self._m = [self.add_variable_from_reference(v, "m") for v in var_list]
         self._v = [self.add_variable_from_reference(v, "v") for v in var_list]
-        self._compiled_update = compiled_updates.LambUpdate()
+        self._compiled_update = compiled_updates.LambUpdate(compiled=self._jit_compile_argument)
 
     def update_step(self, gradient, variable):
         i, gradient = self._prepare(gradient, variable)
@@ -178,7 +182,7 @@ class LARS(hyperparameters.LarsArguments, _LayerwiseOptimizer):
 
     def _build_slots(self, var_list):
         self._velocities = [self.add_variable_from_reference(v, "momentum") for v in var_list]
-        self._compiled_update = compiled_updates.LarsUpdate()
+        self._compiled_update = compiled_updates.LarsUpdate(compiled=self._jit_compile_argument)
 
     def update_step(self, gradient, variable):
         i, gradient = self._prepare(gradient, variable)

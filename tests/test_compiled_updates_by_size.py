@@ -58,3 +58,24 @@ def test_an_eager_loop_over_many_shapes_logs_no_retracing_warning():
         tf.get_logger().removeHandler(handler)
     assert update.tracing_count() == 7
     assert not [r for r in records if "retracing" in r.getMessage()], records
+
+
+def test_tf_keras_jit_compile_false_makes_no_xla_kernel():
+    """tf_keras' `jit_compile=False` means no XLA for the optimizer (its base class keeps the
+    argument only where a GPU is): no per-variable kernel either, and a config that says so."""
+    import tf_keras
+
+    from lamb_tf import tf_keras_optimizers
+
+    for optimizer_class in (tf_keras_optimizers.LAMB, tf_keras_optimizers.LARS):
+        counts = {}
+        for jit_compile in (True, False):
+            variable = tf.Variable(tf.fill([compiled_updates.SMALLEST_COMPILED], 0.5))
+            optimizer = optimizer_class(1e-3, jit_compile=jit_compile)
+            optimizer.apply_gradients([(tf.ones_like(variable), variable)])
+            counts[jit_compile] = optimizer._compiled_update.tracing_count()
+            config = optimizer.get_config()
+            assert config["jit_compile"] is jit_compile
+            again = tf_keras.optimizers.deserialize(tf_keras.optimizers.serialize(optimizer))
+            assert again._jit_compile_argument is jit_compile
+        assert counts == {True: 1, False: 0}, optimizer_class
