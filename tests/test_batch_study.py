@@ -329,6 +329,9 @@ def test_a_study_dir_that_cannot_be_written_is_one_line_before_any_run(
 @pytest.mark.parametrize("study_dir, message", [
     ("", "--study_dir is empty; give a directory you can write (it is created if missing)"),
     ("~/study", "--study_dir=~/study: '~' is not expanded here"),
+    # it made ./gs:/bucket/study and its runs wrote to the URL, then failed in a run
+    ("gs://bucket/study", "--study_dir=gs://bucket/study: the study keeps its runs and reads "
+     "their results on this machine; give a local directory"),
 ])
 def test_an_empty_or_unexpanded_study_dir_is_one_line_before_any_run(
         fake_recipe, tmp_path, monkeypatch, capsys, study_dir, message):
@@ -507,7 +510,11 @@ def test_edge_values_the_recipes_take_are_accepted(change):
 @pytest.mark.parametrize(
     "change, message",
     [
-        ("--batch_sizes=8,x", "--batch_sizes: '8,x' is not a comma-separated list"),
+        ("--batch_sizes=8,x", "--batch_sizes: 'x' in '8,x' is not a whole number; give a "
+         "comma-separated list of them"),
+        # a list all the same: the item is what is wrong
+        ("--batch_sizes=8,32.0", "--batch_sizes: '32.0' in '8,32.0' is not a whole number"),
+        ("--lr_multipliers=1,x", "--lr_multipliers: 'x' in '1,x' is not a number"),
         # a flag named in full, as absl's (argparse would take --repeat for --repeats)
         # named before the missing flags argparse would report first, with its nearest
         ("--epoch=2", "--epoch is not a flag of this program (did you mean --epochs?); see "
@@ -731,6 +738,22 @@ def test_a_recipe_file_needs_a_metric_and_one_task(tmp_path, capsys):
     (tmp_path / "broken.py").write_text("import no_such_module\n")
     with pytest.raises(Exception, match="broken.py cannot be imported: ModuleNotFoundError"):
         adapter.task_class_of(str(tmp_path / "broken.py"))
+    # a file that runs its program when imported: it read the study's flags and blamed one
+    (tmp_path / "runs.py").write_text(
+        "import sys\nprint('error: --model_dir is required', file=sys.stderr)\n"
+        "sys.exit(2 if sys.argv[1:] == [] else 3)\n")
+    with pytest.raises(UserError) as error:
+        adapter.task_class_of(str(tmp_path / "runs.py"))
+    assert str(error.value) == (
+        f"--recipe={tmp_path / 'runs.py'} exited when imported (status 2): put its "
+        "`driver.main(...)` under `if __name__ == \"__main__\":` (docs/writing_a_recipe.md)")
+    assert capsys.readouterr().err == ""  # only the study's line
+    # a name with words of both ways is no misspelling of either
+    assert cli.main([f"--recipe={recipe}", f"--study_dir={tmp_path / 's'}",
+                     "--metric=val_loss_accuracy"] + argv) == 2
+    assert capsys.readouterr().err == (
+        "error: --metric=val_loss_accuracy: which way it is better is not known from its "
+        "name; give --metric_mode=min (lower is better) or --metric_mode=max\n")
 
 
 @pytest.mark.slow
@@ -767,6 +790,41 @@ def test_report_only_without_finished_runs_is_one_line_and_writes_nothing(
     assert cli.main(TINY_GRID + [f"--study_dir={study_dir}", "--report_only"]) == 2
     assert capsys.readouterr().err == no_finished_runs(study_dir)
     assert os.listdir(study_dir) == []
+
+
+@pytest.mark.parametrize("name, content, advice", [
+    (runner.STATUS_FILE, "", runner.REDO_ADVICE),
+    (runner.STATUS_FILE, "[]", runner.REDO_ADVICE),
+    (runner.STOPPED_ATTEMPTS_FILE, '{"seconds": 3}', runner.STOPPED_ATTEMPTS_ADVICE),
+    (adapter.RESULTS_FILE, '{"eval": {"top_1_accuracy": 0.5', "the run is evaluated again"),
+])
+def test_a_damaged_file_of_a_run_is_one_line_naming_it(name, content, advice, tmp_path,
+                                                        capsys):
+    """A crash can leave a file truncated; one edited by hand may hold anything."""
+    run = plan.sweep_runs(settings(batch_sizes=(64,)))[("lamb", 64)][0]
+    directory = runner.run_dir(str(tmp_path), run)
+    os.makedirs(directory)
+    path = os.path.join(directory, name)
+    with open(path, "w") as handle:
+        handle.write(content)
+    with pytest.raises(UserError) as error:
+        if name == runner.STATUS_FILE:
+            runner.read_status(str(tmp_path), run)
+        elif name == runner.STOPPED_ATTEMPTS_FILE:
+            runner._stopped_attempts(directory)
+        else:
+            adapter.read_results(directory, "top_1_accuracy")
+    assert str(error.value).startswith(path + " ") and advice in str(error.value)
+    if name == runner.STATUS_FILE:  # through the command: before any run, exit status 2
+        argv = [arg for arg in TINY_GRID if not arg.startswith("--batch_sizes")]
+        grid_run = plan.sweep_runs(flags.settings_from(flags.parse_args(
+            argv + ["--batch_sizes=8", f"--study_dir={tmp_path}"])))[("lamb", 8)][0]
+        os.makedirs(runner.run_dir(str(tmp_path), grid_run))
+        with open(os.path.join(runner.run_dir(str(tmp_path), grid_run), name), "w") as handle:
+            handle.write(content)
+        assert cli.main(argv + ["--batch_sizes=8", f"--study_dir={tmp_path}"]) == 2
+        (line,) = capsys.readouterr().err.splitlines()
+        assert line.startswith("error: ") and advice in line
 
 
 def test_a_study_reported_on_another_metric_reads_that_metric_of_every_run(

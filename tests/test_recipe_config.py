@@ -501,20 +501,24 @@ def test_every_shipped_config_passes_its_recipes_check(recipe, path):
 def test_a_config_write_that_fails_half_way_leaves_config_yaml_whole(tmp_path, monkeypatch):
     """config.yaml is written beside itself and renamed into place: a write stopped half
     way (a full disk, a kill) leaves the one a resume reads as it was."""
-    import tensorflow as tf
+    import io
 
+    from recipes.common import storage
     from recipes.common.config import save_config
 
     save_config(_Schema(), str(tmp_path))
     before = (tmp_path / "config.yaml").read_text()
-    real_gfile = tf.io.gfile.GFile
 
-    class HalfWrittenGFile(real_gfile):
+    class HalfWritten(io.TextIOWrapper):
         def write(self, text):
             super().write(text[:len(text) // 2])
+            self.flush()
             raise OSError("No space left on device")
 
-    monkeypatch.setattr(tf.io.gfile, "GFile", HalfWrittenGFile)
+    def half_writing_open(path, mode="r", **kwargs):
+        return HalfWritten(open(path, mode.replace("b", "") + "b"), **kwargs)
+
+    monkeypatch.setattr(storage, "open", half_writing_open, raising=False)
     with pytest.raises(OSError, match="No space left"):
         save_config(_Schema(train=_Train(steps=11)), str(tmp_path))
     assert (tmp_path / "config.yaml").read_text() == before

@@ -269,42 +269,68 @@ def yaml_error_words(error):
 
 def write_text(path, text):
     """Writes `text` to `path` (local or gs://) whole or not at all: into `<path>.tmp`, then
-    renamed over `path`, so a reader (or a run killed while writing) never sees half a file."""
-    import tensorflow as tf  # (gs:// too; this module is imported before TensorFlow)
-
+    renamed over `path`, so a reader (or a run killed while writing) never sees half a file.
+    A local file is written to disk before the rename (a machine that crashes after it
+    keeps the whole file), and without TensorFlow."""
     temporary = path + ".tmp"
+    if all_local([path]):
+        with open(local_path(temporary), "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(local_path(temporary), local_path(path))
+        return
+    import tensorflow as tf  # pylint: disable=import-outside-toplevel
+
     with tf.io.gfile.GFile(temporary, "w") as f:
         f.write(text)
     tf.io.gfile.rename(temporary, path, overwrite=True)
 
 
-def read_mapping(path, keys=(), advice=""):
-    """The mapping the JSON file, or YAML file (`.yaml`), at `path` holds, with each of
-    `keys` (local or gs://); a one-line `UserError` naming the file when it cannot be read,
-    is not valid, is not a mapping or lacks one of `keys`: what the project writes (a run's
-    config.yaml, a preparation's metadata.json) damaged or replaced by hand. `advice`: what
-    to do, after "; "."""
+def read_document(path, advice=""):
+    """What the JSON file, or YAML file (`.yaml`), at `path` holds (local or gs://); a
+    one-line `UserError` naming the file when it cannot be read or is not valid: what the
+    project writes damaged or replaced by hand. `advice`: what to do, after "; ". A local
+    file is read without TensorFlow (the batch study's process never imports it)."""
     import json  # pylint: disable=import-outside-toplevel
 
-    import tensorflow as tf  # (gs:// too; this module is imported before TensorFlow)
     import yaml  # pylint: disable=import-outside-toplevel
 
     parse = yaml.safe_load if path.endswith(".yaml") else json.loads
     try:
-        with tf.io.gfile.GFile(path) as f:
-            content = parse(f.read())
-    except (OSError, tf.errors.OpError) as error:
-        problem = f"cannot be read ({getattr(error, 'message', None) or error})"
+        return parse(_read_text(path))
+    except OSError as error:
+        problem = f"cannot be read ({error.strerror or error})"
     except UnicodeDecodeError as error:
         problem = f"is not UTF-8 text (byte {error.start})"
     except json.JSONDecodeError as error:
         problem = f"is not valid JSON (line {error.lineno}: {error.msg})"
     except yaml.YAMLError as error:
         problem = f"is not valid YAML ({yaml_error_words(error)})"
-    else:
-        missing = [key for key in keys if not isinstance(content, dict) or key not in content]
-        if isinstance(content, dict) and not missing:
-            return content
-        problem = (f"lacks {missing[0]!r}" if isinstance(content, dict)
-                   else f"holds a {type(content).__name__}, not a mapping")
+    raise UserError(f"{path} {problem}" + (f"; {advice}" if advice else ""))
+
+
+def _read_text(path):
+    if all_local([path]):
+        with open(local_path(path), encoding="utf-8") as f:
+            return f.read()
+    import tensorflow as tf  # pylint: disable=import-outside-toplevel
+
+    try:
+        with tf.io.gfile.GFile(path) as f:
+            return f.read()
+    except tf.errors.OpError as error:
+        raise OSError(error.message) from None
+
+
+def read_mapping(path, keys=(), advice=""):
+    """The mapping the JSON file, or YAML file (`.yaml`), at `path` holds, with each of
+    `keys` (local or gs://); a one-line `UserError` naming the file when it cannot be read,
+    is not valid, is not a mapping or lacks one of `keys` (`read_document`)."""
+    content = read_document(path, advice)
+    missing = [key for key in keys if not isinstance(content, dict) or key not in content]
+    if isinstance(content, dict) and not missing:
+        return content
+    problem = (f"lacks {missing[0]!r}" if isinstance(content, dict)
+               else f"holds a {type(content).__name__}, not a mapping")
     raise UserError(f"{path} {problem}" + (f"; {advice}" if advice else ""))

@@ -8,13 +8,15 @@ reads the figures back from the driver's `<model_dir>/results.json`
 A recipe is `bert`, `resnet`, or the path of a recipe's own `.py` file: a program that runs
 one `recipes.common.task.Task` subclass on the shared driver (docs/writing_a_recipe.md).
 """
+import contextlib
 import importlib
 import importlib.util
-import json
+import io
 import os
 import sys
 import types
 
+from recipes.common import storage
 from recipes.common.errors import UserError
 
 PROGRAMS = {"bert": "recipes.bert.pretrain", "resnet": "recipes.resnet.train"}
@@ -133,11 +135,23 @@ def task_class_of(recipe):
         return getattr(importlib.import_module(PROGRAMS[recipe]), TASK_CLASSES[recipe])
     spec = importlib.util.spec_from_file_location("study_recipe_file", recipe)
     module = importlib.util.module_from_spec(spec)
+    argv, sys.argv = sys.argv, [recipe]  # (not the study's flags, to a program it may run)
+    printed, warned = io.StringIO(), io.StringIO()  # what a program it runs says of its flags
     try:
-        spec.loader.exec_module(module)
+        with contextlib.redirect_stdout(printed), contextlib.redirect_stderr(warned):
+            spec.loader.exec_module(module)
     except Exception as error:  # the recipe's own code: its error, in one line
         raise UserError(f"--recipe={recipe} cannot be imported: "
                         f"{type(error).__name__}: {error}") from None
+    except SystemExit as exit_:  # it ran a program (or exited) when imported
+        raise UserError(
+            f"--recipe={recipe} exited when imported (status {exit_.code!r}): put its "
+            "`driver.main(...)` under `if __name__ == \"__main__\":` (docs/writing_a_recipe.md)"
+        ) from None
+    finally:
+        sys.argv = argv
+    sys.stdout.write(printed.getvalue())  # imported: what it printed, as it would have
+    sys.stderr.write(warned.getvalue())
     task_base = importlib.import_module("recipes.common.task").Task
     tasks = [value for value in vars(module).values() if isinstance(value, type)
              and issubclass(value, task_base) and value.__module__ == module.__name__]
@@ -188,8 +202,9 @@ def read_results(model_dir, metric):
     path = os.path.join(model_dir, RESULTS_FILE)
     if not os.path.exists(path):
         return None
-    with open(path) as handle:
-        results = json.load(handle)
+    results = storage.read_mapping(path, ("steps", "wall_time_seconds"), advice=(
+        "remove it and the run's study_run.json and run the study again: the run is "
+        "evaluated again from its last checkpoint"))
     if metric not in results.get("eval", {}):
         raise MetricMissing(metric, sorted(results.get("eval", {})), path)
     noise_scale = results.get("train", {}).get(NOISE_SCALE_LOG)

@@ -113,6 +113,10 @@ def _checked_plan(args):
                         "if missing)")
     # before any run: a recipe would refuse `~/...` only once the study had made `./~/...`
     storage.refuse_unexpanded_home("--study_dir", args.study_dir)
+    if "://" in args.study_dir:  # (gs://: it made ./gs:/... and its runs wrote to the URL)
+        raise UserError(f"--study_dir={args.study_dir}: the study keeps its runs and reads "
+                        "their results on this machine; give a local directory (copy it to "
+                        "Cloud Storage afterwards, e.g. with `gcloud storage cp -r`)")
     metric = flags.metric_from(args)
     settings = flags.settings_from(args)
     plan_lib.check(settings)
@@ -189,7 +193,7 @@ def _main(args):
                 statuses.update(
                     execute(runs, parallel=args.parallel, progress=_progress, **run_arguments)
                 )
-    except runner.RunFailed as error:
+    except (runner.RunFailed, UserError) as error:  # (UserError: a run's file damaged)
         print(f"error: {error}", file=sys.stderr)
         return 2
     rows = report.summarize(settings, sweeps, untuned, statuses, metric)

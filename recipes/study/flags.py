@@ -15,12 +15,20 @@ from recipes.study import plan as plan_lib
 from recipes.study import report
 
 
+_KIND_WORDS = {int: "a whole number", float: "a number"}
+
+
 def _list(kind):
     def parse(text):
-        try:
-            values = tuple(kind(item) for item in text.split(",") if item)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list") from None
+        values = []
+        for item in (item for item in text.split(",") if item):
+            try:
+                values.append(kind(item))
+            except ValueError:
+                raise argparse.ArgumentTypeError(
+                    f"{item!r} in {text!r} is not {_KIND_WORDS.get(kind, kind.__name__)}; "
+                    f"give a comma-separated list of them") from None
+        values = tuple(values)
         if not values:
             raise argparse.ArgumentTypeError("empty list")
         repeated = _first_repeated(values)
@@ -237,7 +245,7 @@ def metric_from(args):
         known, typo = adapter.LOWER_IS_BETTER_WORDS + adapter.HIGHER_IS_BETTER_WORDS, ""
         for word in metric.split("_"):  # a misspelt word is likelier than a metric of its own
             near = difflib.get_close_matches(word.lower(), known, n=1, cutoff=0.8)
-            if near:
+            if near and near[0] != word.lower():  # (a name may hold words of both ways)
                 typo = f" ({word!r}: {near[0]} misspelt?)"
                 break
         raise UserError(f"--metric={metric}: which way it is better is not known from its "

@@ -5,6 +5,7 @@ import math
 import os
 import statistics
 
+from recipes.common import storage
 from recipes.study import adapter
 from recipes.study import plan as plan_lib
 
@@ -284,11 +285,10 @@ def write(study_dir, rows, metric, tolerance, header):
     """Writes study.md, study.json and study.png into `study_dir`; returns their paths."""
     paths = [os.path.join(study_dir, name) for name in (TABLE_MD, TABLE_JSON, PLOT_PNG)]
     answer = "".join(line + "\n" for line in largest_batches(rows, metric, tolerance))
-    with open(paths[0], "w") as handle:
-        handle.write(header + "\n\n" + (answer + "\n" if answer else "")
-                     + markdown(rows, metric) + "\n" + legend(metric))
-    with open(paths[1], "w") as handle:
-        json.dump({"metric": metric.name, "lower_is_better": metric.lower_is_better,
-                   "tolerance": tolerance, "rows": rows}, handle, indent=2)
+    storage.write_text(paths[0], header + "\n\n" + (answer + "\n" if answer else "")
+                       + markdown(rows, metric) + "\n" + legend(metric))
+    storage.write_text(paths[1], json.dumps(
+        {"metric": metric.name, "lower_is_better": metric.lower_is_better,
+         "tolerance": tolerance, "rows": rows}, indent=2))
     plot(rows, metric, paths[2])
     return paths

@@ -21,6 +21,7 @@ import subprocess
 import threading
 import time
 
+from recipes.common import storage
 from recipes.common.errors import UserError
 from recipes.study import adapter
 
@@ -28,6 +29,11 @@ RUNS_SUBDIR = "runs"
 STATUS_FILE = "study_run.json"
 LOG_FILE = "study_run.log"
 STOPPED_ATTEMPTS_FILE = "stopped_attempts.json"  # [seconds of each process the study stopped]
+# what to do about a damaged file of a run (truncated by a crash, edited by hand)
+REDO_ADVICE = ("remove it and run the study again: the run is evaluated again from its "
+               "last checkpoint and recorded")
+STOPPED_ATTEMPTS_ADVICE = ("remove it: the run's process count and time then leave out the "
+                           "processes the study stopped")
 
 # The error lines of the shared driver's `TrainingDiverged` (recipes/common/callbacks.py:
 # `CheckpointEachEpoch`, a non-finite loss after a step and a non-finite variable before a
@@ -61,8 +67,7 @@ def read_status(study_dir, run, metric=None):
     path = os.path.join(run_dir(study_dir, run), STATUS_FILE)
     if not os.path.exists(path):
         return None
-    with open(path) as handle:
-        status = json.load(handle)
+    status = storage.read_mapping(path, ("status",), REDO_ADVICE)
     recorded = status.get("result", {}).get("metric_name")
     if metric is None or status["status"] != "ok" or recorded == metric:
         return status
@@ -137,9 +142,7 @@ def finished_runs(study_dir):
 
 def _write_json(path, value):
     """Writes `value` to `path` atomically (a stopped study leaves no half-written file)."""
-    with open(path + ".tmp", "w") as handle:
-        json.dump(value, handle, indent=2, sort_keys=True)
-    os.replace(path + ".tmp", path)
+    storage.write_text(path, json.dumps(value, indent=2, sort_keys=True))
 
 
 def _write_status(directory, status):
@@ -151,8 +154,11 @@ def _stopped_attempts(directory):
     path = os.path.join(directory, STOPPED_ATTEMPTS_FILE)
     if not os.path.exists(path):
         return []
-    with open(path) as handle:
-        return json.load(handle)
+    attempts = storage.read_document(path, STOPPED_ATTEMPTS_ADVICE)
+    if not isinstance(attempts, list) or not all(
+            isinstance(seconds, (int, float)) for seconds in attempts):
+        raise UserError(f"{path} is not a list of seconds; {STOPPED_ATTEMPTS_ADVICE}")
+    return attempts
 
 
 def _record_stopped_attempt(directory, seconds):
