@@ -64,6 +64,15 @@ def positive(name, value):
     return value
 
 
+def clip_threshold(name, value):
+    """A finite float >= 0 (`clipnorm`, `clipvalue`, `global_clipnorm`): 0 clips nothing, as
+    in both Keras flavours' base classes (configs write 0 for "off")."""
+    value = _real_number(name, value)
+    if value < 0:
+        raise ValueError(f"{name} must be >= 0 (0: no clipping), got {value!r}.")
+    return value
+
+
 def beta(name, value):
     """A moment decay rate in [0, 1)."""
     value = _real_number(name, value)
@@ -244,9 +253,9 @@ def refuse_unknown_keywords(optimizer_name, keras_kwargs, own, base, error_class
 # its check}. None (unset) is left to the base class, as is what it checks itself
 # (`ema_momentum`, `ema_overwrite_frequency`, one clipping option at most in Keras 3).
 BASE_KEYWORD_CHECKS = {
-    "clipnorm": positive,
-    "clipvalue": positive,
-    "global_clipnorm": positive,
+    "clipnorm": clip_threshold,
+    "clipvalue": clip_threshold,
+    "global_clipnorm": clip_threshold,
     "loss_scale_factor": positive,
     "use_ema": boolean,
     "gradient_accumulation_steps": lambda name, value: integer_at_least(name, value, 2),

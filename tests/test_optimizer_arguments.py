@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+import numpy_reference as ref
 from flavours import FLAVOURS
 
 SHARED_BAD = [
@@ -48,10 +49,11 @@ SHARED_BAD = [
      "weight_decay_rate must be a real number, got False (bool)"),
     (dict(mesh=object()), ValueError, "DTensor meshes are not supported"),
     # the base classes' keywords they take unchecked (a negative clip zeroes every gradient)
-    (dict(clipnorm=-1.0), ValueError, "clipnorm must be > 0, got -1.0"),
+    (dict(clipnorm=-1.0), ValueError, "clipnorm must be >= 0 (0: no clipping), got -1.0"),
     (dict(clipnorm="1"), TypeError, "clipnorm must be a real number, got '1'"),
-    (dict(clipvalue=0.0), ValueError, "clipvalue must be > 0, got 0.0"),
-    (dict(global_clipnorm=-5), ValueError, "global_clipnorm must be > 0, got -5"),
+    (dict(clipvalue=-0.5), ValueError, "clipvalue must be >= 0 (0: no clipping), got -0.5"),
+    (dict(global_clipnorm=-5), ValueError,
+     "global_clipnorm must be >= 0 (0: no clipping), got -5"),
     (dict(use_ema="yes"), TypeError, "use_ema must be True or False, got 'yes'"),
 ]
 LAMB_BAD = SHARED_BAD + [
@@ -150,6 +152,21 @@ def test_base_class_keywords_that_are_set_are_checked_and_still_reach_the_base(f
     assert (config["clipnorm"], config["use_ema"], config["ema_momentum"]) == (2.0, True, 0.5)
     assert module.LARS(global_clipnorm=np.float32(1.5)).get_config()["global_clipnorm"] == 1.5
     assert module.LAMB(clipnorm=None).get_config()["clipnorm"] is None
+
+
+@pytest.mark.parametrize("keyword", ["clipnorm", "clipvalue", "global_clipnorm"])
+@pytest.mark.parametrize("flavour_name", FLAVOURS)
+def test_a_clipping_threshold_of_0_clips_nothing_as_in_keras(flavour_name, keyword):
+    """Both Keras flavours' base classes take 0 as "no clipping" (configs write it): the
+    update is the reference's unclipped one, and the config keeps the 0."""
+    flavour = FLAVOURS[flavour_name]()
+    x0, g = np.array([1.0, -2.0, 3.0]), np.array([30.0, -40.0, 50.0])
+    variable = flavour.variable("dense/kernel", x0)
+    optimizer = flavour.module.LAMB(0.1, weight_decay_rate=0.0, **{keyword: 0})
+    flavour.apply(optimizer, [g], [variable])
+    expected, _, _ = ref.lamb_step(x0, g, 0 * x0, 0 * x0, 1, 0.1, 0.9, 0.999, 1e-6, 0.0)
+    np.testing.assert_allclose(np.asarray(variable.numpy(), np.float64), expected, rtol=1e-6)
+    assert optimizer.get_config()[keyword] == 0
 
 
 def test_keras3_only_base_keywords_are_checked_too():
