@@ -4,6 +4,7 @@ section, a model that is not a tf_keras one, training elements that are not the 
 batches, and an evaluation that is not a dict."""
 
 import dataclasses
+import sys
 import re
 import types
 
@@ -90,6 +91,42 @@ def test_a_schema_without_a_shared_section_is_named():
         driver.load_task(Recipe, options)
 
 
+def test_a_subclassed_shared_section_of_a_schema_with_text_annotations_is_taken(
+        tmp_path, monkeypatch):
+    """`from __future__ import annotations` makes every annotation text: a section typed
+    `MyTrain(schema.TrainConfig)` was refused as "has no section train"."""
+    import importlib.util
+
+    (tmp_path / "text_schema.py").write_text(
+        "from __future__ import annotations\n"
+        "import dataclasses\n"
+        "from recipes.common import schema\n\n\n"
+        "@dataclasses.dataclass\n"
+        "class MyTrain(schema.TrainConfig):\n"
+        "    extra: int = 3\n\n\n"
+        "@dataclasses.dataclass\n"
+        "class Config:\n"
+        "    train: MyTrain = dataclasses.field(default_factory=MyTrain)\n"
+        "    optimizer: schema.OptimizerConfig = dataclasses.field(\n"
+        "        default_factory=schema.OptimizerConfig)\n"
+        "    eval: schema.EvalConfig = dataclasses.field(default_factory=schema.EvalConfig)\n"
+        "    runtime: schema.RuntimeConfig = dataclasses.field(\n"
+        "        default_factory=schema.RuntimeConfig)\n"
+        "    export: schema.ExportConfig = dataclasses.field(default_factory=schema.ExportConfig)\n")
+    spec = importlib.util.spec_from_file_location("text_schema", tmp_path / "text_schema.py")
+    module = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, "text_schema", module)  # (dataclasses looks it up)
+    spec.loader.exec_module(module)
+    assert isinstance(dataclasses.fields(module.Config)[0].type, str)  # the case at hand
+
+    class Recipe(_TrainsButDoesNotExport):
+        config_class = module.Config
+
+    driver._check_shared_sections(Recipe)  # no UserError
+    with pytest.raises(UserError, match="has no section export"):
+        driver._check_shared_sections(type("R", (Recipe,), {"config_class": _WithoutExport}))
+
+
 @pytest.mark.parametrize("batching, wrong", [
     (lambda dataset: dataset, "[]"),  # not batched
     (lambda dataset: dataset.batch(3, drop_remainder=True), "[3]"),  # another size
@@ -138,3 +175,44 @@ def test_a_model_of_keras_3_is_named_not_a_type_error_traceback():
             "Recipe.build_model returned a keras.src.models.sequential.Sequential, not a "
             "tf_keras model, which the driver trains: build it with tf_keras")):
         driver.compile_model(Recipe(None), tf.distribute.get_strategy(), None)
+
+
+def test_a_training_dataset_known_to_end_is_named():
+    """Without .repeat() a run trained part of its steps and exited 0."""
+    import tensorflow as tf  # pylint: disable=import-outside-toplevel
+
+    class Recipe(_TrainsButDoesNotExport):
+        def train_replica_dataset(self, input_context, plan, seed, steps_to_skip):
+            return tf.data.Dataset.range(100).batch(4, drop_remainder=True)
+
+    recipe = Recipe(types.SimpleNamespace(train=types.SimpleNamespace(checkpoint_every=2,
+                                                                       seed=0)))
+    plan = types.SimpleNamespace(per_replica_batch_size=4)
+    with pytest.raises(UserError, match=re.escape(
+            "Recipe.train_replica_dataset gives 25 batches, then ends: training reads it "
+            "endlessly")):
+        task.train_dataset(recipe, tf.distribute.get_strategy(), plan, 0, 4)
+
+
+def test_training_data_that_ends_unannounced_is_one_line_and_so_is_the_rerun(tmp_path):
+    """A filter hides the end from tf.data's cardinality: 10 batches for 16 steps. Keras
+    stopped the fit with a line in tensorflow.log (exit status 0); the rerun, from the
+    checkpoint of step 10, met an empty dataset: a ValueError's traceback."""
+    import tensorflow as tf  # pylint: disable=import-outside-toplevel
+    import tf_keras  # pylint: disable=import-outside-toplevel
+
+    from recipes.common import training  # pylint: disable=import-outside-toplevel
+
+    def make(first_step, end_step):
+        del end_step
+        return (tf.data.Dataset.range(40).filter(lambda i: True).skip(4 * first_step)
+                .map(lambda i: (tf.ones([3]), tf.ones([1]))).batch(4, drop_remainder=True))
+
+    for _ in range(2):  # the run, then the same command again
+        model = tf_keras.Sequential([tf_keras.layers.Dense(1)])
+        model.build((None, 3))
+        model.compile(optimizer=tf_keras.optimizers.SGD(0.01), loss="mse")
+        with pytest.raises(UserError, match=re.escape(
+                "the training data ended before step 16 (at step ")):
+            training.train(model, make, model_dir=str(tmp_path), total_steps=16,
+                           checkpoint_every=8, global_batch_size=4, verbose=0)

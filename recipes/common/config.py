@@ -271,7 +271,7 @@ def _split_top_level_commas(text):
 
 def unknown_keys(updates, schema_cls, prefix=""):
     """The dotted keys of the nested dict `updates` that `schema_cls` does not have."""
-    fields = _fields(schema_cls)
+    fields = schema_fields(schema_cls)
     unknown = []
     for key, value in updates.items():
         if key not in fields:
@@ -293,21 +293,23 @@ def keys_named(name, schema_cls):
 
 
 def _dotted_keys(schema_cls, prefix=""):
-    for name, field_type in _fields(schema_cls).items():
+    for name, field_type in schema_fields(schema_cls).items():
         if dataclasses.is_dataclass(field_type):
             yield from _dotted_keys(field_type, f"{prefix}{name}.")
         else:
             yield f"{prefix}{name}"
 
 
-def _fields(schema_cls):
+def schema_fields(schema_cls):
+    """{field name: its type} of a schema dataclass, annotations written as text (`from
+    __future__ import annotations`) resolved."""
     hints = typing.get_type_hints(schema_cls)
     return {field.name: hints[field.name] for field in dataclasses.fields(schema_cls)}
 
 
 def _merge(values, updates, schema_cls, source, prefix, renamed):
     """Merges `updates` into the `values` dict of `schema_cls`, checking every key and type."""
-    fields = _fields(schema_cls)
+    fields = schema_fields(schema_cls)
     for key, value in updates.items():
         dotted = f"{prefix}{key}"
         if key not in fields and dotted in renamed:
@@ -329,7 +331,7 @@ def _merge(values, updates, schema_cls, source, prefix, renamed):
             if value is None:  # `train:` with its keys not indented under it
                 raise UserError(
                     f"{source}: config section {dotted!r} is empty; indent its keys under it "
-                    f"(e.g. '{dotted}:' then '  {next(iter(_fields(field_type)))}: ...'), or "
+                    f"(e.g. '{dotted}:' then '  {next(iter(schema_fields(field_type)))}: ...'), or "
                     "leave the section out"
                 )
             if not isinstance(value, dict):
@@ -397,7 +399,7 @@ def type_name(field_type):
 
 def _build(schema_cls, values):
     kwargs = {}
-    for name, field_type in _fields(schema_cls).items():
+    for name, field_type in schema_fields(schema_cls).items():
         if dataclasses.is_dataclass(field_type):
             kwargs[name] = _build(field_type, values[name])
         else:

@@ -107,11 +107,10 @@ SHARED_SECTIONS = {"train": schema.TrainConfig, "optimizer": schema.OptimizerCon
 def _check_shared_sections(task_class):
     """A UserError naming a shared section the task's schema lacks or types otherwise (the
     driver reads each; a missing one was an AttributeError's traceback mid-run)."""
-    fields = {field.name: field.type for field in dataclasses.fields(task_class.config_class)}
+    fields = config_lib.schema_fields(task_class.config_class)  # (annotations as text too)
     for name, section in SHARED_SECTIONS.items():
         given = fields.get(name)
-        if not (isinstance(given, type) and issubclass(given, section)) and given not in (
-                section.__name__, f"schema.{section.__name__}"):  # (annotations as text)
+        if not (isinstance(given, type) and issubclass(given, section)):
             raise UserError(
                 f"{task_class.config_class.__name__} has no section {name}: "
                 f"schema.{section.__name__}; every recipe's schema holds train, optimizer, "

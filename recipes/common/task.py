@@ -147,11 +147,18 @@ def checkpoint_chunks(first_step, end_step, checkpoint_every):
 
 
 def _check_batches(task, pipeline, batch_size):
-    """A UserError for a `train_replica_dataset` whose elements are not batches of
-    `batch_size` (by their static shape; an unbatched one was an IndexError's traceback in
-    the accumulation)."""
+    """A UserError for a `train_replica_dataset` known to end (a missing .repeat() trained
+    part of the run and exited 0), or whose elements are not batches of `batch_size` (by
+    their static shape; an unbatched one was an IndexError's traceback in the
+    accumulation)."""
     shapes = [spec.shape for spec in tf.nest.flatten(pipeline.element_spec)
               if isinstance(spec, tf.TensorSpec)]
+    batches = int(pipeline.cardinality())  # -1: endless; -2: not known before reading
+    if batches >= 0:
+        raise UserError(
+            f"{type(task).__name__}.train_replica_dataset gives {batches} batches, then ends: "
+            "training reads it endlessly (a run trains train.steps steps, whatever the data's "
+            "size); put .repeat() before its .batch(...)")
     wrong = [shape for shape in shapes if shape.rank == 0 or shape[0] not in (None, batch_size)]
     if wrong:
         raise UserError(

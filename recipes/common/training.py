@@ -159,7 +159,13 @@ def train(
             except _COLLECTIVE_FAILURES as error:
                 raise _worker_lost(model, error, loop.chunk or (fit_start, fit_end),
                                    restore_dir or model_dir)
+            except ValueError as error:  # Keras: no step at all in an epoch
+                if "Empty logs" not in str(error):
+                    raise
+                raise _data_ended(model, fit_end) from None
             loop.preemption.raise_if_stopped()
+            if int(model.optimizer.iterations.numpy()) < fit_end:  # Keras only logs it
+                raise _data_ended(model, fit_end)
     loop.report_skipped()
     return history
 
@@ -294,6 +300,16 @@ class KeepsItsIterator:
         """Drops the last reference to the iterator on a new (non-daemon) thread."""
         held, self.iterator = [self.iterator], None
         threading.Thread(target=held.clear, name="delete the input iterator").start()
+
+
+def _data_ended(model, fit_end):
+    """The UserError of training data that ended before step `fit_end` (Keras stops `fit`
+    with a line in tensorflow.log, and a `fit` of no step at all with a ValueError)."""
+    reached = int(model.optimizer.iterations.numpy())
+    return UserError(
+        f"the training data ended before step {fit_end} (at step {reached}): a recipe's "
+        "train_replica_dataset must be endless (a run trains train.steps steps, whatever the "
+        "data's size); put .repeat() before its .batch(...)")
 
 
 def _worker_lost(model, error, chunk, checkpoint_dir):
