@@ -1039,6 +1039,32 @@ MUTATIONS = [
         ["tests/test_bert_recipe.py::test_eval_steps_beyond_the_held_out_files_evaluates_them_"
          "and_says_so"],
         [r"test_eval_steps_beyond_the_held_out_files_evaluates_them_and_says_so"]),
+    # ---- found on 2026-12-07 by audits of the library, the study and the recipe guide ------
+    Mutation(
+        "sixteen_bit_norms_cast_back", "a 16-bit layer's trust ratio and step formed in its "
+        "own dtype (a float16 norm beyond 65,504 is inf: a ratio of 0 or inf)",
+        "lamb_tf/update_rules.py",
+        "    return tf.float32 if dtype in (tf.float16, tf.bfloat16) else dtype",
+        "    return dtype",
+        ["tests/test_update_rules.py"],
+        [r"test_a_float16_layer_whose_norm_is_beyond_float16_still_steps\[keras3-LAMB\]",
+         r"test_a_16_bit_update_whose_norm_is_beyond_float16_keeps_its_ratio"]),
+    Mutation(
+        "resnet_crops_keyed_after_the_skip", "ResNet's crops and flips keyed by the place "
+        "counted after a resumed pipeline's skip (its examples get the chunk's first draws)",
+        "recipes/resnet/input.py",
+        "    dataset = dataset.enumerate().skip(skip_batches * per_replica_batch_size)",
+        "    dataset = dataset.skip(skip_batches * per_replica_batch_size).enumerate()",
+        ["tests/test_resnet_input.py"],
+        [r"test_skipping_batches_resumes_the_same_crops_and_flips"]),
+    Mutation(
+        "training_data_that_ends_accepted", "a recipe's training data that ends before the "
+        "last step stops the run without a word",
+        "recipes/common/training.py",
+        "            if int(model.optimizer.iterations.numpy()) < fit_end:  # Keras only logs it",
+        "            if False:",
+        ["tests/test_task_interface.py"],
+        [r"test_training_data_that_ends_unannounced_is_one_line_and_so_is_the_rerun"]),
 ]
 
 

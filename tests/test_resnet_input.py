@@ -193,6 +193,49 @@ def test_one_record_shared_out_among_three_pipelines_feeds_every_one(tmp_path):
         assert labels.tolist() == [7, 7]
 
 
+@pytest.mark.parametrize("decode_jpeg_only", [True, False])
+def test_skipping_batches_resumes_the_same_crops_and_flips(four_files, decode_jpeg_only):
+    """A run resumed inside a chunk (SIGTERM saved its step) makes the chunk's pipeline with
+    `skip_batches`: its examples must be cropped and flipped as the pipeline that never
+    stopped crops them (Model Garden's stateful draws started again: other images)."""
+    config = data_config(decode_jpeg_only=decode_jpeg_only)
+    fresh = input_lib.make_train_dataset(config, four_files, 3, seed=5)
+    resumed = input_lib.make_train_dataset(config, four_files, 3, skip_batches=2, seed=5)
+    fresh_images = [images for images, _ in fresh.take(6).as_numpy_iterator()]
+    resumed_images = [images for images, _ in resumed.take(4).as_numpy_iterator()]
+    np.testing.assert_array_equal(np.stack(fresh_images[2:]), np.stack(resumed_images))
+    # the draws differ from example to example, and with the seed
+    assert len({images.tobytes() for images in fresh_images}) == 6
+    other = input_lib.make_train_dataset(config, four_files, 3, seed=6)
+    assert next(other.as_numpy_iterator())[0].tobytes() != fresh_images[0].tobytes()
+
+
+@pytest.mark.parametrize("decode_jpeg_only", [True, False])
+def test_training_preprocessing_is_model_gardens_where_nothing_is_drawn(four_files,
+                                                                         decode_jpeg_only):
+    """With crop_area_min=1 the crop is the whole image, which both replace by the central
+    crop, and without the flip nothing is random: the image is Model Garden's parser's."""
+    from official.vision.dataloaders import classification_input  # pylint: disable=all
+
+    config = data_config(crop_area_min=1.0, random_flip=False, decode_jpeg_only=decode_jpeg_only)
+    record = next(iter(tf.data.TFRecordDataset(tf.io.gfile.glob(four_files)[0])))
+    ours, label = input_lib._train_parse_fn(config, "float32", 5, None)(tf.constant(0, tf.int64),
+                                                                        record)
+    parse = input_lib.make_parser(config, "float32").parse_fn(True)
+    theirs, their_label = parse(classification_input.Decoder().decode(record))
+    np.testing.assert_array_equal(ours.numpy(), theirs.numpy())
+    assert int(label) == int(their_label) - config.label_offset
+
+
+def test_the_crops_of_two_input_pipelines_are_their_own(four_files):
+    """Two hosts' k-th examples get different draws (their places are numbered apart)."""
+    from recipes.resnet import augment  # pylint: disable=import-outside-toplevel
+
+    seeds = {tuple(augment.example_seed(5, 3, 2, pipeline_id).numpy()) for pipeline_id in (0, 1)}
+    seeds |= {tuple(augment.example_seed(5, place, 2, 0).numpy()) for place in (0, 1, 2)}
+    assert len(seeds) == 5
+
+
 def test_skipping_batches_resumes_the_same_example_order(four_files):
     config = data_config()
     fresh = input_lib.make_train_dataset(config, four_files, 3)
@@ -260,8 +303,8 @@ def test_local_files_read_in_turn_give_the_records_of_parallel_remote_reads(
     more than one pass of the files (8 pipelines for 4 files: records sharded after the
     read). Each record is known by a hash of its bytes, so the order is seen record by
     record, not only file by file."""
-    monkeypatch.setattr(input_lib, "_parse_fn", lambda data, is_training, dtype: (
-        lambda record: (tf.strings.to_hash_bucket_fast(record, 2**62), tf.constant(0))))
+    monkeypatch.setattr(input_lib, "_train_parse_fn", lambda data, dtype, seed, context: (
+        lambda place, record: (tf.strings.to_hash_bucket_fast(record, 2**62), tf.constant(0))))
 
     def records_and_interleaves(local, pipeline_id):
         monkeypatch.setattr(storage, "all_local", lambda files: local)

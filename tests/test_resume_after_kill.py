@@ -136,18 +136,12 @@ def test_bert_kill_during_export_leaves_no_export_directory(bert_runs):
     assert glob.glob(os.path.join(resumed_dir, "export.tmp-*"))
 
 
-@pytest.mark.parametrize("asynchronous", [False, True], ids=["sync", "async_checkpoint"])
-def test_bert_sigterm_mid_chunk_saves_that_step_and_resumes_exactly(bert_args, bert_runs,
-                                                                      tmp_path, asynchronous):
-    """Preemption: SIGTERM after step 3 saves ckpt-3 (not a multiple of checkpoint_every)
-    and exits 143; the same command resumes at step 3 and ends bitwise equal to the
-    uninterrupted run. With train.async_checkpoint=true the preempted and resumed runs write
-    their chunk checkpoints asynchronously (ckpt-2 may still be in flight at the SIGTERM)."""
-    straight_dir = bert_runs[0]
-    if asynchronous:
-        bert_args = [*bert_args, "--params_override=train.async_checkpoint=true"]
-    model_dir, log = str(tmp_path / "preempted"), str(tmp_path / "sigterm.log")
-    process = cli.start(BERT, *bert_args, f"--model_dir={model_dir}", log_path=log,
+def _sigterm_after_step_3_then_resume(module, args, model_dir, log_dir):
+    """Runs `args` in `model_dir`, SIGTERMed right after step 3: it must save ckpt-3 (not a
+    multiple of checkpoint_every) and exit 143; then the same command again, which must
+    resume at step 3 and finish."""
+    log = os.path.join(log_dir, "sigterm.log")
+    process = cli.start(module, *args, f"--model_dir={model_dir}", log_path=log,
                         env={cli.STEP_HOOK_ENV: "0.5"})
     try:
         deadline = time.monotonic() + 240
@@ -161,13 +155,27 @@ def test_bert_sigterm_mid_chunk_saves_that_step_and_resumes_exactly(bert_args, b
     stopped_log = cli.read(log)
     assert "stopped: SIGTERM at step 3" in stopped_log and "step 4 done" not in stopped_log
     assert cli.latest_checkpoint(model_dir).endswith("ckpt-3"), stopped_log[-3000:]
-    resumed = cli.start(BERT, *bert_args, f"--model_dir={model_dir}",
-                        log_path=str(tmp_path / "resumed.log"))
+    resumed_log = os.path.join(log_dir, "resumed_after_sigterm.log")
+    resumed = cli.start(module, *args, f"--model_dir={model_dir}", log_path=resumed_log)
     try:
-        assert resumed.wait(timeout=300) == 0, cli.read(str(tmp_path / "resumed.log"))[-3000:]
+        assert resumed.wait(timeout=300) == 0, cli.read(resumed_log)[-3000:]
     finally:
         cli.kill_group(resumed)
-    assert "at step 3" in cli.read(str(tmp_path / "resumed.log"))
+    assert "at step 3" in cli.read(resumed_log)
+
+
+@pytest.mark.parametrize("asynchronous", [False, True], ids=["sync", "async_checkpoint"])
+def test_bert_sigterm_mid_chunk_saves_that_step_and_resumes_exactly(bert_args, bert_runs,
+                                                                      tmp_path, asynchronous):
+    """Preemption: SIGTERM after step 3 saves ckpt-3 (not a multiple of checkpoint_every)
+    and exits 143; the same command resumes at step 3 and ends bitwise equal to the
+    uninterrupted run. With train.async_checkpoint=true the preempted and resumed runs write
+    their chunk checkpoints asynchronously (ckpt-2 may still be in flight at the SIGTERM)."""
+    straight_dir = bert_runs[0]
+    if asynchronous:
+        bert_args = [*bert_args, "--params_override=train.async_checkpoint=true"]
+    model_dir = str(tmp_path / "preempted")
+    _sigterm_after_step_3_then_resume(BERT, bert_args, model_dir, str(tmp_path))
     # every weight, slot, step and generator state; not the count of saves (one more here)
     _assert_same_checkpoints(straight_dir, model_dir,
                              ignore=["save_counter/.ATTRIBUTES/VARIABLE_VALUE"])
@@ -220,3 +228,20 @@ def test_resnet_killed_mid_chunk_resumes_to_the_same_weights(resnet_args, tmp_pa
     # the asynchronous writer saves a save counter of its own (0), which nothing reads
     _assert_same_checkpoints(straight_dir, resumed_dir, ignore=(
         ["save_counter/.ATTRIBUTES/VARIABLE_VALUE"] if asynchronous else []))
+
+
+def test_resnet_sigterm_mid_chunk_saves_that_step_and_resumes_exactly(resnet_args, tmp_path):
+    """The resumed run makes the chunk's pipeline and skips the step already trained: its
+    later examples must get the crops and flips of the run never stopped (Model Garden's
+    stateful draws started again, and it ended at other weights)."""
+    straight_dir, model_dir = str(tmp_path / "straight"), str(tmp_path / "preempted")
+    straight_log = str(tmp_path / "straight.log")
+    straight = cli.start(RESNET, *resnet_args, f"--model_dir={straight_dir}",
+                         log_path=straight_log)
+    try:
+        _sigterm_after_step_3_then_resume(RESNET, resnet_args, model_dir, str(tmp_path))
+        assert straight.wait(timeout=300) == 0, cli.read(straight_log)[-3000:]
+    finally:
+        cli.kill_group(straight)
+    _assert_same_checkpoints(straight_dir, model_dir,
+                             ignore=["save_counter/.ATTRIBUTES/VARIABLE_VALUE"])

@@ -175,7 +175,7 @@ def train_dataset(task, strategy, plan, first_step, end_step):
     while the previous chunk's last steps train, and the batches are those of a pipeline
     made afresh at each chunk: a run resumed from any checkpoint reads the same ones.
     (tf.data's own iterator checkpoint cannot do this here: TF 2.20 saves no `tf.distribute`
-    strategy's iterator, nor the state of ResNet's random crops; docs/reliability.md.)"""
+    strategy's iterator; docs/reliability.md.)"""
     config = task.config.train
     chunks = list(checkpoint_chunks(first_step, end_step, config.checkpoint_every))
 

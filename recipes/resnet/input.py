@@ -3,9 +3,10 @@
 Decoding and preprocessing are Model Garden's (`official.vision.dataloaders.classification_input`
 Decoder and Parser): training takes an Inception-style random-resized crop (area in
 [data.crop_area_min, 1], aspect ratio in [3/4, 4/3]; fused JPEG decode-and-crop) and a random
-horizontal flip; eval takes a central crop of `data.center_crop_fraction` of the image; both
-resize to `data.image_size` and normalise each channel with ImageNet's mean and std
-(`preprocess_ops.MEAN_RGB`, `STDDEV_RGB`). The labels are `image/class/label - label_offset`.
+horizontal flip, drawn per example from its place in the run (`recipes.resnet.augment`, which
+says why it is written out); eval takes a central crop of `data.center_crop_fraction` of the
+image; both resize to `data.image_size` and normalise each channel with ImageNet's mean and
+std (`preprocess_ops.MEAN_RGB`, `STDDEV_RGB`). The labels are `image/class/label - label_offset`.
 
 File reading, sharding, shuffling and batching are written here rather than through Model
 Garden's `InputReader`, which needs its `hyperparams` DataConfig; what it would do is simple:
@@ -32,6 +33,7 @@ from official.vision.dataloaders import classification_input
 from recipes.common import corrupt_data
 from recipes.common import storage
 from recipes.common.errors import UserError
+from recipes.resnet import augment
 
 LABEL_KEY = classification_input.DEFAULT_LABEL_FIELD_KEY  # "image/class/label"
 LABEL_RANGE_ERROR = "image/class/label minus data.label_offset is outside [0, data.num_classes)"
@@ -87,17 +89,39 @@ def make_parser(data, dtype):
 
 
 def _parse_fn(data, is_training, dtype):
+    """(serialized record) -> (image, label): Model Garden's parser (training's random
+    draws restart with each pipeline: `_train_parse_fn` is the training's)."""
     decoder = classification_input.Decoder()
     parse = make_parser(data, dtype).parse_fn(is_training)
 
     def parse_record(serialized):
-        image, label = parse(decoder.decode(serialized))
-        label = label - data.label_offset
-        in_range = tf.logical_and(label >= 0, label < data.num_classes)
-        with tf.control_dependencies([tf.debugging.Assert(in_range, [LABEL_RANGE_ERROR, label])]):
-            return tf.identity(image), tf.identity(label)
+        return _checked_label(data, *parse(decoder.decode(serialized)))
 
     return parse_record
+
+
+def _train_parse_fn(data, dtype, seed, input_context):
+    """(place in the pipeline, serialized record) -> (image, label) for training, the
+    random crop and flip drawn from the example's place (`recipes.resnet.augment`)."""
+    decoder = classification_input.Decoder()
+    num_pipelines, pipeline_id = _pipeline(input_context)
+
+    def parse_record(place, serialized):
+        decoded = decoder.decode(serialized)
+        image = augment.train_image(decoded[classification_input.DEFAULT_IMAGE_FIELD_KEY],
+                                    data, dtype,
+                                    augment.example_seed(seed, place, num_pipelines, pipeline_id))
+        return _checked_label(data, image, tf.cast(decoded[LABEL_KEY], tf.int32))
+
+    return parse_record
+
+
+def _checked_label(data, image, label):
+    """(image, label - data.label_offset), failing with LABEL_RANGE_ERROR outside the classes."""
+    label = label - data.label_offset
+    in_range = tf.logical_and(label >= 0, label < data.num_classes)
+    with tf.control_dependencies([tf.debugging.Assert(in_range, [LABEL_RANGE_ERROR, label])]):
+        return tf.identity(image), tf.identity(label)
 
 
 def first_example(data, path):
@@ -154,8 +178,10 @@ def make_train_dataset(
     dataset = dataset.shuffle(
         data.shuffle_buffer_size, seed=seed + 1, reshuffle_each_iteration=True
     )
-    dataset = dataset.skip(skip_batches * per_replica_batch_size)
-    dataset = dataset.map(_parse_fn(data, True, dtype), num_parallel_calls=tf.data.AUTOTUNE)
+    # each example's place, counted before the skip: its random crop and flip are drawn from it
+    dataset = dataset.enumerate().skip(skip_batches * per_replica_batch_size)
+    dataset = dataset.map(_train_parse_fn(data, dtype, seed, input_context),
+                          num_parallel_calls=tf.data.AUTOTUNE)
     dataset = dataset.batch(per_replica_batch_size, drop_remainder=True)
     # Endless, as a parallel interleave says; a sequential one leaves it unknown (stated
     # once a batch, not once a record).
