@@ -256,3 +256,20 @@ def test_an_eval_batch_of_all_the_held_out_sequences_is_one_batch_not_none(
             task.prepare(str(tmp_path), "train_and_eval")
     else:
         task.prepare(str(tmp_path), "train_and_eval")
+
+
+@pytest.mark.parametrize("held_out, fix", [
+    (0, "give --mode=train, or prepare with a held-out fraction above 0"),
+    (3, "lower eval.global_batch_size"),
+])
+def test_an_evaluation_of_no_batch_says_what_to_do_for_a_preparation_holding_none_out(
+        held_out, fix):
+    """A preparation with --heldout_fraction=0 holds no held-out sequence: "lower
+    eval.global_batch_size" could not help."""
+    recipe = pretrain.BertPretraining(config_lib.load_config(
+        pretrain.BertPretrainingConfig, ["configs/bert/tiny_cpu.yaml"]))
+    recipe.data = types.SimpleNamespace(eval_sequences=held_out)
+    message = recipe._no_eval_batch(f"the {held_out} held-out sequences")
+    assert message == (f"eval.global_batch_size=128 is more than the {held_out} held-out "
+                       "sequences hold, so the evaluation reads no batch (it drops a last "
+                       f"partial one: static shapes); {fix}")

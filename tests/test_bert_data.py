@@ -750,6 +750,63 @@ def test_text_file_that_is_not_utf8_is_a_user_error_naming_it(tmp_path):
     assert os.listdir(tmp_path / "kept") == ["notes.txt"]
 
 
+def test_a_run_pass_1_refuses_leaves_the_finished_preparation_it_would_replace(tmp_path):
+    """Its metadata.json went first: the earlier preparation no longer looked finished, and a
+    pretraining run with that data.data_dir prepared its corpus over it."""
+    corpus_dir = tmp_path / "corpus"
+    write_corpus(str(corpus_dir), synthetic_documents(8))
+    prepare_small(str(corpus_dir), str(tmp_path / "out"))
+    before = {name: (tmp_path / "out" / name).read_bytes()
+              for name in os.listdir(tmp_path / "out")}
+    assert "metadata.json" in before
+    (corpus_dir / "latin1.txt").write_bytes("Caf\xe9.\nAu lait.\n".encode("latin-1"))
+    with pytest.raises(UserError, match=r"latin1\.txt is not UTF-8 text"):
+        prepare_small(str(corpus_dir), str(tmp_path / "out"))
+    assert {name: (tmp_path / "out" / name).read_bytes()
+            for name in os.listdir(tmp_path / "out")} == before
+
+
+def test_a_remote_output_dir_is_refused_before_any_work(tmp_path, monkeypatch):
+    """A preparation writes with Python's own files: gs://bucket/x ran both passes, then
+    failed renaming its shards, leaving ./gs:/bucket/x and .tmp shards in the bucket."""
+    corpus_path = write_corpus(str(tmp_path / "corpus"), synthetic_documents(8))
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(UserError, match=re.escape(
+            "output_dir=gs://bucket/x is remote, and a preparation writes local files; give a "
+            "local directory")):
+        prepare_small(corpus_path, "gs://bucket/x")
+    assert os.listdir(tmp_path) == ["corpus"]
+
+
+def test_a_remote_vocab_file_is_copied_into_the_preparation(tmp_path):
+    """Read from gs:// (here TensorFlow's in-memory file system, the same code path), it was
+    then copied with Python's own files: a traceback after the shards were in place."""
+    corpus_path = write_corpus(str(tmp_path / "corpus"), synthetic_documents(8))
+    prepare_small(corpus_path, str(tmp_path / "first"))
+    vocab = (tmp_path / "first" / "vocab.txt").read_bytes()
+    tf.io.gfile.makedirs("ram://lamb_tf_test_vocab")
+    with tf.io.gfile.GFile("ram://lamb_tf_test_vocab/vocab.txt", "wb") as f:
+        f.write(vocab)
+    prepare_small(corpus_path, str(tmp_path / "second"),
+                  vocab_file="ram://lamb_tf_test_vocab/vocab.txt")
+    assert (tmp_path / "second" / "vocab.txt").read_bytes() == vocab
+    assert os.path.exists(tmp_path / "second" / "metadata.json")
+
+
+def test_files_reached_twice_through_symbolic_links_are_read_once(tmp_path):
+    """A linked directory, and a link back up the tree: the documents were read twice (41
+    times through the loop) and landed in both splits."""
+    write_corpus(str(tmp_path / "corpus" / "a"), synthetic_documents(8))
+    os.symlink("a", tmp_path / "corpus" / "b")
+    os.symlink("..", tmp_path / "corpus" / "a" / "up")
+    files = text_files.resolve_text_files(str(tmp_path / "corpus"))
+    assert files == [str(tmp_path / "corpus" / "a" / "corpus.txt")]
+    assert text_files.resolve_text_files(tmp_path / "corpus" / "*" / "*.txt") == files
+    # a path object, as the API's recorded paths take
+    prepared = prepare_small(tmp_path / "corpus", tmp_path / "out")
+    assert prepared.inputs.corpus == str(tmp_path / "corpus")
+
+
 def test_corpus_without_sentence_pairs_is_a_user_error_and_leaves_no_shards(tmp_path):
     corpus_path = write_corpus(str(tmp_path / "corpus"), [["Only one sentence here."]])
     (tmp_path / "out").mkdir()
@@ -947,6 +1004,9 @@ def test_missing_tfrecords_are_a_user_error(tmp_path):
     ("{tmp}/out", "has no .txt files"),
     # Linux's /proc takes no new directory, for root too
     ("/proc/lamb_tf_prepared", "--output_dir=/proc/lamb_tf_prepared: cannot write in /proc ("),
+    # before any work: it ran both passes, then failed renaming shards (./gs:/... left)
+    ("gs://bucket/prepared", "--output_dir=gs://bucket/prepared is remote, and a preparation "
+     "writes local files"),
 ])
 def test_cli_reports_bad_input_in_one_line(tmp_path, output_dir, message):
     (tmp_path / "empty").mkdir()
@@ -1293,13 +1353,42 @@ def test_the_first_records_ids_are_checked_against_the_vocabulary_and_segments_a
     config = DataConfig(train_files=path, eval_files=path, vocab_file="v.txt", seq_length=8,
                         max_predictions_per_seq=2)
     files = data_lib.DataFiles(path, path, [path], [path], "v.txt", None)
-    data_lib.check_first_records(config, files, vocab_size=10, type_vocab_size=2)
+    data_lib.check_first_records(config, files, vocab_size=10, type_vocab_size=2,
+                                 mode="train_and_eval")
     with pytest.raises(UserError, match=f"^data.train_files: the first record of {path} holds "
                                         "piece id 9, outside the 9 pieces of data.vocab_file"):
-        data_lib.check_first_records(config, files, vocab_size=9, type_vocab_size=2)
+        data_lib.check_first_records(config, files, vocab_size=9, type_vocab_size=2,
+                                     mode="train_and_eval")
     with pytest.raises(UserError, match=f"^data.train_files: the first record of {path} holds "
                                         "segment id 1, which model.type_vocab_size=1 has no"):
-        data_lib.check_first_records(config, files, vocab_size=10, type_vocab_size=1)
+        data_lib.check_first_records(config, files, vocab_size=10, type_vocab_size=1,
+                                     mode="train_and_eval")
+
+
+def test_empty_held_out_files_are_refused_only_where_the_mode_evaluates(tmp_path):
+    """A preparation with --heldout_fraction=0 writes its held-out shards empty: given as
+    data.train_files/eval_files they were refused for --mode=train too."""
+    from recipes.bert import data as data_lib
+    from recipes.bert import tfrecords
+    from recipes.bert.config import DataConfig
+
+    train, held_out = str(tmp_path / "train-0.tfrecord"), str(tmp_path / "heldout-0.tfrecord")
+    with tf.io.TFRecordWriter(train) as writer:
+        writer.write(tfrecords.serialize_example(
+            input_ids=np.array([2, 9, 3, 5, 3]), segment_ids=np.array([0, 0, 0, 1, 1]),
+            masked_lm_positions=np.array([1]), masked_lm_ids=np.array([7]),
+            next_sentence_label=0, seq_length=8, max_predictions_per_seq=2, pad_id=0))
+    with tf.io.TFRecordWriter(held_out):
+        pass
+    config = DataConfig(train_files=train, eval_files=held_out, vocab_file="v.txt",
+                        seq_length=8, max_predictions_per_seq=2)
+    files = data_lib.DataFiles(train, held_out, [train], [held_out], "v.txt", None)
+    for mode in ("train", "export"):
+        data_lib.check_first_records(config, files, 10, 2, mode)
+    for mode in ("train_and_eval", "eval"):
+        with pytest.raises(UserError, match=f"^data.eval_files: the 1 file.s. of {held_out} "
+                                            "hold no record"):
+            data_lib.check_first_records(config, files, 10, 2, mode)
 
 
 def test_configured_training_files_without_a_vocabulary_name_the_empty_key():

@@ -169,6 +169,10 @@ def prepare_pretraining_data(
       UserError: the corpus, vocabulary or Beam options cannot be used (one line: what,
         where, what to do).
     """
+    storage.refuse_remote("output_dir", os.fspath(output_dir), "a preparation")
+    output_dir = storage.local_path(os.fspath(output_dir))  # (file:// and pathlib.Path too)
+    input_path, vocab_file = (None if path is None else os.fspath(path)
+                              for path in (input_path, vocab_file))
     inputs = PreparationInputs(
         corpus=recorded_path(input_path), vocab_file=recorded_path(vocab_file),
         vocab_size=vocab_size, lower_case=lower_case, masked_lm_prob=masked_lm_prob,
@@ -184,7 +188,7 @@ def prepare_pretraining_data(
         _check_no_vocabulary_of_the_users(output_dir, vocab_file)
         files, source = _corpus_files(input_path, output_dir)  # a bad path: before any file
         _check_no_earlier_shards(output_dir, num_shards)
-        metadata_path = _remove_finished_mark(output_dir)
+        os.makedirs(output_dir, exist_ok=True)
         # Pass 1: split, count, refuse bad files; then the vocabulary.
         if beam is not None:
             summaries, counts = beam.summarize(files, seed, heldout_fraction, lower_case,
@@ -194,6 +198,8 @@ def prepare_pretraining_data(
                                            tokens is None, progress)
         corpus_counts = _CorpusCounts(source, summaries)
         tokens = tokens or _learn_vocabulary(counts, vocab_size, corpus_counts)
+        # pass 1 refused nothing: what this preparation replaces stops looking finished
+        metadata_path = _remove_finished_mark(output_dir)
         # Pass 2: chunks -> pairs, masks -> shards.
         settings = chunk_records.RecordSettings(
             vocab_tokens=tuple(tokens), lower_case=lower_case, seq_length=seq_length,
@@ -238,11 +244,11 @@ def _check_no_earlier_shards(output_dir, num_shards):
 
 
 def _remove_finished_mark(output_dir):
-    """Creates `output_dir`; returns the path of its metadata.json, removed if present.
+    """The path of `output_dir`'s metadata.json, removed if present.
 
-    metadata.json marks a finished preparation: it goes first, so that a run that fails
-    half-way (after replacing shards and vocab.txt) never looks finished."""
-    os.makedirs(output_dir, exist_ok=True)
+    metadata.json marks a finished preparation: it goes before anything is replaced, so
+    that a run that fails half-way (after replacing shards and vocab.txt) never looks
+    finished; and after pass 1, so that a run pass 1 refuses leaves an earlier one whole."""
     metadata_path = os.path.join(output_dir, "metadata.json")
     if os.path.exists(metadata_path):
         os.remove(metadata_path)
@@ -329,7 +335,7 @@ def _write_vocabulary(tokens, vocab_file, output_dir):
     if vocab_file is None:
         vocabulary.write_vocabulary(tokens, vocab_path)
     elif os.path.abspath(vocab_file) != os.path.abspath(vocab_path):
-        shutil.copyfile(vocab_file, vocab_path)
+        vocabulary.copy_vocabulary(vocab_file, vocab_path)  # (gs:// too)
     logging.info("Vocabulary: %s pieces in %s.", f"{len(tokens):,}", vocab_path)
     return vocab_path
 

@@ -127,6 +127,7 @@ def check_flags(values, positional, beam_arguments):
                         "and metadata.json")
     for name in ("input_path", "output_dir", "vocab_file"):
         storage.refuse_unexpanded_home(f"--{name}", getattr(values, name) or "")
+    storage.refuse_remote("--output_dir", values.output_dir, "a preparation")
     storage.check_writable(f"--output_dir={values.output_dir}", values.output_dir)
     storage.check_not_a_run(f"--output_dir={values.output_dir}", values.output_dir,
                             "the shards, vocab.txt and metadata.json")

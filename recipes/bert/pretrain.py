@@ -52,8 +52,7 @@ class BertPretraining(task.Task):
         if data.seq_length > model.max_sequence_length:
             raise UserError(
                 f"data.seq_length={data.seq_length} exceeds model.max_sequence_length="
-                f"{model.max_sequence_length}; raise model.max_sequence_length (BERT: 512)"
-            )
+                f"{model.max_sequence_length}; raise model.max_sequence_length (BERT: 512)")
         if data.data_dir and not data.train_files and not data_lib.finished_preparation(
                 data.data_dir):  # the preparation will write there
             storage.check_writable(f"data.data_dir={data.data_dir}", data.data_dir)
@@ -73,7 +72,7 @@ class BertPretraining(task.Task):
         self.vocab_size = len(vocabulary.read_vocabulary(self.data.vocab_file))
         if self.config.data.train_files:
             data_lib.check_first_records(self.config.data, self.data, self.vocab_size,
-                                         self.config.model.type_vocab_size)
+                                         self.config.model.type_vocab_size, mode)
         held_out, batch = self.data.eval_sequences, self.config.eval.global_batch_size
         if mode in ("eval", "train_and_eval") and held_out is not None and held_out < batch:
             raise UserError(self._no_eval_batch(f"the {held_out} held-out sequences"))
@@ -107,9 +106,11 @@ class BertPretraining(task.Task):
         return results
 
     def _no_eval_batch(self, held_out):
+        fix = ("give --mode=train, or prepare with a held-out fraction above 0"
+               if self.data.eval_sequences == 0 else "lower eval.global_batch_size")
         return (f"eval.global_batch_size={self.config.eval.global_batch_size} is more than "
                 f"{held_out} hold, so the evaluation reads no batch (it drops a last partial "
-                "one: static shapes); lower eval.global_batch_size")
+                f"one: static shapes); {fix}")
 
     def describe_evaluation(self, results):
         # Each number under its results.json key. masked_lm_cross_entropy: per masked token
@@ -123,9 +124,8 @@ class BertPretraining(task.Task):
         )
 
     def export(self, export_dir):
-        export_lib.export_encoder(
-            export_dir, self.encoder, self.data.vocab_file, self.config.data.seq_length
-        )
+        export_lib.export_encoder(export_dir, self.encoder, self.data.vocab_file,
+                                  self.config.data.seq_length)
         ecosystem_export.export_for_ecosystem(  # model_garden/ and hub/ (docs/finetune.md)
             self.model_dir, self.encoder, self.config.model, self.data.vocab_file,
             self.config.data.seq_length)

@@ -24,13 +24,14 @@ def resolve_text_files(input_path: str, setting: str = "text corpus",
     `advice`. A path with a scheme (`gs://...`) is a glob matched by Beam's `FileSystems`
     (install `apache-beam[gcp]` for gs://).
     """
+    input_path = os.fspath(input_path)  # (a pathlib.Path too)
     if "://" in input_path:
         return _resolve_remote(input_path, setting)
     if os.path.isdir(input_path):
-        files = sorted(glob.glob(os.path.join(input_path, "**", "*.txt"), recursive=True))
+        files = _each_file_once(_text_files_below(input_path))
         where = f"directory {input_path} has no .txt files"
     else:
-        files = sorted(path for path in glob.glob(input_path) if os.path.isfile(path))
+        files = _each_file_once(path for path in glob.glob(input_path) if os.path.isfile(path))
         where = f"{input_path} matches no files"
     if not files:
         raise UserError(f"{setting}: {where}: {advice}")
@@ -39,6 +40,35 @@ def resolve_text_files(input_path: str, setting: str = "text corpus",
             f"{setting}: all {len(files)} file(s) matched by {input_path} are "
             "empty: give files with one sentence per line"
         )
+    return files
+
+
+def _text_files_below(directory: str) -> Iterator[str]:
+    """The `.txt` files below `directory`, following links to directories but entering each
+    directory once (glob's `**` went round a link back up the tree, each pass doubling)."""
+    entered = set()
+    for root, subdirectories, names in os.walk(directory, followlinks=True):
+        real = os.path.realpath(root)
+        if real in entered:
+            subdirectories[:] = []
+            continue
+        entered.add(real)
+        # as glob's `**`: no hidden directory or file (`.ipynb_checkpoints/`, say)
+        subdirectories[:] = sorted(name for name in subdirectories if not name.startswith("."))
+        yield from (os.path.join(root, name) for name in names
+                    if name.endswith(".txt") and not name.startswith("."))
+
+
+def _each_file_once(paths) -> List[str]:
+    """The sorted `paths`, each file once: a symbolic link to a file or directory also
+    listed (or a link back up the tree) named its files again, whose documents were then
+    read twice and could land in both the training and the held-out split."""
+    seen, files = set(), []
+    for path in sorted(paths):
+        real = os.path.realpath(path)
+        if real not in seen:
+            seen.add(real)
+            files.append(path)
     return files
 
 

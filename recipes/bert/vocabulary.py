@@ -93,6 +93,11 @@ def write_vocabulary(tokens: Sequence[str], path: str) -> None:
         out.write("".join(token + "\n" for token in tokens))
 
 
+def copy_vocabulary(source: str, path: str) -> None:
+    """Copies the `vocab.txt` at `source` (local or gs://) to `path`, byte for byte."""
+    tf.io.gfile.copy(source, path, overwrite=True)
+
+
 LEARN_ONE = "pass a vocab.txt with one WordPiece token per line, or omit it to learn one"
 
 

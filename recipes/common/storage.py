@@ -63,6 +63,15 @@ def local_directory_problem(directory):
     return None
 
 
+def refuse_remote(setting, directory, what):
+    """A UserError naming `setting` if `directory` is remote (a URL other than file://):
+    `what` writes it with Python's own files (its line says so)."""
+    if not all_local([directory]):
+        raise UserError(
+            f"{setting}={directory} is remote, and {what} writes local files; give a local "
+            "directory (a shared mount on a cluster), then copy it (gsutil -m cp -r)")
+
+
 def check_writable(setting, directory):
     """A UserError naming `setting` (e.g. "export.dir=/x") if `directory` cannot be written
     (`local_directory_problem`)."""
