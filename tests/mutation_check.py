@@ -1061,8 +1061,8 @@ MUTATIONS = [
         "training_data_that_ends_accepted", "a recipe's training data that ends before the "
         "last step stops the run without a word",
         "recipes/common/training.py",
-        "            if int(model.optimizer.iterations.numpy()) < fit_end:  # Keras only logs it",
-        "            if False:",
+        "        if int(model.optimizer.iterations.numpy()) < fit_end:  # Keras only logs it",
+        "        if False:",
         ["tests/test_task_interface.py"],
         [r"test_training_data_that_ends_unannounced_is_one_line_and_so_is_the_rerun"]),
 ]

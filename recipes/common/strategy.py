@@ -10,6 +10,7 @@ import hashlib
 import json
 import os
 import shutil
+import signal
 import tempfile
 import threading
 
@@ -41,11 +42,12 @@ def make_strategy(strategy_name="", tpu="", communication="auto", cpu_replicas=0
             "ring": tf.distribute.experimental.CommunicationImplementation.RING,
             "nccl": tf.distribute.experimental.CommunicationImplementation.NCCL,
         }[communication]
-        strategy = tf.distribute.MultiWorkerMirroredStrategy(
-            communication_options=tf.distribute.experimental.CommunicationOptions(
-                implementation=implementation
+        with _python_sigterm_handler_kept():
+            strategy = tf.distribute.MultiWorkerMirroredStrategy(
+                communication_options=tf.distribute.experimental.CommunicationOptions(
+                    implementation=implementation
+                )
             )
-        )
     elif name == "mirrored" and cpu_replicas:
         strategy = mirrored_over_cpu(cpu_replicas)
     elif name == "mirrored":
@@ -62,6 +64,24 @@ def make_strategy(strategy_name="", tpu="", communication="auto", cpu_replicas=0
         flush=True,
     )
     return strategy
+
+
+@contextlib.contextmanager
+def _python_sigterm_handler_kept():
+    """Within it, TensorFlow's own SIGTERM handler (in C++), which a MultiWorkerMirroredStrategy
+    installs as it starts, replaces the program's; after it, the program's is back: a SIGTERM
+    between the strategy's start and training's was otherwise taken by TensorFlow's and
+    ignored (the worker trained on to the end). Training watches SIGTERM itself
+    (`recipes.common.preemption`), for TensorFlow's preemption handler too."""
+    try:
+        handler = signal.getsignal(signal.SIGTERM)  # Python's record: what the program set
+    except ValueError:  # (not the main thread)
+        handler = None
+    try:
+        yield
+    finally:
+        if callable(handler) and threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGTERM, handler)  # reinstalls Python's own C handler too
 
 
 def mirrored_over_cpu(replicas):

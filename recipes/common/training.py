@@ -143,31 +143,40 @@ def train(
                      async_checkpoint=async_checkpoint)
     with preemption.StopOnSigterm() as stop:
         loop.preemption = preemption.make_preemption(model, manager, stop, model_dir)
-        for fit_start, fit_end in _fits(first_step, total_steps, checkpoint_every):
-            try:
-                loop.fit_chunks(make_train_dataset(fit_start, fit_end), fit_start, fit_end,
-                                checkpoint_every)
-            except tf.errors.DataLossError as error:
-                if data_files is None:
-                    raise
-                raise UserError(corrupt_data.describe_corrupt_data(data_files, error)) from None
-            except tf.errors.NotFoundError as error:
-                if data_files is None:
-                    raise
-                raise UserError(corrupt_data.describe_missing_data(
-                    data_files, error, latest_checkpoint(restore_dir or model_dir))) from None
-            except _COLLECTIVE_FAILURES as error:
-                raise _worker_lost(model, error, loop.chunk or (fit_start, fit_end),
-                                   restore_dir or model_dir)
-            except ValueError as error:  # Keras: no step at all in an epoch
-                if "Empty logs" not in str(error):
-                    raise
-                raise _data_ended(model, fit_end) from None
-            loop.preemption.raise_if_stopped()
-            if int(model.optimizer.iterations.numpy()) < fit_end:  # Keras only logs it
-                raise _data_ended(model, fit_end)
+        with contextlib.closing(loop.preemption):
+            _fit_all(loop, make_train_dataset, first_step, total_steps, checkpoint_every,
+                     data_files, restore_dir or model_dir)
     loop.report_skipped()
     return history
+
+
+def _fit_all(loop, make_train_dataset, first_step, total_steps, checkpoint_every, data_files,
+             checkpoint_dir):
+    """The fits of `train`, from `first_step` on; a stopped, lost or starved one raised as
+    its one-line error."""
+    model = loop.model
+    for fit_start, fit_end in _fits(first_step, total_steps, checkpoint_every):
+        try:
+            loop.fit_chunks(make_train_dataset(fit_start, fit_end), fit_start, fit_end,
+                            checkpoint_every)
+        except tf.errors.DataLossError as error:
+            if data_files is None:
+                raise
+            raise UserError(corrupt_data.describe_corrupt_data(data_files, error)) from None
+        except tf.errors.NotFoundError as error:
+            if data_files is None:
+                raise
+            raise UserError(corrupt_data.describe_missing_data(
+                data_files, error, latest_checkpoint(checkpoint_dir))) from None
+        except _COLLECTIVE_FAILURES as error:
+            raise _worker_lost(model, error, loop.chunk or (fit_start, fit_end), checkpoint_dir)
+        except ValueError as error:  # Keras: no step at all in an epoch
+            if "Empty logs" not in str(error):
+                raise
+            raise _data_ended(model, fit_end) from None
+        loop.preemption.raise_if_stopped()
+        if int(model.optimizer.iterations.numpy()) < fit_end:  # Keras only logs it
+            raise _data_ended(model, fit_end)
 
 
 def _resume(model, model_dir, total_steps, checkpoint_every, restore_dir):
