@@ -112,9 +112,13 @@ def without_tensorflow(tmp_path_factory):
     # absl: "invalid literal for int() with base 10: 'x'" (Python's words)
     (["--model_dir=/tmp/x", "--mode=train", "--verbose=yes"], 2,
      "error: flag --verbose=yes: --verbose takes true or false (default false); see --help"),
-    (["--model_dir=/tmp/x", "--cpu_replicas=2"], 2, "error: --cpu_replicas=2: give a number "
-                                                     "of logical CPU devices >= 1 with "
-                                                     "--strategy=mirrored (0: off)"),
+    # it read as if 2 were not a number of devices
+    (["--model_dir=/tmp/x", "--cpu_replicas=2"], 2, "error: --cpu_replicas=2 splits the CPU for "
+                                                     "--strategy=mirrored only (--strategy is "
+                                                     "unset); add --strategy=mirrored"),
+    (["--model_dir=/tmp/x", "--cpu_replicas=-1"], 2, "error: --cpu_replicas=-1: give a number "
+                                                      "of logical CPU devices >= 1 with "
+                                                      "--strategy=mirrored (0: off)"),
     (["--model_dir=/tmp/x", "--params_override=a.b=1", "--params_override=c.d=2"], 2,
      "error: --params_override is given 2 times and only the last would count"),
 ])

@@ -118,6 +118,9 @@ def test_two_workers_on_loopback_equal_one_process(tmp_path):
     (worker_export,) = re.findall(r"exported SavedModel to (\S+)", worker.stdout)
     assert worker_export.startswith(worker.tmpdir)
     assert not os.path.exists(worker_export) and os.listdir(worker.tmpdir) == []
+    # and its last line names the chief's outputs, not the directory it removed
+    assert f"outputs in {multi_dir}, the chief's (this worker's copies, in " in worker.stdout
+    assert f"outputs in {multi_dir}: " in chief.stdout
 
 
 def test_a_hung_cluster_is_killed_at_the_deadline(tmp_path):

@@ -67,3 +67,16 @@ def test_the_outputs_line_names_the_earlier_configs_a_changed_resume_kept(tmp_pa
     for name in ("config.2.yaml", "config.10.yaml", "config.1.yaml"):
         (tmp_path / name).unlink()
     assert driver.outputs_present(str(tmp_path)) == ["checkpoints", "config.yaml"]
+
+
+def test_a_refused_run_of_its_own_config_prints_only_the_refusal(tmp_path, capsys):
+    """The "config: the run's own ..." line came before the checks: a refused evaluation
+    printed two lines for one mistake."""
+    from recipes.common.errors import UserError
+    from recipes.resnet.train import ResNetClassification
+
+    with open("configs/resnet/tiny_cpu.yaml", encoding="utf-8") as f:
+        (tmp_path / "config.yaml").write_text(f.read())
+    with pytest.raises(UserError, match="checkpoint"):  # none to evaluate
+        driver.run(ResNetClassification, _options(str(tmp_path), "eval"))
+    assert capsys.readouterr().out == ""

@@ -406,9 +406,6 @@ def run(task_class, options):
         absl_logging.set_verbosity(absl_logging.WARNING)
         tf.get_logger().setLevel("WARNING")
     task = load_task(task_class, options)
-    if runs_own_config(task_class, options):
-        print(f"config: the run's own {os.path.join(options.model_dir, 'config.yaml')} (no "
-              "--config_file given)", flush=True)
     check_task_methods(task, options.mode)
     check_model_dir(options.model_dir, options.mode)
     # Ctrl-C and SIGTERM outside training name the checkpoint a rerun goes on from
@@ -423,6 +420,9 @@ def run(task_class, options):
     changes = compare_with_saved_config(task, options.model_dir, options.mode)
     with errors.doing("while checking the data"):  # before a TPU is connected: fails fast
         task.check_data(options.mode, options.model_dir)
+    if runs_own_config(task_class, options):  # (after the checks: a refusal is one line)
+        print(f"config: the run's own {os.path.join(options.model_dir, 'config.yaml')} (no "
+              "--config_file given)", flush=True)
     for line in changes:
         print(line, flush=True)
     strategy = strategy_lib.make_strategy(options.strategy, options.tpu, options.communication,
@@ -566,8 +566,12 @@ class _Run:
         if mode in TRAIN_MODES and noise_scale_lib.NOISE_SCALE_LOG in train_logs:
             print(describe_noise_scale(self.plan.global_batch_size,
                                        train_logs[noise_scale_lib.NOISE_SCALE_LOG]), flush=True)
-        print(f"outputs in {self.model_dir}: {', '.join(outputs_present(self.model_dir))}",
-              flush=True)
+        if self.model_dir != self.options.model_dir:  # a worker but the chief
+            print(f"outputs in {self.options.model_dir}, the chief's (this worker's copies, in "
+                  f"{self.model_dir}, are removed as it exits)", flush=True)
+        else:
+            print(f"outputs in {self.model_dir}: {', '.join(outputs_present(self.model_dir))}",
+                  flush=True)
         return results
 
     def export_dir(self):

@@ -206,9 +206,13 @@ def read_options(argv, extra_flags=()):
     storage.refuse_unexpanded_home("--model_dir", FLAGS.model_dir or "")
     for config_file in FLAGS.config_file or ():
         storage.refuse_unexpanded_home("--config_file", config_file)
-    if FLAGS.cpu_replicas < 0 or (FLAGS.cpu_replicas and FLAGS.strategy != "mirrored"):
+    if FLAGS.cpu_replicas < 0:
         raise UserError(f"--cpu_replicas={FLAGS.cpu_replicas}: give a number of logical CPU "
                         "devices >= 1 with --strategy=mirrored (0: off)")
+    if FLAGS.cpu_replicas and FLAGS.strategy != "mirrored":
+        given = f"--strategy={FLAGS.strategy}" if FLAGS.strategy else "--strategy is unset"
+        raise UserError(f"--cpu_replicas={FLAGS.cpu_replicas} splits the CPU for "
+                        f"--strategy=mirrored only ({given}); add --strategy=mirrored")
     return RunOptions(
         config_files=tuple(FLAGS.config_file or ()),
         params_override=FLAGS.params_override,
