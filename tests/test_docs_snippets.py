@@ -133,3 +133,24 @@ def test_no_python_block_writes_to_tmp():
     """The blocks run in the suite, from an empty working directory: one that wrote under
     /tmp would leave its files there after every test run (README, "Layout and tests")."""
     assert [block.id for block in python_blocks() if "/tmp" in block.values[0]] == []
+
+
+def test_the_recipe_guides_config_file_loads_with_its_recipes_schema(tmp_path, monkeypatch):
+    """docs/writing_a_recipe.md's ```yaml block, as the config file of its digits_mlp.py."""
+    import importlib.util
+
+    from recipes.common import config as config_lib
+
+    with open(os.path.join(REPO_ROOT, "docs", "writing_a_recipe.md"), encoding="utf-8") as f:
+        page = f.read()
+    (program,) = [code for code in BLOCK.findall(page) if code.startswith("# digits_mlp.py:")]
+    (yaml_text,) = re.findall(r"^```yaml\n(.*?)^```", page, re.S | re.M)
+    (tmp_path / "digits_mlp.py").write_text(program)
+    (tmp_path / "wide.yaml").write_text(yaml_text)
+    spec = importlib.util.spec_from_file_location("digits_mlp", tmp_path / "digits_mlp.py")
+    module = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, "digits_mlp", module)
+    spec.loader.exec_module(module)
+    config = config_lib.load_config(module.DigitsMLPConfig, [str(tmp_path / "wide.yaml")])
+    assert (config.train.steps, config.model.hidden_units) == (120, 512)
+    assert config.train.global_batch_size == 1024  # the schema's default stands in
