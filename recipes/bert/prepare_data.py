@@ -169,10 +169,7 @@ def prepare_pretraining_data(
       UserError: the corpus, vocabulary or Beam options cannot be used (one line: what,
         where, what to do).
     """
-    storage.refuse_remote("output_dir", os.fspath(output_dir), "a preparation")
-    output_dir = storage.local_path(os.fspath(output_dir))  # (file:// and pathlib.Path too)
-    input_path, vocab_file = (None if path is None else os.fspath(path)
-                              for path in (input_path, vocab_file))
+    input_path, output_dir, vocab_file = _local_paths(input_path, output_dir, vocab_file)
     inputs = PreparationInputs(
         corpus=recorded_path(input_path), vocab_file=recorded_path(vocab_file),
         vocab_size=vocab_size, lower_case=lower_case, masked_lm_prob=masked_lm_prob,
@@ -198,10 +195,8 @@ def prepare_pretraining_data(
                                            tokens is None, progress)
         corpus_counts = _CorpusCounts(source, summaries)
         tokens = tokens or _learn_vocabulary(counts, vocab_size, corpus_counts)
-        # pass 1 refused nothing: what this preparation replaces stops looking finished
-        metadata_path = _remove_finished_mark(output_dir)
-        # Pass 2: chunks -> pairs, masks -> shards.
-        settings = chunk_records.RecordSettings(
+        metadata_path = _remove_finished_mark(output_dir)  # (pass 1 refused nothing)
+        settings = chunk_records.RecordSettings(  # Pass 2: chunks -> pairs, masks -> shards.
             vocab_tokens=tuple(tokens), lower_case=lower_case, seq_length=seq_length,
             max_predictions_per_seq=max_predictions_per_seq, masked_lm_prob=masked_lm_prob,
             short_seq_prob=short_seq_prob, dupe_factor=dupe_factor, num_shards=num_shards,
@@ -218,6 +213,15 @@ def prepare_pretraining_data(
 
 
 # --- The steps of prepare_pretraining_data, in order --------------------------------------
+
+
+def _local_paths(input_path, output_dir, vocab_file):
+    """The three paths as strings (path objects too), `output_dir` as a local path: a
+    remote one is a UserError (the preparation writes with Python's own files)."""
+    storage.refuse_remote("output_dir", os.fspath(output_dir), "a preparation")
+    return (None if input_path is None else os.fspath(input_path),
+            storage.local_path(os.fspath(output_dir)),  # (file:// as its path)
+            None if vocab_file is None else os.fspath(vocab_file))
 
 
 def _check_no_vocabulary_of_the_users(output_dir, vocab_file):
