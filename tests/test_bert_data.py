@@ -728,6 +728,13 @@ def test_empty_directory_glob_and_files_are_user_errors(tmp_path):
         prepare_small(str(tmp_path / "empty"), str(tmp_path / "out"))
     with pytest.raises(UserError, match="matches no files"):
         prepare_small(str(tmp_path / "nothing" / "*.txt"), str(tmp_path / "out"))
+    # a glob of directories, and a list as Google's --input_file takes it: said so
+    with pytest.raises(UserError, match=re.escape(
+            f"matches no files (only the directory {tmp_path / 'empty'}: give it as it is")):
+        prepare_small(str(tmp_path / "emp*"), str(tmp_path / "out"))
+    with pytest.raises(UserError, match=re.escape(
+            "matches no files (one path or glob: a comma-separated list is not taken)")):
+        prepare_small(f"{tmp_path}/a.txt,{tmp_path}/b.txt", str(tmp_path / "out"))
     (tmp_path / "blank").mkdir()
     (tmp_path / "blank" / "a.txt").write_text("")
     with pytest.raises(UserError, match="are empty"):
@@ -738,9 +745,10 @@ def test_text_file_that_is_not_utf8_is_a_user_error_naming_it(tmp_path):
     corpus_dir = tmp_path / "corpus"
     write_corpus(str(corpus_dir), synthetic_documents(5))
     (corpus_dir / "latin1.txt").write_bytes(
-        "Caf\xe9 au lait.\nSecond sentence.\n".encode("latin-1")
+        "First sentence.\nCaf\xe9 au lait.\nSecond sentence.\n".encode("latin-1")
     )
-    with pytest.raises(UserError, match=r"latin1\.txt is not UTF-8 text"):
+    with pytest.raises(UserError, match=r"latin1\.txt is not UTF-8 text \(invalid "
+                                        r"continuation byte at byte 3 of line 2\)"):
         prepare_small(str(corpus_dir), str(tmp_path / "out"))
     assert not (tmp_path / "out").exists()  # made by the refused run: removed
     (tmp_path / "kept").mkdir()  # one the user made stays, as do its files
@@ -748,6 +756,17 @@ def test_text_file_that_is_not_utf8_is_a_user_error_naming_it(tmp_path):
     with pytest.raises(UserError, match=r"latin1\.txt is not UTF-8 text"):
         prepare_small(str(corpus_dir), str(tmp_path / "kept"))
     assert os.listdir(tmp_path / "kept") == ["notes.txt"]
+
+
+def test_a_gzip_file_is_told_to_be_decompressed(tmp_path):
+    """It was told to "convert it to UTF-8"."""
+    import gzip
+
+    corpus_dir = tmp_path / "corpus"
+    write_corpus(str(corpus_dir), synthetic_documents(5))
+    (corpus_dir / "more.txt").write_bytes(gzip.compress(b"One sentence.\nAnother.\n"))
+    with pytest.raises(UserError, match=r"more\.txt is gzip-compressed: decompress it"):
+        prepare_small(str(corpus_dir), str(tmp_path / "out"))
 
 
 def test_a_run_pass_1_refuses_leaves_the_finished_preparation_it_would_replace(tmp_path):
@@ -906,6 +925,9 @@ def test_a_vocab_txt_of_the_users_in_the_output_dir_is_not_replaced(tmp_path):
         ("[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\nfox\nfox\n", "line 7 repeats the token 'fox'"),
         ("[PAD]\n[UNK]\n[CLS]\n[SEP]\nfox\n", r"lacks the reserved token\(s\) \[MASK\]"),
         ("", r"lacks the reserved token"),
+        # an editor's byte-order mark: reported as "lacks [PAD]", which the file shows
+        ("\ufeff[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\nfox\n", r"starts with a byte-order mark "
+         r"\(U\+FEFF\), which its first token would hold: save it as UTF-8 without one"),
     ],
 )
 def test_bad_vocabulary_files_are_user_errors(tmp_path, contents, message):

@@ -413,25 +413,27 @@ def _prepared_data(output_dir, settings, vocab_path, num_sequences, corpus_count
 
 def _write_metadata(prepared, metadata_path):
     """metadata.json, written last and atomically: the mark of a finished preparation."""
-    with open(metadata_path + ".tmp", "w", encoding="utf-8") as out:
-        json.dump(dataclasses.asdict(prepared), out, indent=2)
-    os.replace(metadata_path + ".tmp", metadata_path)
+    storage.write_text(metadata_path, json.dumps(dataclasses.asdict(prepared), indent=2))
 
 
 def _log_finished(prepared, output_dir, seconds, beam):
     logging.info(
-        "Wrote %s training sequences (%s documents) and %s held-out sequences (%s "
-        "documents) from %s words to %s in %.1f s (%s words/s, %s).",
+        "Wrote %s training sequences (%s) and %s held-out sequences (%s) from %s words to %s "
+        "in %.1f s (%s words/s, %s).",
         f"{prepared.num_train_sequences:,}",
-        f"{prepared.num_train_documents:,}",
+        _documents(prepared.num_train_documents),
         f"{prepared.num_eval_sequences:,}",
-        f"{prepared.num_eval_documents:,}",
+        _documents(prepared.num_eval_documents),
         f"{prepared.num_words:,}",
         output_dir,
         seconds,
         f"{prepared.num_words / max(seconds, 1e-9):,.0f}",
         "single process" if beam is None else f"Beam, {beam.runner}",
     )
+
+
+def _documents(count):
+    return f"{count:,} document" + ("" if count == 1 else "s")
 
 
 class ArgumentError(ValueError):

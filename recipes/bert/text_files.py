@@ -31,8 +31,13 @@ def resolve_text_files(input_path: str, setting: str = "text corpus",
         files = _each_file_once(_text_files_below(input_path))
         where = f"directory {input_path} has no .txt files"
     else:
-        files = _each_file_once(path for path in glob.glob(input_path) if os.path.isfile(path))
-        where = f"{input_path} matches no files"
+        matched = glob.glob(input_path)
+        files = _each_file_once(path for path in matched if os.path.isfile(path))
+        where = f"{input_path} matches no files" + (
+            f" (only the directory {matched[0]}: give it as it is, to read the .txt files "
+            "below it)" if matched else
+            " (one path or glob: a comma-separated list is not taken)" if "," in input_path
+            else "")
     if not files:
         raise UserError(f"{setting}: {where}: {advice}")
     if all(os.path.getsize(path) == 0 for path in files):
@@ -92,6 +97,9 @@ def _resolve_remote(pattern: str, setting: str) -> List[str]:
     return files
 
 
+_GZIP_MAGIC = b"\x1f\x8b"  # the first bytes of every gzip file (RFC 1952)
+
+
 def _open(path: str):
     if "://" in path:
         from apache_beam.io.filesystems import FileSystems  # pylint: disable=g-import-not-at-top
@@ -113,10 +121,11 @@ def read_file_documents(path: str) -> Iterator[List[str]]:
     Raises `UserError` (one line naming the file) for a file that is not UTF-8 or cannot
     be read: the whole preparation refuses such a corpus rather than skip part of it.
     """
+    number = 0
     try:
         with _open(path) as binary_file:
             document = []
-            for raw_line in binary_file:
+            for number, raw_line in enumerate(binary_file, start=1):
                 line = raw_line.decode("utf-8").strip()
                 if line:
                     document.append(line)
@@ -126,9 +135,12 @@ def read_file_documents(path: str) -> Iterator[List[str]]:
             if document:
                 yield document
     except UnicodeDecodeError as error:
+        if number == 1 and raw_line.startswith(_GZIP_MAGIC):
+            raise UserError(f"text corpus: {path} is gzip-compressed: decompress it (gunzip "
+                            "keeps the name without .gz; give .txt files)") from None
         raise UserError(
-            f"text corpus: {path} is not UTF-8 text ({error.reason} in a line at byte "
-            f"{error.start} of that line): convert it to UTF-8"
+            f"text corpus: {path} is not UTF-8 text ({error.reason} at byte {error.start} "
+            f"of line {number}): convert it to UTF-8"
         ) from None
     except OSError as error:
         raise UserError(

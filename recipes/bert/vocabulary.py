@@ -116,6 +116,9 @@ def read_vocabulary(path: str, fix: str = LEARN_ONE) -> List[str]:
             f"vocabulary file {path} cannot be read ({error.__class__.__name__}: "
             f"{error}): {fix}"
         ) from None
+    if tokens and tokens[0].startswith("\ufeff"):  # (invisible: "lacks [PAD]" misled)
+        raise UserError(f"vocabulary file {path} starts with a byte-order mark (U+FEFF), which "
+                        "its first token would hold: save it as UTF-8 without one")
     for line_number, token in enumerate(tokens, start=1):
         if not token or token != token.strip() or any(c.isspace() for c in token):
             raise UserError(
