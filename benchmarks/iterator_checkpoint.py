@@ -236,8 +236,8 @@ def main(argv=None):
         # rest and restarts such ops' state on restore
         for policy in (POLICIES["fail"], POLICIES["ignore"]):
             if policy is POLICIES["ignore"]:
-                # As the recipes' --deterministic: without it even one pipeline made twice
-                # gives ResNet other crops (its parallel map hands the draws to other images)
+                # As the recipes' --deterministic: a parallel map of stateful random ops
+                # hands the draws to other elements without it (no recipe's has any now)
                 tf.config.experimental.enable_op_determinism()
             attempt = time_recipe_pipeline(task, plan, config.train.seed, args.rounds,
                                            directory, policy)

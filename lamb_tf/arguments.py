@@ -258,6 +258,7 @@ BASE_KEYWORD_CHECKS = {
     "global_clipnorm": clip_threshold,
     "loss_scale_factor": positive,
     "use_ema": boolean,
+    "jit_compile": boolean,  # (tf_keras; "false" is truthy)
     "gradient_accumulation_steps": lambda name, value: integer_at_least(name, value, 2),
 }
 

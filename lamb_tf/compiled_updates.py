@@ -117,6 +117,13 @@ def _on_device_of(variable, slot):
     raise ValueError(f"no copy of {slot.name} on {variable.device}, where {variable.name} is")
 
 
+def _reported(ratio, dtype):
+    """The trust ratio as its report variable (the parameter's dtype) holds it: a 16-bit
+    one at most its dtype's largest number, not inf, which the recipes' check of finite
+    variables would take for a diverged run (the update itself used the float32 ratio)."""
+    return tf.cast(tf.minimum(ratio, tf.cast(dtype.max, ratio.dtype)), dtype)
+
+
 # Compiled with tf.function(jit_compile=True): one trace and one XLA kernel per variable
 # shape, dtype and Python option set, cached.
 def _lamb_update(variable, gradient, m, v, trust_ratio, t, eta, beta_1, beta_2, epsilon,
@@ -127,7 +134,7 @@ def _lamb_update(variable, gradient, m, v, trust_ratio, t, eta, beta_1, beta_2, 
         decay=decay, adapt=adapt, bias_correction=bias_correction, phi_bounds=phi_bounds)
     m.assign(m_next)
     v.assign(v_next)
-    trust_ratio.assign(tf.cast(ratio, trust_ratio.dtype))
+    trust_ratio.assign(_reported(ratio, trust_ratio.dtype))
     variable.assign(x_next)
 
 
@@ -138,5 +145,5 @@ def _lars_update(variable, gradient, velocity, trust_ratio, eta, momentum, weigh
         momentum, weight_decay_rate, eeta, nesterov=nesterov,
         classic_momentum=classic_momentum, decay=decay, adapt=adapt)
     velocity.assign(velocity_next)
-    trust_ratio.assign(tf.cast(ratio, trust_ratio.dtype))
+    trust_ratio.assign(_reported(ratio, trust_ratio.dtype))
     variable.assign(x_next)

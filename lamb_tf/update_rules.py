@@ -189,10 +189,12 @@ def lars_step(x, g, velocity, eta, momentum, weight_decay_rate, eeta, *,
         # ρ = eeta · ‖x_t‖ / ‖g_t‖
         ratio = (trust_ratio(l2_norm(x), l2_norm(g), coefficient=eeta) if adapt
                  else tf.ones([], eta.dtype))
+        # η_t ρ g_t
+        scaled_g = scaled(eta * ratio, g)
         # v_t = μ v_{t-1} + η_t ρ g_t
-        velocity = momentum * velocity + scaled(eta * ratio, g)
+        velocity = momentum * velocity + scaled_g
         # step: μ v_t + η_t ρ g_t (Nesterov) or v_t
-        step = momentum * velocity + scaled(eta * ratio, g) if nesterov else velocity
+        step = momentum * velocity + scaled_g if nesterov else velocity
     else:
         # v_t = μ v_{t-1} + g_t
         velocity = momentum * velocity + g

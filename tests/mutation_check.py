@@ -528,10 +528,8 @@ MUTATIONS = [
         "bert_eval_batch_of_all_held_out_refused", "an eval batch of exactly the held-out "
         "sequences refused as reading no batch",
         "recipes/bert/pretrain.py",
-        "        if mode in (\"eval\", \"train_and_eval\") and held_out is not None and held_out "
-        "< batch:",
-        "        if mode in (\"eval\", \"train_and_eval\") and held_out is not None and held_out "
-        "<= batch:",
+        "        if mode in driver.EVAL_MODES and held_out is not None and held_out < batch:",
+        "        if mode in driver.EVAL_MODES and held_out is not None and held_out <= batch:",
         ["tests/test_bert_config_checks.py"],
         [r"test_an_eval_batch_of_all_the_held_out_sequences_is_one_batch_not_none\[8"]),
     Mutation(
@@ -1041,11 +1039,13 @@ MUTATIONS = [
         [r"test_eval_steps_beyond_the_held_out_files_evaluates_them_and_says_so"]),
     # ---- found on 2026-12-07 by audits of the library, the study and the recipe guide ------
     Mutation(
-        "sixteen_bit_norms_cast_back", "a 16-bit layer's trust ratio and step formed in its "
-        "own dtype (a float16 norm beyond 65,504 is inf: a ratio of 0 or inf)",
+        "sixteen_bit_norms_cast_back", "a 16-bit layer's norms cast back to its own dtype, "
+        "and its trust ratio and step formed in it (a float16 norm beyond 65,504 is inf: a "
+        "ratio of 0 or inf)",
         "lamb_tf/update_rules.py",
-        "    return tf.float32 if dtype in (tf.float16, tf.bfloat16) else dtype",
-        "    return dtype",
+        "    return tf.sqrt(tf.reduce_sum(tf.linalg.matvec(squares, tf.ones([columns], wide))))",
+        "    return tf.cast(tf.sqrt(tf.reduce_sum(tf.linalg.matvec(squares, tf.ones([columns], "
+        "wide)))), x.dtype)",
         ["tests/test_update_rules.py"],
         [r"test_a_float16_layer_whose_norm_is_beyond_float16_still_steps\[keras3-LAMB\]",
          r"test_a_16_bit_update_whose_norm_is_beyond_float16_keeps_its_ratio"]),
@@ -1061,7 +1061,7 @@ MUTATIONS = [
         "training_data_that_ends_accepted", "a recipe's training data that ends before the "
         "last step stops the run without a word",
         "recipes/common/training.py",
-        "        if int(model.optimizer.iterations.numpy()) < fit_end:  # Keras only logs it",
+        "        if int(model.optimizer.iterations.numpy()) < fit_end and not model.stop_training:",
         "        if False:",
         ["tests/test_task_interface.py"],
         [r"test_training_data_that_ends_unannounced_is_one_line_and_so_is_the_rerun"]),

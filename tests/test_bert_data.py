@@ -1376,15 +1376,15 @@ def test_the_first_records_ids_are_checked_against_the_vocabulary_and_segments_a
                         max_predictions_per_seq=2)
     files = data_lib.DataFiles(path, path, [path], [path], "v.txt", None)
     data_lib.check_first_records(config, files, vocab_size=10, type_vocab_size=2,
-                                 mode="train_and_eval")
+                                 evaluates=True)
     with pytest.raises(UserError, match=f"^data.train_files: the first record of {path} holds "
                                         "piece id 9, outside the 9 pieces of data.vocab_file"):
         data_lib.check_first_records(config, files, vocab_size=9, type_vocab_size=2,
-                                     mode="train_and_eval")
+                                     evaluates=True)
     with pytest.raises(UserError, match=f"^data.train_files: the first record of {path} holds "
                                         "segment id 1, which model.type_vocab_size=1 has no"):
         data_lib.check_first_records(config, files, vocab_size=10, type_vocab_size=1,
-                                     mode="train_and_eval")
+                                     evaluates=True)
 
 
 def test_empty_held_out_files_are_refused_only_where_the_mode_evaluates(tmp_path):
@@ -1405,12 +1405,10 @@ def test_empty_held_out_files_are_refused_only_where_the_mode_evaluates(tmp_path
     config = DataConfig(train_files=train, eval_files=held_out, vocab_file="v.txt",
                         seq_length=8, max_predictions_per_seq=2)
     files = data_lib.DataFiles(train, held_out, [train], [held_out], "v.txt", None)
-    for mode in ("train", "export"):
-        data_lib.check_first_records(config, files, 10, 2, mode)
-    for mode in ("train_and_eval", "eval"):
-        with pytest.raises(UserError, match=f"^data.eval_files: the 1 file.s. of {held_out} "
-                                            "hold no record"):
-            data_lib.check_first_records(config, files, 10, 2, mode)
+    data_lib.check_first_records(config, files, 10, 2, evaluates=False)
+    with pytest.raises(UserError, match=f"^data.eval_files: the 1 file.s. of {held_out} "
+                                        "hold no record"):
+        data_lib.check_first_records(config, files, 10, 2, evaluates=True)
 
 
 def test_configured_training_files_without_a_vocabulary_name_the_empty_key():

@@ -79,3 +79,13 @@ def test_tf_keras_jit_compile_false_makes_no_xla_kernel():
             again = tf_keras.optimizers.deserialize(tf_keras.optimizers.serialize(optimizer))
             assert again._jit_compile_argument is jit_compile
         assert counts == {True: 1, False: 0}, optimizer_class
+
+
+def test_tf_keras_jit_compile_is_a_bool():
+    """`bool("false")` is True: a string would have kept the kernels it asks to turn off."""
+    import pytest
+
+    from lamb_tf import tf_keras_optimizers
+
+    with pytest.raises(TypeError, match="jit_compile must be True or False, got 'false'"):
+        tf_keras_optimizers.LAMB(1e-3, jit_compile="false")

@@ -61,8 +61,8 @@ def _resnet_job(data_dir, model_dir, steps_per_execution, jit_compile):
     return "recipes.resnet.train", [
         f"--config_file={os.path.join(REPO_ROOT, 'configs', 'resnet', 'tiny_cpu.yaml')}",
         f"--model_dir={model_dir}", "--mode=train",
-        # the random crops run in a parallel map: which image gets which draw varies from
-        # run to run unless TF's op determinism is on (which XLA refuses for MaxPoolGrad)
+        # TF's op determinism (which XLA refuses for MaxPoolGrad): kernels that sum in a
+        # thread-dependent order agree bitwise between the two runs
         *([] if jit_compile else ["--deterministic"]),
         "--params_override=" + ",".join(f"{key}={value}" for key, value in overrides.items())]
 
@@ -155,8 +155,8 @@ def test_two_steps_per_execution_with_accumulation_equal_one(runs, recipe):
 @pytest.mark.parametrize("recipe", ["bert", "resnet"])
 def test_two_steps_per_execution_with_accumulation_and_xla_train(runs, recipe):
     """With XLA the pair is checked for finishing and training, not for equality: XLA rounds
-    differently from the graph run, and ResNet's crops are not reproducible without op
-    determinism (which XLA has not for MaxPoolGrad)."""
+    differently from the graph run, and without op determinism (which XLA has not for
+    ResNet's MaxPoolGrad) kernels sum in a thread-dependent order."""
     _, two_values = _finished_pair(runs, recipe, True)
     assert all(np.isfinite(value).all() for value in two_values.values())
     slots = [key for key in two_values if key.startswith("optimizer/_variables/")]

@@ -112,7 +112,8 @@ def test_a_subclassed_shared_section_of_a_schema_with_text_annotations_is_taken(
         "    eval: schema.EvalConfig = dataclasses.field(default_factory=schema.EvalConfig)\n"
         "    runtime: schema.RuntimeConfig = dataclasses.field(\n"
         "        default_factory=schema.RuntimeConfig)\n"
-        "    export: schema.ExportConfig = dataclasses.field(default_factory=schema.ExportConfig)\n")
+        "    export: schema.ExportConfig = dataclasses.field(\n"
+        "        default_factory=schema.ExportConfig)\n")
     spec = importlib.util.spec_from_file_location("text_schema", tmp_path / "text_schema.py")
     module = importlib.util.module_from_spec(spec)
     monkeypatch.setitem(sys.modules, "text_schema", module)  # (dataclasses looks it up)
@@ -216,3 +217,26 @@ def test_training_data_that_ends_unannounced_is_one_line_and_so_is_the_rerun(tmp
                 "the training data ended before step 16 (at step ")):
             training.train(model, make, model_dir=str(tmp_path), total_steps=16,
                            checkpoint_every=8, global_batch_size=4, verbose=0)
+
+
+def test_a_callback_that_stops_training_is_not_taken_for_data_that_ended(tmp_path):
+    """EarlyStopping, TerminateOnNaN and the like set `stop_training`; running out of data
+    does not."""
+    import tensorflow as tf  # pylint: disable=import-outside-toplevel
+    import tf_keras  # pylint: disable=import-outside-toplevel
+
+    from recipes.common import training  # pylint: disable=import-outside-toplevel
+
+    def make(first_step, end_step):
+        del first_step, end_step
+        return (tf.data.Dataset.range(40).repeat()
+                .map(lambda i: (tf.ones([3]), tf.ones([1]))).batch(4, drop_remainder=True))
+
+    stop_at_3 = tf_keras.callbacks.LambdaCallback(on_train_batch_end=lambda batch, logs: (
+        setattr(model, "stop_training", True) if batch == 2 else None))
+    model = tf_keras.Sequential([tf_keras.layers.Dense(1)])
+    model.build((None, 3))
+    model.compile(optimizer=tf_keras.optimizers.SGD(0.01), loss="mse")
+    training.train(model, make, model_dir=str(tmp_path), total_steps=16, checkpoint_every=8,
+                   global_batch_size=4, verbose=0, callbacks=[stop_at_3])
+    assert int(model.optimizer.iterations.numpy()) == 3

@@ -59,7 +59,7 @@ def list_data_files(data_config):
     return files
 
 
-def check_first_records(data_config, data_files, vocab_size, type_vocab_size, mode):
+def check_first_records(data_config, data_files, vocab_size, type_vocab_size, evaluates):
     """A UserError, before the model is built, for configured files whose first record
     (of the first file that holds one) Model Garden's reader cannot make a pretraining
     example of the config's lengths (files of another kind or length:
@@ -67,9 +67,8 @@ def check_first_records(data_config, data_files, vocab_size, type_vocab_size, mo
     the model has no embedding for (another vocabulary, or model.type_vocab_size below the
     data's segments), or whose files hold no record at all (training would wait for one
     forever). Not in `list_data_files`: reading a record starts TensorFlow's runtime, after
-    which no multi-worker strategy can be made. The held-out files only for a `mode` that
-    evaluates (a preparation with --heldout_fraction=0 writes them empty)."""
-    evaluates = mode in ("eval", "train_and_eval")
+    which no multi-worker strategy can be made. The held-out files only for a mode that
+    `evaluates` (a preparation with --heldout_fraction=0 writes them empty)."""
     for key in ("train_files", "eval_files") if evaluates else ("train_files",):
         setting, files = f"data.{key}", getattr(data_files, key)
         for path in files:

@@ -72,9 +72,10 @@ class BertPretraining(task.Task):
         self.vocab_size = len(vocabulary.read_vocabulary(self.data.vocab_file))
         if self.config.data.train_files:
             data_lib.check_first_records(self.config.data, self.data, self.vocab_size,
-                                         self.config.model.type_vocab_size, mode)
+                                         self.config.model.type_vocab_size,
+                                         mode in driver.EVAL_MODES)
         held_out, batch = self.data.eval_sequences, self.config.eval.global_batch_size
-        if mode in ("eval", "train_and_eval") and held_out is not None and held_out < batch:
+        if mode in driver.EVAL_MODES and held_out is not None and held_out < batch:
             raise UserError(self._no_eval_batch(f"the {held_out} held-out sequences"))
 
     def build_model(self):

@@ -33,9 +33,10 @@ def resolve_text_files(input_path: str, setting: str = "text corpus",
     else:
         matched = glob.glob(input_path)
         files = _each_file_once(path for path in matched if os.path.isfile(path))
+        directories = [path for path in matched if os.path.isdir(path)]
         where = f"{input_path} matches no files" + (
-            f" (only the directory {matched[0]}: give it as it is, to read the .txt files "
-            "below it)" if matched else
+            f" (only the directory {directories[0]}: give it as it is, to read the .txt "
+            "files below it)" if directories else
             " (one path or glob: a comma-separated list is not taken)" if "," in input_path
             else "")
     if not files:

@@ -118,7 +118,7 @@ def read_vocabulary(path: str, fix: str = LEARN_ONE) -> List[str]:
         ) from None
     if tokens and tokens[0].startswith("\ufeff"):  # (invisible: "lacks [PAD]" misled)
         raise UserError(f"vocabulary file {path} starts with a byte-order mark (U+FEFF), which "
-                        "its first token would hold: save it as UTF-8 without one")
+                        f"its first token would hold: save it as UTF-8 without one; {fix}")
     for line_number, token in enumerate(tokens, start=1):
         if not token or token != token.strip() or any(c.isspace() for c in token):
             raise UserError(

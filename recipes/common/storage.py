@@ -300,7 +300,8 @@ def read_document(path, advice=""):
     """What the JSON file, or YAML file (`.yaml`), at `path` holds (local or gs://); a
     one-line `UserError` naming the file when it cannot be read or is not valid: what the
     project writes damaged or replaced by hand. `advice`: what to do, after "; ". A local
-    file is read without TensorFlow (the batch study's process never imports it)."""
+    file is read without TensorFlow (the batch study reads its runs' files before, or
+    without, importing it)."""
     import json  # pylint: disable=import-outside-toplevel
 
     import yaml  # pylint: disable=import-outside-toplevel

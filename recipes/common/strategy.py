@@ -73,14 +73,12 @@ def _python_sigterm_handler_kept():
     between the strategy's start and training's was otherwise taken by TensorFlow's and
     ignored (the worker trained on to the end). Training watches SIGTERM itself
     (`recipes.common.preemption`), for TensorFlow's preemption handler too."""
-    try:
-        handler = signal.getsignal(signal.SIGTERM)  # Python's record: what the program set
-    except ValueError:  # (not the main thread)
-        handler = None
+    handler = signal.getsignal(signal.SIGTERM)  # Python's record: what the program set
     try:
         yield
     finally:
-        if callable(handler) and threading.current_thread() is threading.main_thread():
+        # (SIG_DFL too: TensorFlow's ignored the signal; handlers are the main thread's)
+        if handler is not None and threading.current_thread() is threading.main_thread():
             signal.signal(signal.SIGTERM, handler)  # reinstalls Python's own C handler too
 
 

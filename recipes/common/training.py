@@ -175,7 +175,8 @@ def _fit_all(loop, make_train_dataset, first_step, total_steps, checkpoint_every
                 raise
             raise _data_ended(model, fit_end) from None
         loop.preemption.raise_if_stopped()
-        if int(model.optimizer.iterations.numpy()) < fit_end:  # Keras only logs it
+        # Keras only logs it; a callback that stops `fit` leaves stop_training set instead
+        if int(model.optimizer.iterations.numpy()) < fit_end and not model.stop_training:
             raise _data_ended(model, fit_end)
 
 

@@ -6,7 +6,9 @@ training (`official.vision.dataloaders.classification_input`, `_parse_train_imag
 `input.make_parser` configures it): an Inception-style random-resized crop (area in
 [data.crop_area_min, 1], aspect ratio in [3/4, 4/3], 10 attempts, the central crop when
 none fits; fused JPEG decode-and-crop with data.decode_jpeg_only), a random horizontal
-flip, a bilinear resize to data.image_size and ImageNet's per-channel normalisation.
+flip, a bilinear resize to data.image_size and ImageNet's per-channel normalisation. (One
+difference: without data.decode_jpeg_only a GIF is read as its first frame, where Model
+Garden's parser fails on its 4-D frames.)
 
 Written out, not called, for one reason: Model Garden draws the crop and the flip with
 stateful random ops, whose draws start again with every new input pipeline. The recipes
@@ -59,7 +61,10 @@ def _random_crop(image_bytes, data, seed):
         shape, tf.constant([0.0, 0.0, 1.0, 1.0], shape=[1, 1, 4]), seed=seed,
         min_object_covered=data.crop_area_min, aspect_ratio_range=_ASPECT_RATIO_RANGE,
         area_range=(data.crop_area_min, 1.0), max_attempts=_MAX_ATTEMPTS)
-    whole = tf.reduce_all(tf.equal(size[:2], tf.cast(shape[:2], size.dtype)))
+    # Model Garden compares the crop, decoded to 3 channels, with the image's shape: a
+    # grayscale or CMYK JPEG (1 or 4 channels) never matches, and keeps the whole image
+    crop = tf.concat([size[:2], [3]], axis=0)
+    whole = tf.reduce_all(tf.equal(crop, tf.cast(shape, size.dtype)))
     if data.decode_jpeg_only:
         return tf.cond(
             whole, lambda: preprocess_ops.center_crop_image_v2(image_bytes, shape),

@@ -88,11 +88,11 @@ def make_parser(data, dtype):
     )
 
 
-def _parse_fn(data, is_training, dtype):
-    """(serialized record) -> (image, label): Model Garden's parser (training's random
-    draws restart with each pipeline: `_train_parse_fn` is the training's)."""
+def _eval_parse_fn(data, dtype):
+    """(serialized record) -> (image, label) for evaluation: Model Garden's parser (training
+    draws its own random crops: `_train_parse_fn`)."""
     decoder = classification_input.Decoder()
-    parse = make_parser(data, dtype).parse_fn(is_training)
+    parse = make_parser(data, dtype).parse_fn(False)
 
     def parse_record(serialized):
         return _checked_label(data, *parse(decoder.decode(serialized)))
@@ -129,7 +129,7 @@ def first_example(data, path):
     empty file); raises TF's error for a record it cannot make one of. Reads that record
     alone: no other record is decoded (libjpeg prints a line for each image it cannot)."""
     records = tf.data.TFRecordDataset(path).take(1)
-    return next(iter(records.map(_parse_fn(data, False, "float32"))), None)
+    return next(iter(records.map(_eval_parse_fn(data, "float32"))), None)
 
 
 def _pipeline(input_context):
@@ -238,7 +238,7 @@ def make_eval_dataset(
         dataset = dataset.take(num_examples)
     if num_pipelines > 1:
         dataset = dataset.shard(num_pipelines, pipeline_id)
-    parse = _parse_fn(data, False, dtype)
+    parse = _eval_parse_fn(data, dtype)
     dataset = dataset.map(
         lambda record: (*parse(record), tf.constant(1.0)), num_parallel_calls=tf.data.AUTOTUNE
     )

@@ -150,8 +150,9 @@ def task_class_of(recipe):
         ) from None
     finally:
         sys.argv = argv
-    sys.stdout.write(printed.getvalue())  # imported: what it printed, as it would have
-    sys.stderr.write(warned.getvalue())
+        if not isinstance(sys.exc_info()[1], UserError):  # imported, or another error:
+            sys.stdout.write(printed.getvalue())  # what it printed, as it would have
+            sys.stderr.write(warned.getvalue())
     task_base = importlib.import_module("recipes.common.task").Task
     tasks = [value for value in vars(module).values() if isinstance(value, type)
              and issubclass(value, task_base) and value.__module__ == module.__name__]

@@ -116,7 +116,7 @@ def _checked_plan(args):
     if "://" in args.study_dir:  # (gs://: it made ./gs:/... and its runs wrote to the URL)
         raise UserError(f"--study_dir={args.study_dir}: the study keeps its runs and reads "
                         "their results on this machine; give a local directory (copy it to "
-                        "Cloud Storage afterwards, e.g. with `gcloud storage cp -r`)")
+                        "Cloud Storage afterwards: gsutil -m cp -r)")
     metric = flags.metric_from(args)
     settings = flags.settings_from(args)
     plan_lib.check(settings)

@@ -155,8 +155,9 @@ def _stopped_attempts(directory):
     if not os.path.exists(path):
         return []
     attempts = storage.read_document(path, STOPPED_ATTEMPTS_ADVICE)
-    if not isinstance(attempts, list) or not all(
-            isinstance(seconds, (int, float)) for seconds in attempts):
+    if not isinstance(attempts, list) or not all(  # (a bool is an int: not seconds)
+            isinstance(seconds, (int, float)) and not isinstance(seconds, bool)
+            for seconds in attempts):
         raise UserError(f"{path} is not a list of seconds; {STOPPED_ATTEMPTS_ADVICE}")
     return attempts
 
