@@ -330,8 +330,8 @@ def test_a_study_dir_that_cannot_be_written_is_one_line_before_any_run(
     ("", "--study_dir is empty; give a directory you can write (it is created if missing)"),
     ("~/study", "--study_dir=~/study: '~' is not expanded here"),
     # it made ./gs:/bucket/study and its runs wrote to the URL, then failed in a run
-    ("gs://bucket/study", "--study_dir=gs://bucket/study: the study keeps its runs and reads "
-     "their results on this machine; give a local directory"),
+    ("gs://bucket/study", "--study_dir=gs://bucket/study is remote, and a study writes local "
+     "files; give a local directory"),
 ])
 def test_an_empty_or_unexpanded_study_dir_is_one_line_before_any_run(
         fake_recipe, tmp_path, monkeypatch, capsys, study_dir, message):

@@ -113,10 +113,9 @@ def _checked_plan(args):
                         "if missing)")
     # before any run: a recipe would refuse `~/...` only once the study had made `./~/...`
     storage.refuse_unexpanded_home("--study_dir", args.study_dir)
-    if "://" in args.study_dir:  # (gs://: it made ./gs:/... and its runs wrote to the URL)
-        raise UserError(f"--study_dir={args.study_dir}: the study keeps its runs and reads "
-                        "their results on this machine; give a local directory (copy it to "
-                        "Cloud Storage afterwards: gsutil -m cp -r)")
+    # gs://: it made ./gs:/... and its runs wrote to the URL; file://: the path it names
+    storage.refuse_remote("--study_dir", args.study_dir, "a study")
+    args.study_dir = storage.local_path(args.study_dir)
     metric = flags.metric_from(args)
     settings = flags.settings_from(args)
     plan_lib.check(settings)
