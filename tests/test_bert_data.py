@@ -1010,6 +1010,16 @@ def test_an_earlier_preparation_of_another_shard_count_is_refused_before_writing
     assert sorted(os.listdir(output_dir)) == before
 
 
+
+def test_earlier_shards_are_refused_before_the_embedded_corpus_is_written(tmp_path):
+    # the embedded corpus is written as text files into <output_dir>/corpus/ first
+    output_dir = tmp_path / "out"
+    output_dir.mkdir()
+    (output_dir / "train-00000-of-00001.tfrecord").write_bytes(b"")
+    with pytest.raises(UserError, match="earlier run with another shard count"):
+        prepare_small(None, str(output_dir), num_shards=2)
+    assert sorted(os.listdir(output_dir)) == ["train-00000-of-00001.tfrecord"]
+
 def test_missing_tfrecords_are_a_user_error(tmp_path):
     with pytest.raises(UserError, match="matches no TFRecord files"):
         input_lib.make_pretraining_dataset(

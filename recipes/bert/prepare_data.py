@@ -183,8 +183,8 @@ def prepare_pretraining_data(
     started = time.time()
     with held_for_preparation(output_dir):  # one preparation at a time; none left if refused
         _check_no_vocabulary_of_the_users(output_dir, vocab_file)
+        _check_no_earlier_shards(output_dir, num_shards)  # before the embedded corpus is written
         files, source = _corpus_files(input_path, output_dir)  # a bad path: before any file
-        _check_no_earlier_shards(output_dir, num_shards)
         os.makedirs(output_dir, exist_ok=True)
         # Pass 1: split, count, refuse bad files; then the vocabulary.
         if beam is not None:
