@@ -327,7 +327,8 @@ CASES = {
         RESNET, FRESH, ["--params_override=data.train_file_pattern={d}/later_not_a_jpeg-*,"
                         "data.label_offset=2"],
         ["the first record of {d}/later_not_a_jpeg-00000: image/class/label minus "
-         "data.label_offset is outside [0, data.num_classes); check data.label_offset"]),
+         "data.label_offset is outside [0, data.num_classes) (a record gives -1); check "
+         "data.label_offset"]),
     # the first record is a JPEG (the check before the model is built passes), the next
     # ones are not
     "resnet-later-record-not-a-jpeg": (

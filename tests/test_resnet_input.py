@@ -365,3 +365,24 @@ def test_records_of_another_kind_are_named_whichever_op_fails_first(failing_op, 
             f"data.train_file_pattern: the first record of {tmp_path}/train-0 is not an "
             r"ImageNet-format example \(no image/encoded; it holds input_ids\)")):
         data_lib.check_first_record("train", [str(tmp_path / "train-0")], data_config())
+
+
+@pytest.mark.parametrize("label_offset, first, second, given", [(1, 0, 5, "5"), (2, 1, 0, "-1")])
+def test_a_label_outside_the_classes_mid_run_is_named_with_its_value(
+        label_offset, first, second, given, tmp_path):
+    # write_file stores class index + 1, so a record gives index + 1 - label_offset; with
+    # num_classes 3 the first record is inside, the second outside
+    from recipes.common.errors import UserError
+    from recipes.resnet import data as data_lib
+
+    config = data_config(num_classes=3, label_offset=label_offset)
+    path = str(tmp_path / "train-0")
+    write_file(tmp_path / "train-0", np.zeros((2, 8, 8, 3), np.uint8), [first, second], "jpeg")
+    data_lib.check_first_record("train", [path], config)  # the check before the model passes
+    with pytest.raises(tf.errors.InvalidArgumentError) as raised:  # (shuffled, endless)
+        list(input_lib.make_train_dataset(config, path, 2).take(16))
+    explained = data_lib.explain_input_error(raised.value, path, False)
+    assert isinstance(explained, UserError)
+    assert str(explained) == (
+        f"{input_lib.LABEL_RANGE_ERROR} (a record gives {given}); check data.label_offset (1 "
+        "for the ImageNet conversion scripts' 1..1000 labels) and data.num_classes")

@@ -3,6 +3,7 @@ TFRecords, and the one-line explanation of a record the input pipeline cannot re
 
 import collections
 import os
+import re
 
 import tensorflow as tf
 from google.protobuf import message as message_lib  # tf.train.Example's DecodeError
@@ -224,7 +225,7 @@ def _no_records_error(split, pattern):
 def explain_input_error(error, pattern, jpeg_only):
     """A UserError naming the corrupt record and file behind a decode failure, if any."""
     if input_lib.LABEL_RANGE_ERROR in getattr(error, "message", str(error)):
-        return _label_range_error()
+        return _label_range_error(getattr(error, "message", str(error)))
     if not pattern:
         return None
     print(
@@ -255,8 +256,7 @@ def _check_first_example(setting, path, data):
     try:
         return input_lib.first_example(data, path) is not None
     except (tf.errors.InvalidArgumentError, tf.errors.DataLossError) as error:
-        reason = corrupt_data.first_line(error)
-        label_outside = input_lib.LABEL_RANGE_ERROR in getattr(error, "message", str(error))
+        reason, message = corrupt_data.first_line(error), getattr(error, "message", str(error))
     # a record of another kind fails its label check or its image decode, whichever of the
     # two ops runs first: its features are looked at before the label is blamed
     features = _first_record_features(path)
@@ -265,8 +265,8 @@ def _check_first_example(setting, path, data):
             f"{setting}: the first record of {path} is not an ImageNet-format example (no "
             f"image/encoded; it holds {', '.join(sorted(features)) or 'no feature'}); give "
             "ImageNet-format TFRecords (`python -m recipes.resnet.convert` writes them)")
-    if label_outside:
-        raise _label_range_error(f"the first record of {path}: ")
+    if input_lib.LABEL_RANGE_ERROR in message:
+        raise _label_range_error(message, f"the first record of {path}: ")
     raise _corrupt_record_error(path, data.decode_jpeg_only) or UserError(
         f"{setting}: the first record of {path} cannot be read ({reason}); give "
         "ImageNet-format TFRecords (`python -m recipes.resnet.convert` writes them)")
@@ -283,10 +283,13 @@ def _first_record_features(path):
         return None
 
 
-def _label_range_error(where=""):
+def _label_range_error(message, where=""):
+    """The UserError for the label check's failure (its `message`), with the value it printed."""
+    value = re.search(re.escape(input_lib.LABEL_RANGE_ERROR) + r"\] \[(-?\d+)\]", message)
     return UserError(
-        f"{where}{input_lib.LABEL_RANGE_ERROR}; check data.label_offset (1 for the ImageNet "
-        "conversion scripts' 1..1000 labels) and data.num_classes"
+        f"{where}{input_lib.LABEL_RANGE_ERROR}"
+        f"{f' (a record gives {value.group(1)})' if value else ''}; check data.label_offset "
+        "(1 for the ImageNet conversion scripts' 1..1000 labels) and data.num_classes"
     )
 
 
