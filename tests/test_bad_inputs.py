@@ -274,6 +274,12 @@ CASES = {
     "exclusion-pattern-invalid": (
         BERT, FRESH, ["--params_override=optimizer.exclude_from_weight_decay=['(']"],
         ["optimizer.exclude_from_weight_decay holds an invalid regular expression '('"]),
+    # found once the model is built: the variables' paths are known then
+    "exclusion-patterns-match-nothing": (
+        BERT, FRESH, ["--params_override=optimizer.exclude_from_weight_decay=[Layernorm]"],
+        ["optimizer.exclude_from_weight_decay=['Layernorm'] matches no variable of the model, "
+         "so it would exclude nothing (searched in paths such as ", "fix the patterns, or "
+         "give [] to exclude nothing"]),
     "data-dir-cannot-be-written": (
         BERT, FRESH, ["--params_override=data.train_files='',data.data_dir=/proc/lamb_tf_data"],
         ["data.data_dir=/proc/lamb_tf_data: cannot write in /proc ("]),
@@ -712,7 +718,8 @@ README_ROWS = {
     "model values Model Garden cannot build": ["model-heads-do-not-divide",
                                                "resnet-model-norm-epsilon-negative"],
     "an optimizer value the optimizers or the schedule refuse": [
-        "optimizer-beta-out-of-range", "exclusion-pattern-invalid"],
+        "optimizer-beta-out-of-range", "exclusion-pattern-invalid",
+        "exclusion-patterns-match-nothing"],
     "a bad flag value": ["mode-bogus", "flag-value-of-another-type"],
     "a misspelt flag": ["flag-misspelt"],
     "no `--model_dir`": ["missing-model-dir"],

@@ -92,3 +92,36 @@ def test_old_key_names_are_one_error_naming_the_new_key(tmp_path):
     with pytest.raises(UserError, match="'eval.batch_size' is now 'eval.global_batch_size'"):
         load_config(_SharedSections, params_override="eval.batch_size=8",
                     renamed_keys=schema.RENAMED_KEYS)
+
+
+def test_a_configured_pattern_list_that_matches_no_variable_is_refused():
+    # BatchNorm for Keras' batch_normalization: every variable would be decayed and adapted
+    rows = [exclusion_report.exclusions.ExclusionRow(path, (2,), True, True) for path in
+            ("res_net/conv2d/kernel", "res_net/batch_normalization/gamma",
+             "res_net/batch_normalization_1/gamma", "res_net/dense/bias")]
+    with pytest.raises(UserError) as raised:
+        exclusion_report.check_configured_patterns(
+            _config(exclude_from_weight_decay=["BatchNorm", "LayerNorm"]), rows)
+    assert str(raised.value) == (
+        "optimizer.exclude_from_weight_decay=['BatchNorm', 'LayerNorm'] matches no variable "
+        "of the model, so it would exclude nothing (searched in paths such as "
+        "'res_net/conv2d/kernel', 'res_net/batch_normalization/gamma', 'res_net/dense/bias'); "
+        "fix the patterns, or give [] to exclude nothing")
+    with pytest.raises(UserError, match=r"^optimizer.exclude_from_layer_adaptation=\['Bias'\]"):
+        exclusion_report.check_configured_patterns(
+            _config(exclude_from_layer_adaptation=["Bias"]), rows)
+    # without a trust ratio (adamw, momentum) the layer-adaptation list is not read
+    assert exclusion_report.check_configured_patterns(
+        _config(exclude_from_layer_adaptation=["Bias"]), rows, layer_adaptation=False) == []
+
+
+def test_a_configured_pattern_that_matches_nothing_beside_others_that_match_gets_a_line():
+    rows = [exclusion_report.exclusions.ExclusionRow(path, (2,), True, True)
+            for path in ("encoder/layer_norm/gamma", "encoder/dense/bias")]
+    lines = exclusion_report.check_configured_patterns(
+        _config(exclude_from_weight_decay=["LayerNorm", "layer_norm", "bias"],
+                exclude_from_layer_adaptation=[]), rows)
+    assert lines == ["optimizer: exclude_from_weight_decay pattern 'LayerNorm' matches no "
+                     "variable (the list's other patterns do)"]
+    # null lists (the recipe's defaults) and [] are not checked
+    assert exclusion_report.check_configured_patterns(_config(), rows[:1]) == []

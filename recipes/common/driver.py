@@ -523,7 +523,7 @@ class _Run:
         self.task, self.config, self.options = task, task.config, options
         self.strategy, self.plan, self.model_dir = strategy, plan, model_dir
         self.start = time.perf_counter()
-        self.model, self.layer_adaptation = None, True
+        self.model, self.layer_adaptation, self.pattern_lines = None, True, []
 
     def execute(self):
         mode = self.options.mode
@@ -539,6 +539,8 @@ class _Run:
         with errors.doing("while building the model"):
             rows = self.build()
         print(exclusion_report.summary(rows, self.layer_adaptation), flush=True)
+        for line in self.pattern_lines:
+            print(line, flush=True)
         resuming = checkpoints.latest_checkpoint(self.options.model_dir) is not None
         with errors.doing("while restoring"):
             if mode in ("eval", "export"):
@@ -591,9 +593,12 @@ class _Run:
         decay_patterns = optimizer_lib.weight_decay_exclusions(
             config, self.task.default_exclude_from_weight_decay
         )
-        return exclusion_report.exclusion_rows(
+        rows = exclusion_report.exclusion_rows(
             optimizer, self.model.trainable_variables, decay_patterns, config.weight_decay_rate
         )
+        self.pattern_lines = exclusion_report.check_configured_patterns(
+            config, rows, self.layer_adaptation)
+        return rows
 
     def train(self):
         """Checkpointed training to train.steps; returns the last step's log scalars."""

@@ -7,10 +7,12 @@ trust ratio.
 """
 
 import os
+import re
 
 import tensorflow as tf
 
 from lamb_tf import exclusions
+from recipes.common.errors import UserError
 
 EXCLUSIONS_FILE = "exclusions.txt"
 
@@ -33,6 +35,37 @@ def exclusion_rows(optimizer, variables, decay_patterns, weight_decay_rate):
     paths_and_shapes = [(v.name.split(":")[0], tuple(v.shape)) for v in variables]
     return rule.table(paths_and_shapes, weight_decay_rate)
 
+
+
+def check_configured_patterns(config, rows, layer_adaptation=True):
+    """The console lines for `config`'s (the optimizer section's) own pattern lists: a
+    pattern that matches no variable path in `rows` gets a line; a list of which no pattern
+    matches is a UserError (it would exclude nothing: a misspelt name, such as BatchNorm
+    for Keras' batch_normalization). A null list (the recipe's default) is not checked:
+    defaults are written for several naming conventions at once."""
+    paths = [row.path for row in rows]
+    lists = [("exclude_from_weight_decay", config.exclude_from_weight_decay)]
+    if layer_adaptation:
+        lists.append(("exclude_from_layer_adaptation", config.exclude_from_layer_adaptation))
+    lines = []
+    for key, patterns in lists:
+        unmatched = [p for p in patterns or () if not any(re.search(p, path) for path in paths)]
+        if patterns and len(unmatched) == len(patterns):
+            raise UserError(
+                f"optimizer.{key}={list(patterns)} matches no variable of the model, so it "
+                f"would exclude nothing (searched in paths such as {_some_paths(paths)}); "
+                "fix the patterns, or give [] to exclude nothing")
+        lines += [f"optimizer: {key} pattern {pattern!r} matches no variable (the list's other "
+                  "patterns do)" for pattern in unmatched]
+    return lines
+
+
+def _some_paths(paths):
+    """Up to three paths of different layers, for a message."""
+    chosen = {}
+    for path in paths:
+        chosen.setdefault(path.rsplit("/", 1)[0].rstrip("_0123456789"), path)
+    return ", ".join(repr(path) for path in list(chosen.values())[:3]) or "(none)"
 
 def summary(rows, layer_adaptation=True):
     """Two lines: variables and parameters excluded from weight decay / layer adaptation;
