@@ -67,15 +67,25 @@ def test_conversions_of_other_class_folders_are_refused(tmp_path, mode):
 def test_a_resumed_run_keeps_the_digits_split(tmp_path, key, value):
     """The advice of the digits' "other settings" line (delete them) resumed the run on a
     new split, evaluating it on digits it had trained on."""
-    saved = config_lib.load_config(ResNetConfig, (), "data.embedded_digits=true")
-    config_lib.save_config(saved, str(tmp_path))
+    _check_a_resumed_run_keeps(tmp_path, "data.embedded_digits=true", key, value)
+
+
+def test_a_resumed_run_keeps_its_label_offset(tmp_path):
+    """A changed data.label_offset (files without a dataset_info.json to compare with)
+    shifted every class id by one, in training further and in the evaluation."""
+    _check_a_resumed_run_keeps(tmp_path, "data.train_file_pattern=/data/train-*",
+                               "data.label_offset", 0)
+
+
+def _check_a_resumed_run_keeps(model_dir, overrides, key, value):
+    config_lib.save_config(config_lib.load_config(ResNetConfig, (), overrides), str(model_dir))
     tf.train.Checkpoint(step=tf.Variable(1)).save(
-        str(tmp_path / checkpoints.CHECKPOINT_SUBDIR / "ckpt"))
+        str(model_dir / checkpoints.CHECKPOINT_SUBDIR / "ckpt"))
     changed = ResNetClassification(config_lib.load_config(
-        ResNetConfig, (), f"data.embedded_digits=true,{key}={value}"))
+        ResNetConfig, (), f"{overrides},{key}={value}"))
     with pytest.raises(UserError, match=(
-            rf"^{key} was .* in the run in {tmp_path}, now {value}: a run keeps {key} from")):
-        driver.compare_with_saved_config(changed, str(tmp_path), "train")
+            rf"^{key} was .* in the run in {model_dir}, now {value}: a run keeps {key} from")):
+        driver.compare_with_saved_config(changed, str(model_dir), "train")
 
 
 def test_digits_of_other_settings_name_the_setting_and_the_safe_fix(tmp_path):

@@ -34,8 +34,8 @@ class ResNetClassification(task.Task):
     # optimizer.exclude_from_weight_decay: null = MLPerf's LARS skip list (batch norm and
     # biases); the LAMB configs list [batch_normalization] explicitly, as the authors' run.
     default_exclude_from_weight_decay = exclusions.RESNET_EXCLUDE_PATTERNS
-    fixed_on_resume = ("model.", "data.num_classes",  # and the embedded digits' split:
-                       "data.seed", "data.digits_validation_fraction")  # (held-out kept out)
+    fixed_on_resume = ("model.", "data.num_classes", "data.label_offset",  # (class ids)
+                       "data.seed", "data.digits_validation_fraction")  # the digits' split
     listed_files = None  # the configured files, listed by check_data
 
     def check_config(self):
