@@ -386,3 +386,21 @@ def test_a_label_outside_the_classes_mid_run_is_named_with_its_value(
     assert str(explained) == (
         f"{input_lib.LABEL_RANGE_ERROR} (a record gives {given}); check data.label_offset (1 "
         "for the ImageNet conversion scripts' 1..1000 labels) and data.num_classes")
+
+
+def test_a_first_record_without_a_label_is_named_as_such(tmp_path):
+    # Model Garden's decoder fills a missing label with -1: it was blamed on label_offset
+    from recipes.common.errors import UserError
+    from recipes.resnet import data as data_lib
+
+    source = convert.Source(label=0, filename="a", pixels=np.zeros((8, 8, 3), np.uint8))
+    example = tf.train.Example.FromString(convert.make_example(source, ["a"], "jpeg", 95))
+    del example.features.feature[input_lib.LABEL_KEY]
+    with tf.io.TFRecordWriter(str(tmp_path / "train-0")) as writer:
+        writer.write(example.SerializeToString())
+    with pytest.raises(UserError) as raised:
+        data_lib.check_first_record("train", [str(tmp_path / "train-0")], data_config())
+    assert str(raised.value) == (
+        f"data.train_file_pattern: the first record of {tmp_path}/train-0 has no "
+        "image/class/label; give labelled ImageNet-format TFRecords (`python -m "
+        "recipes.resnet.convert` writes them)")

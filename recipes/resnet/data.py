@@ -265,6 +265,10 @@ def _check_first_example(setting, path, data):
             f"{setting}: the first record of {path} is not an ImageNet-format example (no "
             f"image/encoded; it holds {', '.join(sorted(features)) or 'no feature'}); give "
             "ImageNet-format TFRecords (`python -m recipes.resnet.convert` writes them)")
+    if features is not None and input_lib.LABEL_KEY not in features:  # (parsed as label -1)
+        raise UserError(
+            f"{setting}: the first record of {path} has no {input_lib.LABEL_KEY}; give "
+            "labelled ImageNet-format TFRecords (`python -m recipes.resnet.convert` writes them)")
     if input_lib.LABEL_RANGE_ERROR in message:
         raise _label_range_error(message, f"the first record of {path}: ")
     raise _corrupt_record_error(path, data.decode_jpeg_only) or UserError(
