@@ -257,6 +257,11 @@ def test_png_record_is_flagged_only_when_the_pipeline_reads_jpeg_only(tmp_path):
     found = convert.find_corrupt_records(str(tmp_path / "train-*"), jpeg_only=True)
     assert [record.index for record in found] == [0, 1, 2]
     assert "decode_jpeg_only" in found[0].problem and "function_node" not in found[0].problem
+    # a PNG is not damaged: not "corrupt", nor "re-create that file ... or drop the record"
+    assert convert.describe_corrupt_record(found[0]) == (
+        f"record 0 (0-based) in {tmp_path}/train-00000-of-00001 holds an image that is not a "
+        "JPEG (PNG) and data.decode_jpeg_only is true: set it to false or convert with "
+        "--image_format=jpeg")
     assert convert.find_corrupt_records(str(tmp_path / "train-*"), jpeg_only=False) == []
 
 
@@ -505,15 +510,16 @@ def test_cli_check_counts_the_records_it_read_and_says_when_it_stopped_at_its_li
                            image_format="png")
     status, stdout, stderr = _run_convert(f"--check={tmp_path}/png/train-*")
     assert (status, stdout) == (2, []), stderr[-20:]
-    listed = [line for line in stderr if line.startswith("corrupt record ")]
-    # the check's own flag is the fix (it named data.decode_jpeg_only, a training key)
-    assert len(listed) == 10 and all(
-        "(the image is not a JPEG and --image_format=jpeg (the default) expects JPEG: check "
-        "PNG records with --image_format=png)" in line for line in listed), listed[0]
+    listed = [line for line in stderr if line.startswith("record ")]
+    # the check's own flag is the fix (it named data.decode_jpeg_only, a training key); a
+    # PNG is not damaged: not called corrupt
+    assert len(listed) == 10 and all(line.endswith(
+        "holds an image that is not a JPEG (PNG) and --image_format=jpeg (the default) expects "
+        "JPEG: check PNG records with --image_format=png") for line in listed), listed[0]
     assert stderr[-1] == (
-        f"error: at least 10 corrupt record(s) in {tmp_path}/png/train-* (the check stops at 10:"
-        " it stopped in file 1 of 1); if they hold PNG images, check them with "
-        "--image_format=png"), stderr[-1]
+        f"error: at least 10 record(s) of another image format than JPEG in {tmp_path}/png/"
+        "train-* (the check stops at 10: it stopped in file 1 of 1); if they hold PNG images, "
+        "check them with --image_format=png"), stderr[-1]
     status, _, stderr = _run_convert(f"--check={tmp_path}/png/train-*", "--image_format=png")
     assert (status, stderr) == (0, []), stderr[-20:]
 

@@ -530,13 +530,37 @@ def _why_undecodable(serialized, jpeg_only, not_jpeg_fix=NOT_JPEG_FIX):
         example = tf.train.Example.FromString(serialized.numpy())
         encoded = example.features.feature["image/encoded"].bytes_list.value
         if jpeg_only and encoded and not encoded[0].startswith(JPEG_MAGIC):
+            if _decodes_as_another_format(serialized):  # not damaged: a PNG, say
+                return f"{ANOTHER_FORMAT} ({_format_name(encoded[0])}) and {not_jpeg_fix}"
             message += f" (the image is not a JPEG and {not_jpeg_fix})"
         return message
     return "decodes when read alone"
 
 
+# The problem of a record whose image decodes, but not as a JPEG: not a damaged record.
+ANOTHER_FORMAT = "holds an image that is not a JPEG"
+
+
+def _decodes_as_another_format(serialized):
+    try:
+        _decodes(serialized, jpeg_only=False)
+        return True
+    except (tf.errors.InvalidArgumentError, tf.errors.UnimplementedError):
+        return False
+
+
+def _format_name(encoded):
+    for magic, name in ((b"\x89PNG", "PNG"), (b"GIF8", "GIF"), (b"BM", "BMP")):
+        if encoded.startswith(magic):
+            return name
+    return "another format"
+
+
 def describe_corrupt_record(record):
-    """One line naming the record, its file, the problem and what to do."""
+    """One line naming the record, its file, the problem and what to do (an image of another
+    format, which is not damaged, is not called corrupt: its problem says what to do)."""
+    if record.problem.startswith(ANOTHER_FORMAT):
+        return f"record {record.index} (0-based) in {record.file} {record.problem}"
     return corrupt_data.describe_corrupt_record(
         record,
         "re-create that file with `python -m recipes.resnet.convert` or drop the record",
@@ -599,12 +623,15 @@ def check_files(pattern, jpeg_only):
             "those records), then check again")
     if scan.corrupt and all(CHECK_NOT_JPEG_FIX in record.problem for record in scan.corrupt):
         redo = "if they hold PNG images, check them with --image_format=png"
+    kind = "corrupt record(s)"
+    if scan.corrupt and all(record.problem.startswith(ANOTHER_FORMAT) for record in scan.corrupt):
+        kind = "record(s) of another image format than JPEG"
     if len(scan.corrupt) >= CHECK_LIMIT:
         raise UserError(
-            f"at least {len(scan.corrupt)} corrupt record(s) in {pattern} (the check stops "
+            f"at least {len(scan.corrupt)} {kind} in {pattern} (the check stops "
             f"at {CHECK_LIMIT}: it stopped in file {scan.files} of {len(paths)}); {redo}")
     if scan.corrupt:
-        raise UserError(f"{len(scan.corrupt)} corrupt record(s) in {pattern} ({scan.records} "
+        raise UserError(f"{len(scan.corrupt)} {kind} in {pattern} ({scan.records} "
                         f"record(s) read from {scan.files} file(s)); {redo}")
     print(f"every record in {pattern} decodes: {scan.records} record(s) in {scan.files} "
           "file(s) checked")
