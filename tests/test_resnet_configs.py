@@ -66,6 +66,9 @@ def test_lamb_64k_and_16k():
     assert config.train.global_batch_size == 16384
     assert config.train.steps == round(90 * IMAGENET_TRAIN_IMAGES / 16384)
     assert config.optimizer.learning_rate == pytest.approx(0.04 / 2**0.5, abs=1e-4)
+    # the paper's untuned-LAMB rules: sqrt scaling (above), linear-epoch warmup (the same
+    # warmup steps as the authors' 32k run)
+    assert config.optimizer.warmup_steps == load("resnet50_lamb_32k.yaml").optimizer.warmup_steps
 
 
 def test_default_label_offset_reads_imagenet_labels_1_to_1000():
