@@ -357,10 +357,14 @@ def test_a_failed_rename_of_the_shards_leaves_nothing(tmp_path, monkeypatch):
      [], "error: --npz='{npz}': class_names must be a list of at least 3 names (labels go up "
          "to 2), got shape [2]"),
     ({"images": np.zeros((0, 4, 4), np.uint8), "labels": np.zeros((0,), np.int64)}, [],
-     "error: --npz='{npz}': images must hold at least one image of at least 1 x 1 pixels, "
-     "got shape [0, 4, 4, 1]"),  # a ValueError's traceback (np.max of no labels)
+     "error: --npz='{npz}': images must hold at least one image of at least 2 x 2 pixels (a "
+     "central crop of 1 pixel is empty), got shape [0, 4, 4, 1]"),  # a ValueError's traceback (np.max of no labels)
     ({"images": np.zeros((2, 0, 4), np.uint8), "labels": [0, 1]}, [],
-     "error: --npz='{npz}': images must hold at least one image of at least 1 x 1 pixels"),
+     "error: --npz='{npz}': images must hold at least one image of at least 2 x 2 pixels"),
+    # Model Garden's central crop (0.875 of the shorter side) of 1 pixel is empty: training
+    # stopped with a traceback at its first whole-image draw
+    ({"images": np.zeros((2, 1, 4), np.uint8), "labels": [0, 1]}, [],
+     "error: --npz='{npz}': images must hold at least one image of at least 2 x 2 pixels"),
     ({"images": np.zeros((2, 4, 4), np.uint8), "labels": [0, 1], "class_names": ["a", "a"]},
      [], "error: --npz='{npz}': class_names holds 'a' more than once; give each class its own "
          "name"),

@@ -162,9 +162,9 @@ def check_arrays(images, labels):
         raise UserError(
             f"images must have shape [N, H, W] or [N, H, W, 1 or 3], got " f"{list(images.shape)}"
         )
-    if not len(images) or not images.shape[1] or not images.shape[2]:
-        raise UserError(f"images must hold at least one image of at least 1 x 1 pixels, got "
-                        f"shape {list(images.shape)}")
+    if not len(images) or images.shape[1] < 2 or images.shape[2] < 2:
+        raise UserError(f"images must hold at least one image of at least 2 x 2 pixels (a "
+                        f"central crop of 1 pixel is empty), got shape {list(images.shape)}")
     if labels.ndim != 1 or len(labels) != len(images):
         raise UserError(f"labels must have shape [N] = [{len(images)}], got {list(labels.shape)}")
     if not np.issubdtype(labels.dtype, np.integer) or (len(labels) and labels.min() < 0):
