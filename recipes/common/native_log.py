@@ -7,7 +7,9 @@ TF_CPP_MIN_LOG_LEVEL; ABSL_MIN_LOG_LEVEL, TF_CPP_MAX_VLOG_LEVEL and GLOG_minlogl
 reach it either, and absl's C++ flags such as --stderrthreshold are never parsed in a Python
 process), and libjpeg's `Not a JPEG file: starts with 0x74 0x68` while decoding a bad image.
 `to_file` points descriptor 2 at the log file while Python's `sys.stderr` keeps the real
-stderr, so the program's own lines (errors, Python warnings, tracebacks) stay on the console.
+stderr, so the program's own lines (errors, `warnings.warn`, tracebacks) stay on the console;
+Python `logging` records go to the file (absl's handler, made at start-up, writes to the
+stream of descriptor 2), TensorFlow's Python-side WARNINGs among them.
 Some C++ lines come after the program's last line, while the process exits: a worker of a
 multi-worker run whose peer has already exited gets gRPC's `failed to connect to all
 addresses ... Connection refused` from the coordination service's shutdown. A recipe's
