@@ -107,6 +107,15 @@ def test_a_number_for_a_string_key_says_how_to_quote_it_and_the_quoted_one_loads
     assert load_config(_Schema, [], "name='3'").name == "3"
 
 
+
+def test_an_empty_value_for_a_string_key_says_how_to_write_the_empty_string():
+    # `name=` is YAML's null: "must be str, got None" said nothing of ''
+    with pytest.raises(UserError) as raised:
+        load_config(_Schema, [], "name=")
+    assert str(raised.value) == ("--params_override: config key 'name' must be str, got None "
+                                 "(NoneType); write name='' for an empty string")
+    assert load_config(_Schema, [], "name=''").name == ""
+
 def test_bad_file_errors_name_the_file(tmp_path):
     with pytest.raises(UserError, match="does not exist"):
         load_config(_Schema, [str(tmp_path / "missing.yaml")])
