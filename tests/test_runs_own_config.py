@@ -67,6 +67,8 @@ def test_the_outputs_line_names_the_earlier_configs_a_changed_resume_kept(tmp_pa
     for name in ("config.2.yaml", "config.10.yaml", "config.1.yaml"):
         (tmp_path / name).unlink()
     assert driver.outputs_present(str(tmp_path)) == ["checkpoints", "config.yaml"]
+    (tmp_path / "labels.json").write_text("[]\n")  # a classification fine-tuning's labels
+    assert driver.outputs_present(str(tmp_path)) == ["checkpoints", "config.yaml", "labels.json"]
 
 
 def test_a_refused_run_of_its_own_config_prints_only_the_refusal(tmp_path, capsys):

@@ -41,9 +41,10 @@ from recipes.common.errors import TrainingDiverged, UserError
 RESULTS_FILE = "results.json"
 # What a run leaves in its model_dir (printed at the end when present).
 # What the "outputs in" line names, where present (data/: the BERT recipe's preparation;
-# digits/: the ResNet recipe's converted embedded digits; predictions.json: fine-tuning's
-# SQuAD answers; model_garden/ and hub/: its ecosystem exports, docs/finetune.md).
-OUTPUTS = ("checkpoints", "config.yaml", RESULTS_FILE, "predictions.json",
+# digits/: the ResNet recipe's converted embedded digits; predictions.json and labels.json:
+# fine-tuning's SQuAD answers and class labels; model_garden/ and hub/: its ecosystem exports,
+# docs/finetune.md).
+OUTPUTS = ("checkpoints", "config.yaml", RESULTS_FILE, "predictions.json", "labels.json",
            exclusion_report.EXCLUSIONS_FILE, "data", "digits", "export", "model_garden", "hub",
            "train", "eval", "train_scalars", native_log.LOG_FILE)
 TRAIN_MODES = ("train", "train_and_eval")
