@@ -6,7 +6,8 @@
 (either Keras flavour): it runs a `tf.while_loop` over the k micro-batches of a batch,
 computes each micro-batch's loss and the gradients of that loss divided by k, and sums them
 in float32: their mean. (Differentiating loss / k, not dividing the sum, keeps a scaled
-float16 backward pass at the size of the whole batch's, so it overflows no sooner.) Only one micro-batch's activations are alive at a time (the loop body), so
+float16 backward pass at the size of the whole batch's, so it overflows no sooner.)
+Only one micro-batch's activations are alive at a time (the loop body), so
 peak memory does not grow with k.
 
 `GradientAccumulationModel` wraps a tf_keras model for `compile` + `fit` (how the recipes

@@ -48,7 +48,8 @@ class GradientAccumulationModel(keras.Model):
     losses) and the compiled metrics are computed per micro-batch; the gradient is averaged
     in float32 and applied once. Under a `LossScaleOptimizer` every micro-batch loss is
     scaled and the optimizer unscales the mean gradient once (a non-finite micro-batch skips
-    the whole step, on every replica: see `_non_finite_on_every_replica`). Do not also set the optimizer's `gradient_accumulation_steps`.
+    the whole step, on every replica: see `_non_finite_on_every_replica`). Do not also set
+    the optimizer's `gradient_accumulation_steps`.
 
     Batch statistics (BatchNorm) are per micro-batch and per replica, as in the tf_keras
     wrapper.

@@ -22,7 +22,8 @@ t = the number of updates applied before this one, plus 1, phi = the identity or
 ``phi_bounds=(gamma_l, gamma_u)``, the paper's φ(z) = min(max(z, γ_l), γ_u).
 The trust ratio φ(‖x‖)/‖u‖ is 1 when φ(‖x‖) or ‖u‖ is 0 (the paper leaves this case open;
 every official implementation does this for ‖x‖ = 0 without bounds). With bounds,
-φ(0) = γ_l: a layer of zeros gets γ_l/‖u‖, as the paper's φ gives. Options per variable: ``decay=False`` drops λx
+φ(0) = γ_l: a layer of zeros gets γ_l/‖u‖, as the paper's φ gives.
+Options per variable: ``decay=False`` drops λx
 (exclusion from weight decay), ``adapt=False`` sets the trust ratio to 1 (exclusion from
 layer adaptation: a plain Adam step), ``bias_correction=False`` uses m and v directly
 (paper appendix; the authors' ResNet-50 code).
