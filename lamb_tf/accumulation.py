@@ -4,8 +4,10 @@
 
 `accumulate_gradients` is the core, a plain function usable from any custom training loop
 (either Keras flavour): it runs a `tf.while_loop` over the k micro-batches of a batch,
-computes each micro-batch's loss and gradients, sums the gradients in float32, and returns
-their mean. Only one micro-batch's activations are alive at a time (the loop body), so
+computes each micro-batch's loss and the gradients of that loss divided by k, and sums them
+in float32: their mean. (Differentiating loss / k, not dividing the sum, keeps a scaled
+float16 backward pass at the size of the whole batch's, so it overflows no sooner.)
+Only one micro-batch's activations are alive at a time (the loop body), so
 peak memory does not grow with k.
 
 `GradientAccumulationModel` wraps a tf_keras model for `compile` + `fit` (how the recipes
@@ -227,8 +229,9 @@ def accumulate_gradients(
 
     Returns:
       `(gradients, loss)`: a list aligned with `variables` holding the mean of the k
-      micro-batch gradients, in each variable's dtype (`None` where the loss does not
-      depend on the variable), and the mean micro-batch loss (float32). The sums are
+      micro-batch gradients (summed gradients of each micro-batch's loss / k), in each
+      variable's dtype (`None` where the loss does not depend on the variable), and the mean
+      micro-batch loss (float32). The sums are
       kept in float32 whatever the compute dtype. Sparse gradients (embedding lookups)
       are accumulated densely. With `return_micro_batch_norm`, a third value: that
       mean squared norm (float32, of the gradients of `loss_fn` as returned, e.g. of a
@@ -241,7 +244,7 @@ def accumulate_gradients(
     variables = list(variables)
     if accumulation_steps == 1:  # one micro-batch: its gradient is the mean; no loop, no sums
         loss, gradients, squared_norm = _micro_batch_gradients(
-            loss_fn, variables, batch, return_micro_batch_norm)
+            loss_fn, variables, batch, return_micro_batch_norm, 1)
         return _mean(gradients, variables, 1, loss, squared_norm, return_micro_batch_norm)
     micro_batches = split_into_micro_batches(batch, accumulation_steps)
     gradient_is_none = [False] * len(variables)  # filled in while the loop body is traced
@@ -257,7 +260,7 @@ def accumulate_gradients(
             lambda t: None if t is None else t[i], micro_batches
         )  # the i-th micro-batch: B/k examples
         loss, gradients, squared_norm = _micro_batch_gradients(
-            loss_fn, variables, micro_batch, return_micro_batch_norm)
+            loss_fn, variables, micro_batch, return_micro_batch_norm, accumulation_steps)
         for index, gradient in enumerate(gradients):
             gradient_is_none[index] = gradient is None
         present = [gradient for gradient in gradients if gradient is not None]
@@ -284,24 +287,33 @@ def accumulate_gradients(
                  return_micro_batch_norm)
 
 
-def _micro_batch_gradients(loss_fn, variables, micro_batch, return_norm):
-    """`(loss, [float32 gradient or None], squared global norm or 0)` of one micro-batch."""
+def _micro_batch_gradients(loss_fn, variables, micro_batch, return_norm, accumulation_steps):
+    """`(loss, [float32 gradient of loss / k or None], squared global norm of the gradient of
+    loss, or 0)` of one micro-batch (k = `accumulation_steps`).
+
+    The tape differentiates loss / k, so the k gradients add up to their mean: every tensor
+    of the backward pass has the size it has for the whole batch's mean loss (a loss of
+    `loss_fn`'s scaled by a LossScaleOptimizer reaches float16's limit no sooner than the
+    whole batch's does), where differentiating the loss and dividing the sum by k would make
+    them k times larger.
+    """
     with tf.GradientTape() as tape:
         loss = loss_fn(micro_batch)  # mean loss over the micro-batch
+        share = loss / accumulation_steps if accumulation_steps > 1 else loss
     gradients = [None if g is None else tf.cast(tf.convert_to_tensor(g), tf.float32)
-                 for g in tape.gradient(loss, variables)]  # this micro-batch's activations
+                 for g in tape.gradient(share, variables)]  # this micro-batch's activations
     present = [g for g in gradients if g is not None]
     squared_norm = tf.constant(0.0)
-    if return_norm and present:  # one op per gradient: sum(g^2) / 2
+    if return_norm and present:  # one op per gradient: sum(g^2) / 2, of loss_fn's gradient
         squared_norm = 2.0 * tf.add_n([tf.nn.l2_loss(g) for g in present])
+        squared_norm *= float(accumulation_steps) ** 2
     return tf.cast(loss, tf.float32), gradients, squared_norm
 
 
 def _mean(gradient_sums, variables, accumulation_steps, loss_sum, squared_norm_sum,
           return_micro_batch_norm):
-    """`accumulate_gradients`' results from the float32 sums over the micro-batches."""
-    if accumulation_steps > 1:
-        gradient_sums = [None if s is None else s / accumulation_steps for s in gradient_sums]
+    """`accumulate_gradients`' results from the float32 sums over the micro-batches (the
+    gradients' sums are their mean already: each micro-batch's is of loss / k)."""
     mean_gradients = [None if mean is None else tf.cast(mean, variable.dtype)
                       for mean, variable in zip(gradient_sums, variables)]
     if not return_micro_batch_norm:

@@ -53,7 +53,8 @@ class LambArguments(_OwnArguments):
         means: the same list as `exclude_from_weight_decay`** (Model Garden / TF Addons
         convention); pass `[]` to adapt every variable.
       name: optimizer name.
-      phi_bounds: None (φ the identity) or `(gamma_l, gamma_u)`: φ(z) = min(max(z, γ_l), γ_u).
+      phi_bounds: None (φ the identity) or `(gamma_l, gamma_u)`, both finite:
+        φ(z) = min(max(z, γ_l), γ_u), so φ(0) = γ_l (a layer of zeros steps by η·γ_l).
       bias_correction: False drops the `1/(1 − β^t)` factors (paper appendix; the authors'
         ResNet-50 code).
       **keras_kwargs: the flavour's base-class keywords (`clipnorm`, `clipvalue`,

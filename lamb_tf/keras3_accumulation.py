@@ -20,6 +20,25 @@ from lamb_tf import accumulation
 from lamb_tf import arguments
 
 
+def _non_finite_on_every_replica(gradients):
+    """`gradients`, made NaN on every replica when any replica's are not finite.
+
+    Keras 3's LossScaleOptimizer decides whether to skip a step from one replica's gradients,
+    before the all-reduce: a non-finite gradient on another replica would be applied (the
+    weights become NaN). With every replica's non-finite, the step is skipped on all.
+    """
+    context = tf.distribute.get_replica_context()
+    present = [g for g in gradients if g is not None]
+    if context is None or context.num_replicas_in_sync == 1 or not present:
+        return gradients
+    finite = tf.reduce_all([tf.reduce_all(tf.math.is_finite(g)) for g in present])
+    # the number of replicas with a non-finite gradient (ReduceOp has no MIN)
+    non_finite = context.all_reduce(tf.distribute.ReduceOp.SUM,
+                                    1.0 - tf.cast(finite, tf.float32))
+    poison = tf.where(non_finite > 0, float("nan"), 0.0)
+    return [None if g is None else g + tf.cast(poison, g.dtype) for g in gradients]
+
+
 @keras.saving.register_keras_serializable(package="lamb_tf")
 class GradientAccumulationModel(keras.Model):
     """A Keras 3 model that takes one optimizer step per k micro-batches.
@@ -29,7 +48,8 @@ class GradientAccumulationModel(keras.Model):
     losses) and the compiled metrics are computed per micro-batch; the gradient is averaged
     in float32 and applied once. Under a `LossScaleOptimizer` every micro-batch loss is
     scaled and the optimizer unscales the mean gradient once (a non-finite micro-batch skips
-    the whole step). Do not also set the optimizer's `gradient_accumulation_steps`.
+    the whole step, on every replica: see `_non_finite_on_every_replica`). Do not also set
+    the optimizer's `gradient_accumulation_steps`.
 
     Batch statistics (BatchNorm) are per micro-batch and per replica, as in the tf_keras
     wrapper.
@@ -77,6 +97,8 @@ class GradientAccumulationModel(keras.Model):
         variables = self.trainable_variables
         gradients, _ = accumulation.accumulate_gradients(
             micro_batch_loss, variables, (x, y, sample_weight), self.accumulation_steps)
+        if isinstance(optimizer, keras.optimizers.LossScaleOptimizer):
+            gradients = _non_finite_on_every_replica(gradients)
         optimizer.apply_gradients([(g, v) for g, v in zip(gradients, variables) if g is not None])
         return self.get_metrics_result()
 

@@ -131,6 +131,15 @@ class _LayerwiseOptimizer(layerwise.LayerwiseMixin, keras.optimizers.Optimizer):
         context = tf.distribute.get_replica_context()
         return context is not None and context.num_replicas_in_sync > 1
 
+    def apply(self, grads, trainable_variables=None):
+        # sparse gradients made dense before the base class clips them (`_dense_gradients`)
+        variables = trainable_variables
+        if variables is None and self.built:
+            variables = self._trainable_variables  # the base pairs `grads` with these
+        if variables is not None:
+            grads = self._dense_gradients(grads, variables)
+        return super().apply(grads, trainable_variables)
+
     def _clip_gradients(self, grads):
         # per replica, the base would clip before the all-reduce: defer to
         # `_all_reduce_sum_gradients`; with one replica the two orders are the same

@@ -74,6 +74,19 @@ class LayerwiseMixin:
         }
         return learning_rate, keras_kwargs, checked
 
+    @staticmethod
+    def _dense_gradients(grads, variables):
+        """`grads` with every `tf.IndexedSlices` made dense (`update_rules.dense_gradient`:
+        a repeated row's copies summed), for the flavours to call before their base class
+        clips (`clipvalue`, `clipnorm`, `global_clipnorm`): clipped as slices, each copy of
+        a repeated row would be clipped apart and the norms taken over unsummed rows. Given
+        as they are when the two lists differ in length (the base class then says why)."""
+        grads = list(grads)
+        variables = list(variables)
+        if len(grads) != len(variables):
+            return grads
+        return [update_rules.dense_gradient(g, v.shape) for g, v in zip(grads, variables)]
+
     def _set_checked(self, checked):
         for attribute, value in checked.items():
             setattr(self, attribute, value)

@@ -122,6 +122,14 @@ class _LayerwiseOptimizer(layerwise.LayerwiseMixin, tf_keras.optimizers.Optimize
     def _build_slots(self, var_list):
         raise NotImplementedError
 
+    def apply_gradients(self, grads_and_vars, *args, **kwargs):
+        # sparse gradients made dense before the base class clips them (`_dense_gradients`)
+        grads_and_vars = list(grads_and_vars)
+        if grads_and_vars:
+            grads, variables = zip(*grads_and_vars)
+            grads_and_vars = list(zip(self._dense_gradients(grads, variables), variables))
+        return super().apply_gradients(grads_and_vars, *args, **kwargs)
+
     def _update_step(self, gradient, variable):
         # the base's KeyError points to a legacy `tf.keras.optimizers.legacy.<name>`, which
         # lamb_tf does not have; the slots cannot grow: a checkpoint names them by position

@@ -20,8 +20,10 @@ Symbols and arguments: eta = ``learning_rate`` (η_t), beta_1/beta_2 = β1/β2,
 epsilon = ε (outside the square root, as in the paper), weight_decay_rate = λ,
 t = the number of updates applied before this one, plus 1, phi = the identity or, with
 ``phi_bounds=(gamma_l, gamma_u)``, the paper's φ(z) = min(max(z, γ_l), γ_u).
-The trust ratio φ(‖x‖)/‖u‖ is 1 when ‖x‖ or ‖u‖ is 0 (the paper leaves this case open;
-every official implementation does this). Options per variable: ``decay=False`` drops λx
+The trust ratio φ(‖x‖)/‖u‖ is 1 when φ(‖x‖) or ‖u‖ is 0 (the paper leaves this case open;
+every official implementation does this for ‖x‖ = 0 without bounds). With bounds,
+φ(0) = γ_l: a layer of zeros gets γ_l/‖u‖, as the paper's φ gives.
+Options per variable: ``decay=False`` drops λx
 (exclusion from weight decay), ``adapt=False`` sets the trust ratio to 1 (exclusion from
 layer adaptation: a plain Adam step), ``bias_correction=False`` uses m and v directly
 (paper appendix; the authors' ResNet-50 code).
@@ -56,14 +58,15 @@ def trust_ratio(x_norm, u_norm, coefficient=1.0, phi_bounds=None):
         φ(z) = min(max(z, gamma_l), gamma_u).
 
     Returns:
-      A scalar tensor; exactly 1 when ‖x‖ or ‖u‖ is 0 (the layer would otherwise never move
-      from zero, or the ratio would be undefined).
+      A scalar tensor; exactly 1 when φ(‖x‖) or ‖u‖ is 0 (the layer would otherwise never
+      move from zero, or the ratio would be undefined). Without bounds φ(‖x‖) = ‖x‖; with
+      them φ(0) = γ_l, so a layer of zeros gets γ_l/‖u‖ (ratio 1 only if γ_l = 0).
     """
     # φ(‖x‖): the identity, or the paper's clip to [γ_l, γ_u]
     phi = (x_norm if phi_bounds is None
            else tf.clip_by_value(x_norm, phi_bounds[0], phi_bounds[1]))
-    # both norms positive: the ratio is defined and meaningful
-    defined = tf.logical_and(x_norm > 0, u_norm > 0)
+    # φ(‖x‖) and ‖u‖ positive: the ratio is defined and meaningful
+    defined = tf.logical_and(phi > 0, u_norm > 0)
     # divide by ‖u‖ only where it is positive, so no inf/nan is ever formed (XLA-safe)
     safe_u_norm = tf.where(defined, u_norm, tf.ones_like(u_norm))
     # coefficient · φ(‖x‖)/‖u‖, or 1 at a zero norm

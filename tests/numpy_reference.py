@@ -7,7 +7,8 @@ LAMB: Algorithm 2 of You et al., arXiv 1904.00962 (see docs/optimizers.md):
     m = b1 m + (1 - b1) g;  v = b2 v + (1 - b2) g^2
     m_hat = m / (1 - b1^t);  v_hat = v / (1 - b2^t)             (t = 1 on the first update)
     r = m_hat / (sqrt(v_hat) + eps);  u = r + wd x
-    x <- x - lr * phi(||x||) / ||u|| * u,  ratio 1 if ||x|| == 0 or ||u|| == 0
+    x <- x - lr * phi(||x||) / ||u|| * u,  ratio 1 if phi(||x||) == 0 or ||u|| == 0
+    (phi(z) = z, or clip(z, gamma_l, gamma_u) with phi_bounds: then phi(0) = gamma_l)
 LARS: TF Model Garden's `official/modeling/optimization/lars.py` numerics:
     g <- g + wd x
     classic:  ratio = eeta ||x|| / ||g||;  v = mu v + lr ratio g;  x <- x - (mu v + lr ratio g if nesterov else v)
@@ -21,12 +22,13 @@ import numpy as np
 
 
 def trust_ratio(x, u, coefficient=1.0, phi_bounds=None):
-    """coefficient * phi(||x||) / ||u|| over the whole tensor; 1.0 if either norm is 0."""
+    """coefficient * phi(||x||) / ||u|| over the whole tensor; 1.0 if phi(||x||) or ||u|| is 0
+    (the paper's phi(z) = min(max(z, gamma_l), gamma_u), so phi(0) = gamma_l with bounds)."""
     x_norm = np.sqrt(np.sum(np.asarray(x, np.float64) ** 2))
     u_norm = np.sqrt(np.sum(np.asarray(u, np.float64) ** 2))
-    if x_norm == 0.0 or u_norm == 0.0:
-        return 1.0
     phi = x_norm if phi_bounds is None else min(max(x_norm, phi_bounds[0]), phi_bounds[1])
+    if phi == 0.0 or u_norm == 0.0:
+        return 1.0
     return coefficient * phi / u_norm
 
 

@@ -160,3 +160,27 @@ def test_loss_scale_optimizer_scales_each_micro_batch_and_unscales_once():
     for w, w_k in zip(weights, weights_k):
         assert ref.relative_error(w_k, w) < 1e-5
     assert loss_k == pytest.approx(loss, rel=1e-5)
+
+
+@pytest.mark.parametrize("bad_example", [2, 5, 10, 13])  # both replicas, both micro-batches
+def test_a_non_finite_micro_batch_on_any_replica_skips_the_step(bad_example,
+                                                                two_cpu_strategy):
+    """Keras 3's LossScaleOptimizer judges one replica's gradients before the all-reduce;
+    the wrapper makes a non-finite gradient non-finite on every replica, so it skips."""
+    keras.mixed_precision.set_global_policy("mixed_float16")
+    try:
+        x = np.full((16, 4), 0.1, np.float32)
+        x[bad_example, 0] = np.inf
+        with two_cpu_strategy.scope():
+            inner = keras.Sequential([keras.Input((4,)), keras.layers.Dense(8),
+                                      keras.layers.Dense(1, dtype="float32")])
+            model = keras3_accumulation.GradientAccumulationModel(inner, 2)
+            model.compile(optimizer=keras3_optimizers.LAMB(0.01), loss="mse")
+        before = [np.array(w) for w in model.get_weights()]
+        model.fit(x, np.zeros((16, 1), np.float32), batch_size=16, shuffle=False, verbose=0)
+    finally:
+        keras.mixed_precision.set_global_policy("float32")
+    assert int(model.optimizer.iterations.numpy()) == 0
+    assert float(model.optimizer.dynamic_scale.numpy()) == 2.0 ** 14  # halved once
+    for got, expected in zip(model.get_weights(), before):
+        np.testing.assert_array_equal(got, expected)

@@ -2,6 +2,8 @@
 LossScaleOptimizer around LAMB (float16) is exact on finite steps, skips non-finite ones
 without advancing LAMB's step `t`, and `mixed_float16` + compile + fit works.
 """
+import importlib
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -101,3 +103,45 @@ def test_loss_scale_optimizer_skips_nonfinite_step_without_advancing_t(flavour_n
     x, m, v = ref.lamb_step(x0, grads[0], 0 * x0, 0 * x0, 1, 0.05, 0.9, 0.999, 1e-6, 0.01)
     x, m, v = ref.lamb_step(x, grads[2], m, v, 2, 0.05, 0.9, 0.999, 1e-6, 0.01)
     assert ref.relative_error(value(variable), x) < 1e-5
+
+
+_ACCUMULATION_MODULES = {"tf_keras": "lamb_tf.accumulation",
+                         "keras3": "lamb_tf.keras3_accumulation"}
+
+
+def _float16_skips(flavour, accumulation_steps):
+    """(updates applied, loss scale, kernel) after 4 steps of 16 examples under mixed_float16,
+    accumulating `accumulation_steps` micro-batches per step (1: the plain model)."""
+    k = flavour.keras
+    rng = np.random.default_rng(0)
+    # per example dL/dprediction = 2·(prediction − y)/16 ≈ 1.25, times the loss scale 32,768:
+    # 40,960 fits float16 (65,504); 4 times that, what the micro-batches of 4 had, does not.
+    # Small x and no bias: the weight gradients stay far from float16's limit.
+    x = 0.01 * rng.normal(size=(64, 6)).astype("float32")
+    y = 10 * rng.choice([-1.0, 1.0], size=(64, 1)).astype("float32")
+    k.utils.set_random_seed(0)
+    inner = k.Sequential([k.Input((6,)), k.layers.Dense(1, use_bias=False)])
+    model = inner
+    if accumulation_steps > 1:
+        module = importlib.import_module(_ACCUMULATION_MODULES[flavour.name])
+        model = module.GradientAccumulationModel(inner, accumulation_steps)
+    model.compile(optimizer=flavour.module.LAMB(0.01), loss="mse")
+    model.fit(x, y, batch_size=16, shuffle=False, verbose=0)
+    optimizer = model.optimizer
+    scale = optimizer.dynamic_scale if flavour.name == "keras3" else optimizer.loss_scale
+    return (int(optimizer.inner_optimizer.applied_updates), float(scale),
+            np.asarray(inner.get_weights()[0], np.float64))
+
+
+@pytest.mark.parametrize("flavour_name", FLAVOURS)
+def test_float16_accumulation_skips_the_steps_one_big_batch_skips(flavour_name, policy_reset):
+    """Each micro-batch's loss / k is differentiated (its backward pass the size of the big
+    batch's), not the loss with the sum divided by k afterwards (k times larger: float16
+    overflows k times sooner)."""
+    flavour = FLAVOURS[flavour_name]()
+    _mixed_precision(flavour).set_global_policy("mixed_float16")
+    big_updates, big_scale, big_kernel = _float16_skips(flavour, 1)
+    updates, scale, kernel = _float16_skips(flavour, 4)
+    assert (big_updates, big_scale) == (4, 32768.0)  # no step skipped
+    assert (updates, scale) == (big_updates, big_scale)
+    np.testing.assert_allclose(kernel, big_kernel, rtol=1e-4, atol=1e-6)

@@ -57,3 +57,34 @@ def test_lars_sparse_equals_dense_reference(flavour_name):
         x, velocity = ref.lars_step(x, _dense(indices, rows), velocity, 1.0, 0.9, 0.01, 0.001)
     # LARS moves the table by ~1e-3 of its norm per step: compare the update
     ref.assert_update_close(got, x, x0, STEPS)
+
+
+CLIPS = [{"clipvalue": 0.3}, {"clipnorm": 1.0}, {"global_clipnorm": 1.0}]
+
+
+def _run_clipped(flavour, optimizer, x0, sparse):
+    """STEPS updates of a table from the gradients of `_sparse_gradients`, given as
+    tf.IndexedSlices (`sparse`) or as the dense tensor they stand for."""
+    table = flavour.variable("embeddings/embeddings", x0)
+    for indices, rows in _sparse_gradients():
+        grad = tf.IndexedSlices(tf.constant(rows, tf.float32), tf.constant(indices),
+                                dense_shape=tf.constant([VOCAB, WIDTH]))
+        optimizer.apply_gradients([(grad if sparse else tf.convert_to_tensor(grad), table)])
+    return value(table)
+
+
+@pytest.mark.parametrize("clip", CLIPS, ids=lambda clip: next(iter(clip)))
+@pytest.mark.parametrize("optimizer_name", ["LAMB", "LARS"])
+@pytest.mark.parametrize("flavour_name", FLAVOURS)
+def test_sparse_is_made_dense_before_clipping(flavour_name, optimizer_name, clip):
+    """A repeated row's copies are summed, then clipped: the clip of the dense gradient (each
+    copy clipped apart, or norms over unsummed rows, would give another update)."""
+    flavour = FLAVOURS[flavour_name]()
+    x0 = np.random.default_rng(0).normal(size=(VOCAB, WIDTH))
+    cls = getattr(flavour.module, optimizer_name)
+    sparse, dense = [_run_clipped(flavour, cls(0.1, weight_decay_rate=0.01, **clip), x0, kind)
+                     for kind in (True, False)]
+    # the clip is active: without it the update differs
+    unclipped = _run_clipped(flavour, cls(0.1, weight_decay_rate=0.01), x0, False)
+    assert not np.allclose(unclipped - x0, dense - x0, rtol=1e-3, atol=0)
+    np.testing.assert_allclose(sparse - x0, dense - x0, rtol=1e-5, atol=1e-7)

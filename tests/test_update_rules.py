@@ -18,7 +18,9 @@ from lamb_tf import update_rules
     (3.0, 2.0, dict(coefficient=0.001), 0.0015),
     (30.0, 2.0, dict(phi_bounds=(0.5, 10.0)), 5.0),
     (0.1, 2.0, dict(phi_bounds=(0.5, 10.0)), 0.25),
-    (0.0, 2.0, dict(phi_bounds=(0.5, 10.0)), 1.0),
+    (0.0, 2.0, dict(phi_bounds=(0.5, 10.0)), 0.25),  # φ(0) = γ_l: a zero layer is not special
+    (0.0, 0.0, dict(phi_bounds=(0.5, 10.0)), 1.0),
+    (0.0, 2.0, dict(phi_bounds=(0.0, 10.0)), 1.0),  # φ(0) = γ_l = 0: the zero-norm guard
 ])
 def test_trust_ratio(x_norm, u_norm, kwargs, expected):
     got = update_rules.trust_ratio(tf.constant(x_norm), tf.constant(u_norm), **kwargs)
@@ -111,6 +113,38 @@ def test_lamb_step_norm_is_lr_times_weight_norm_whatever_the_gradient_scale(grad
     bounded, _, _, _ = update_rules.lamb_step(x, g, zeros, zeros, 1, 0.01, 0.9, 0.999, 1e-6, 0.01,
                                               phi_bounds=(0.0, 1.0))
     assert float(tf.norm(bounded - x)) == pytest.approx(0.01 * 1.0, rel=1e-5)
+
+
+def test_lamb_step_from_zero_weights_with_phi_bounds_has_norm_lr_times_gamma_l():
+    """The issue's case: x = 0, φ(0) = γ_l = 0.01, so the step's norm is η·γ_l, not η·‖u‖."""
+    x = tf.zeros([4], tf.float64)
+    g = tf.constant([1.0, -2.0, 3.0, 0.5], tf.float64)
+    x_next, _, _, ratio = update_rules.lamb_step(
+        x, g, tf.zeros_like(x), tf.zeros_like(x), tf.constant(1), 1.0, 0.9, 0.999, 1e-6, 0.0,
+        phi_bounds=(0.01, 10.0))
+    expected, _, _, expected_ratio = ref.lamb_step(
+        np.zeros(4), g.numpy(), np.zeros(4), np.zeros(4), 1, 1.0, 0.9, 0.999, 1e-6, 0.0,
+        phi_bounds=(0.01, 10.0), return_trust_ratio=True)
+    assert float(ratio) == pytest.approx(expected_ratio, rel=1e-9)
+    assert float(ratio) == pytest.approx(0.01 / 2.0, rel=1e-5)  # u ≈ sign(g) at t = 1: ‖u‖ ≈ 2
+    np.testing.assert_allclose(x_next.numpy(), expected, rtol=1e-9)
+    assert float(tf.norm(x_next)) == pytest.approx(0.01, rel=1e-6)
+
+
+@pytest.mark.parametrize("size", [4, 65536])  # plain ops, and the per-variable XLA kernel
+@pytest.mark.parametrize("flavour_name", FLAVOURS)
+def test_optimizers_step_a_zero_layer_by_gamma_l(flavour_name, size):
+    """Through LAMB's classes (`compiled_updates`): a zero layer's ratio is γ_l/‖u‖."""
+    flavour = FLAVOURS[flavour_name]()
+    g = np.random.default_rng(5).normal(size=size)
+    variable = flavour.variable("dense/kernel", np.zeros(size))
+    optimizer = flavour.module.LAMB(0.1, phi_bounds=(0.01, 10.0))
+    flavour.apply(optimizer, [g], [variable])
+    expected, _, _, ratio = ref.lamb_step(np.zeros(size), g.astype(np.float32), np.zeros(size),
+                                          np.zeros(size), 1, 0.1, 0.9, 0.999, 1e-6, 0.0,
+                                          phi_bounds=(0.01, 10.0), return_trust_ratio=True)
+    assert optimizer.trust_ratios()["dense/kernel"] == pytest.approx(ratio, rel=1e-5)
+    np.testing.assert_allclose(variable.numpy(), expected, rtol=1e-5, atol=1e-9)
 
 
 def test_dense_gradient_sums_repeated_rows():
