@@ -77,8 +77,8 @@ MUTATIONS = [
         "accumulation_mean_divided_by_k_minus_1", "the accumulated gradient is divided by k-1 "
         "instead of k (both flavours use accumulate_gradients)",
         "lamb_tf/accumulation.py",
-        "        gradient_sums = [None if s is None else s / accumulation_steps for s in gradient_sums]",
-        "        gradient_sums = [None if s is None else s / (accumulation_steps - 1) for s in gradient_sums]",
+        "        share = loss / accumulation_steps if accumulation_steps > 1 else loss",
+        "        share = loss / (accumulation_steps - 1) if accumulation_steps > 1 else loss",
         ["tests/test_accumulation.py::test_k_micro_batches_equal_one_batch",
          "tests/test_accumulation.py::test_jit_compiled_accumulation_equals_one_batch",
          "tests/test_accumulation.py::test_keras3_custom_loop_equals_one_batch"],
