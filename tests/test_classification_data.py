@@ -129,6 +129,7 @@ def test_a_run_keeps_the_labels_its_class_ids_were_trained_on(tmp_path):
     run = tmp_path / "run"
     finetune_data.keep_labels(str(run), ["io", "math"], "train.tsv")  # the first command
     assert json.loads((run / finetune_data.LABELS_FILE).read_text()) == ["io", "math"]
+    _save_a_checkpoint(run)  # it trained
     finetune_data.keep_labels(str(run), ["io", "math"], "train.tsv")  # the same: no error
     with pytest.raises(UserError) as error:
         finetune_data.keep_labels(str(run), ["math", "zio"], "train.tsv")
@@ -137,6 +138,22 @@ def test_a_run_keeps_the_labels_its_class_ids_were_trained_on(tmp_path):
         f"{run / finetune_data.LABELS_FILE}), but data.train_file=train.tsv now gives "
         "['math', 'zio']: restore the file's labels, or train a new run in another --model_dir")
     assert json.loads((run / finetune_data.LABELS_FILE).read_text()) == ["io", "math"]
+
+
+def _save_a_checkpoint(run):
+    import tensorflow as tf
+    tf.train.CheckpointManager(tf.train.Checkpoint(step=tf.Variable(1)),
+                               str(run / "checkpoints"), max_to_keep=1).save()
+
+
+def test_labels_of_a_start_that_saved_no_checkpoint_are_replaced(tmp_path):
+    """A start that failed (or was stopped) before its first checkpoint had written
+    labels.json: a new start with other labels was refused, "the run trained the labels
+    ...", though nothing had trained."""
+    run = tmp_path / "run"
+    finetune_data.keep_labels(str(run), ["neg", "pos"], "train.tsv")
+    finetune_data.keep_labels(str(run), ["io", "math", "zio"], "other.tsv")
+    assert json.loads((run / finetune_data.LABELS_FILE).read_text()) == ["io", "math", "zio"]
 
 
 def test_a_training_file_of_one_label_is_refused(tmp_path):

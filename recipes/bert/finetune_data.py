@@ -253,10 +253,12 @@ LABELS_FILE = "labels.json"  # a classification run's labels, by class id
 
 def keep_labels(model_dir, labels, train_file):
     """A run's class ids keep their labels: a UserError if <model_dir>/labels.json holds
-    other ones (without data.labels they are the training file's, sorted, so an edited
-    file would rename the trained classes silently); else the labels are written there."""
+    other ones and the run has a checkpoint (without data.labels they are the training
+    file's, sorted, so an edited file would rename the trained classes silently); else the
+    labels are written there (a labels.json of a start that saved no checkpoint, stopped or
+    failed, trained nothing: it is replaced)."""
     path = os.path.join(model_dir, LABELS_FILE)
-    if tf.io.gfile.exists(path):
+    if tf.io.gfile.exists(path) and checkpoints.latest_checkpoint(model_dir) is not None:
         with tf.io.gfile.GFile(path) as f:
             kept = json.load(f)
         if kept != list(labels):
