@@ -188,6 +188,18 @@ def test_bad_squad_files_are_one_line_errors(tmp_path):
         squad.read_examples(str(tmp_path / "empty.json"), is_training=False)
 
 
+def test_a_squad_file_with_a_byte_order_mark_is_named_as_such(tmp_path):
+    """Was: "is not JSON (Unexpected UTF-8 BOM (decode using utf-8-sig) ...": Model Garden's
+    reader (json.load of the text) cannot read it, so the line says what to save."""
+    path = tmp_path / "dev.json"
+    path.write_bytes(b"\xef\xbb\xbf" + json.dumps({"data": []}).encode())
+    with pytest.raises(UserError) as raised:
+        squad.read_examples(str(path), is_training=False, key="data.eval_file")
+    assert str(raised.value) == (
+        f"data.eval_file={path} starts with a UTF-8 byte-order mark (U+FEFF), which Model "
+        "Garden's SQuAD reader cannot read: save it as UTF-8 without one")
+
+
 CONTEXT = "Paris is the capital of France."
 
 

@@ -57,7 +57,11 @@ def read_dataset(path, key=None):
     name = squad_format.name(path, key)
     try:
         with tf.io.gfile.GFile(path, "r") as f:
-            content = json.load(f)
+            text = f.read()
+        if text.startswith("\ufeff"):  # json.load (squad_lib's reader too) fails at it
+            raise UserError(f"{name} starts with a UTF-8 byte-order mark (U+FEFF), which Model "
+                            "Garden's SQuAD reader cannot read: save it as UTF-8 without one")
+        content = json.loads(text)
     except tf.errors.NotFoundError:
         raise UserError(f"{name} does not exist: give a SQuAD v1.1 JSON file") from None
     except ValueError as error:  # json.JSONDecodeError, UnicodeDecodeError
