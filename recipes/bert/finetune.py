@@ -67,11 +67,11 @@ class BertFinetuneTask(task_lib.Task):
         self.model_dir = model_dir
         if data.task == "squad":
             self.data = finetune_data.prepare_squad(data, self.run, self.seq_length,
-                                                     self.questions)
+                                                     self.questions, mode)
         else:
             self.data = finetune_data.prepare_classification(
                 data, self.run, self.seq_length, model_dir, self.config.train.seed,
-                self.examples)
+                self.examples, mode)
             self.labels = self.data.labels
 
     # ---- Model --------------------------------------------------------------------------

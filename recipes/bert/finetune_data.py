@@ -278,10 +278,15 @@ def read_classification(data):
                          keys=("data.train_file", "data.eval_file"))
 
 
-def prepare_classification(data, run, seq_length, model_dir, seed, examples=None):
+TRAINING_MODES = ("train", "train_and_eval")  # the --mode values that read training data
+
+
+def prepare_classification(data, run, seq_length, model_dir, seed, examples=None,
+                           mode="train"):
     """The examples of `data.task` (classification: `examples`, `read_classification`'s;
     or the embedded stdlib task written into <model_dir>/data from the pretraining run's
-    held-out documents), packed."""
+    held-out documents), packed: the training examples only in a `mode` that trains
+    (`train_arrays` is None otherwise)."""
     if data.task == "stdlib":
         examples = read_examples(*stdlib_classification.write_task(
             os.path.join(model_dir, "data"), run.data_dir, run.data_seed, seed))
@@ -296,7 +301,8 @@ def prepare_classification(data, run, seq_length, model_dir, seed, examples=None
 
     print(f"data: {data.task}, {len(examples.train)} training and {len(examples.evaluation)} "
           f"held-out examples, {len(examples.labels)} labels", flush=True)
-    return ClassificationData(arrays(examples.train, examples.label_ids[0]),
+    training = mode in TRAINING_MODES
+    return ClassificationData(arrays(examples.train, examples.label_ids[0]) if training else None,
                               arrays(examples.evaluation, examples.label_ids[1]),
                               examples.labels, examples.pairs)
 
@@ -327,25 +333,29 @@ def read_squad(data):
         squad.read_dataset(data.eval_file, key="data.eval_file"), skipped)
 
 
-def prepare_squad(data, run, seq_length, questions):
+def prepare_squad(data, run, seq_length, questions, mode="train"):
     """`questions` (`read_squad`) converted to doc-stride windows by Model Garden's
-    squad_lib."""
+    squad_lib: the training questions only in a `mode` that trains (`train_arrays` is None
+    otherwise), the held-out ones unless `mode` is export (then no windows)."""
     tokenizer = squad.make_tokenizer(run.vocab_file)
     convert = lambda examples, is_training: squad.convert_examples(
         examples, tokenizer, seq_length, is_training, data.doc_stride, data.max_query_length)
-    arrays = squad.feature_arrays(convert(questions.train, True), is_training=True)
-    targets = {"start_logits": arrays.pop("start_positions"),
-               "end_logits": arrays.pop("end_positions")}
-    eval_features = convert(questions.evaluation, False)
-    print(f"data: squad, {len(questions.train)} training questions "
-          f"({len(targets['start_logits'])} windows) and {len(questions.evaluation)} held-out "
-          f"questions ({len(eval_features)} windows)", flush=True)
-    if questions.skipped:
+    train = None
+    if mode in TRAINING_MODES:
+        arrays = squad.feature_arrays(convert(questions.train, True), is_training=True)
+        train = (arrays, {"start_logits": arrays.pop("start_positions"),
+                          "end_logits": arrays.pop("end_positions")})
+    eval_features = convert(questions.evaluation, False) if mode != "export" else []
+    trained = (f"{len(questions.train)} training questions "
+               f"({len(train[1]['start_logits'])} windows)" if train
+               else f"the training questions not converted (--mode={mode})")
+    print(f"data: squad, {trained} and {len(questions.evaluation)} held-out questions "
+          f"({len(eval_features)} windows)", flush=True)
+    if train and questions.skipped:
         print(f"data: {len(questions.skipped)} training question(s) skipped, as Model Garden's "
               "reader skips them (their answer's words are not at its answer_start), such as "
               f"{questions.skipped[0]} of data.train_file", flush=True)
-    return SquadData((arrays, targets),
-                     (squad.feature_arrays(eval_features, is_training=False), None),
+    return SquadData(train, (squad.feature_arrays(eval_features, is_training=False), None),
                      questions.dataset, questions.evaluation, eval_features)
 
 
