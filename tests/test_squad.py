@@ -172,6 +172,11 @@ def test_an_evaluation_of_the_first_features_scores_the_questions_they_cover_who
     predictions, questions = squad.decode_evaluated(examples, features, every, every, dataset,
                                                     20, 30)
     assert questions is dataset and len(predictions) == len(examples)
+    scores = {"exact_match": 12.5, "f1": 20.0}
+    assert squad.describe_scores(scores, len(whole), len(examples)) == (
+        f"exact_match=12.50 f1=20.00 over {len(whole)} of {len(examples)} questions")
+    assert squad.describe_scores(scores, len(examples), len(examples)) == (
+        "exact_match=12.50 f1=20.00")
 
 
 def test_bad_squad_files_are_one_line_errors(tmp_path):

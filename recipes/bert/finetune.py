@@ -126,7 +126,8 @@ class BertFinetuneTask(task_lib.Task):
 
     def describe_evaluation(self, results):
         if self.config.data.task == "squad":
-            return f"exact_match={results['exact_match']:.2f} f1={results['f1']:.2f}"
+            return squad.describe_scores(results, len(self.predictions),
+                                         len(self.data.eval_examples))
         return f"accuracy={results['accuracy']:.4f} (chance {1 / len(self.labels):.4f})"
 
     def serving_module(self):

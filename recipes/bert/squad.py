@@ -209,6 +209,13 @@ def squad_scores(dataset, predictions):
     return {"exact_match": 100.0 * scores["exact_match"], "f1": 100.0 * scores["final_f1"]}
 
 
+def describe_scores(scores, scored, questions):
+    """The console's words for `squad_scores` over `scored` of the held-out `questions`
+    (fewer when `eval.steps` limits the evaluation: `decode_evaluated`)."""
+    text = f"exact_match={scores['exact_match']:.2f} f1={scores['f1']:.2f}"
+    return text if scored == questions else f"{text} over {scored} of {questions} questions"
+
+
 PREDICTIONS_FILE = "predictions.json"  # {question id: answer} of a run's last evaluation
 
 
