@@ -158,7 +158,7 @@ def _check_checkpoint(checkpoint, encoder_config, fix):
         raise UserError(f"{where} cannot be read ({str(error).splitlines()[0][:120]}); "
                         f"{fix}") from None
     needed = sum(int(np.prod(shape)) * dtypes[name].size for name, shape in shapes.items()
-                 if dtypes[name] != tf.string)
+                 if dtypes[name].is_numpy_compatible and dtypes[name] != tf.string)
     if stored < needed:
         raise UserError(f"{where} is cut short: its data files hold {stored} bytes, its "
                         f"variables need {needed} (a copy that stopped early?); {fix}")
