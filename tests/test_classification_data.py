@@ -129,6 +129,7 @@ def test_a_run_keeps_the_labels_its_class_ids_were_trained_on(tmp_path):
     run = tmp_path / "run"
     finetune_data.keep_labels(str(run), ["io", "math"], "train.tsv")  # the first command
     assert json.loads((run / finetune_data.LABELS_FILE).read_text()) == ["io", "math"]
+    _save_a_checkpoint(run)  # it trained
     finetune_data.keep_labels(str(run), ["io", "math"], "train.tsv")  # the same: no error
     with pytest.raises(UserError) as error:
         finetune_data.keep_labels(str(run), ["math", "zio"], "train.tsv")
@@ -137,6 +138,22 @@ def test_a_run_keeps_the_labels_its_class_ids_were_trained_on(tmp_path):
         f"{run / finetune_data.LABELS_FILE}), but data.train_file=train.tsv now gives "
         "['math', 'zio']: restore the file's labels, or train a new run in another --model_dir")
     assert json.loads((run / finetune_data.LABELS_FILE).read_text()) == ["io", "math"]
+
+
+def _save_a_checkpoint(run):
+    import tensorflow as tf
+    tf.train.CheckpointManager(tf.train.Checkpoint(step=tf.Variable(1)),
+                               str(run / "checkpoints"), max_to_keep=1).save()
+
+
+def test_labels_of_a_start_that_saved_no_checkpoint_are_replaced(tmp_path):
+    """A start that failed (or was stopped) before its first checkpoint had written
+    labels.json: a new start with other labels was refused, "the run trained the labels
+    ...", though nothing had trained."""
+    run = tmp_path / "run"
+    finetune_data.keep_labels(str(run), ["neg", "pos"], "train.tsv")
+    finetune_data.keep_labels(str(run), ["io", "math", "zio"], "other.tsv")
+    assert json.loads((run / finetune_data.LABELS_FILE).read_text()) == ["io", "math", "zio"]
 
 
 def test_a_training_file_of_one_label_is_refused(tmp_path):
@@ -184,3 +201,54 @@ def test_a_sequence_length_without_room_for_text_is_refused(seq_length):
         "(0 = the pretraining run's)")
     data.seq_length = 5
     assert finetune_data.check_task_run(data, run) == 5
+
+
+@pytest.mark.parametrize("name, content, message", [
+    # an empty label field became the class "" (labels.json ["", "neg", "pos"])
+    ("train.tsv", "sentence\tlabel\na\tpos\nb\t\n", "line 3 has an empty label; give every "
+     "example its label, or drop the line"),
+    ("train.jsonl", '{"sentence": "a", "label": "pos"}\n{"sentence": "b", "label": " "}\n',
+     "line 2 has an empty label; give every example its label, or drop the line"),
+    # a list was trained on as the text "['a', 'b']"
+    ("train.jsonl", '{"sentence": ["a", "b"], "label": "pos"}\n',
+     "line 1: 'sentence' is a list (['a', 'b']), not text; give it as a string"),
+    ("train.jsonl", '{"sentence1": "a", "sentence2": 7, "label": "pos"}\n',
+     "line 1: 'sentence2' is a whole number (7), not text; give it as a string"),
+    # true and 1.0 became the classes "True" and "1.0"
+    ("train.jsonl", '{"sentence": "a", "label": true}\n', "line 1: 'label' is true/false "
+     "(True), not a string or a whole number; give the label as a string, such as \"1\""),
+    ("train.jsonl", '{"sentence": "a", "label": "x"}\n{"sentence": "a", "label": 1.0}\n',
+     "line 2: 'label' is a fraction (1.0), not a string or a whole number; give the label as "
+     "a string, such as \"1\""),
+])
+def test_a_row_with_an_empty_label_or_a_field_of_another_type_is_named(tmp_path, name,
+                                                                       content, message):
+    (tmp_path / name).write_text(content)
+    with pytest.raises(UserError) as raised:
+        classification.read_examples(str(tmp_path / name), "data.train_file")
+    assert str(raised.value) == f"data.train_file={tmp_path / name} {message}"
+
+
+def test_a_whole_number_label_is_taken_as_its_digits(tmp_path):
+    (tmp_path / "train.jsonl").write_text('{"sentence": "a", "label": 1}\n'
+                                          '{"sentence": "b", "label": "0"}\n')
+    assert [e.label for e in classification.read_examples(str(tmp_path / "train.jsonl"))] == [
+        "1", "0"]
+
+
+@pytest.mark.parametrize("name, content", [
+    ("train.tsv", "sentence\tlabel\nthe cat\tpos\n"),
+    ("train.jsonl", '{"sentence": "the cat", "label": "pos"}\n'),
+])
+def test_a_file_that_starts_with_a_byte_order_mark_is_read(tmp_path, name, content):
+    """Windows programs (Excel's "CSV UTF-8") start a file with U+FEFF: the .tsv header was
+    refused as ['\\ufeffsentence', 'label'], the .jsonl's line 1 as no JSON object."""
+    (tmp_path / name).write_bytes(b"\xef\xbb\xbf" + content.encode("utf-8"))
+    assert classification.read_examples(str(tmp_path / name)) == [
+        classification.Example("the cat", None, "pos")]
+
+
+def test_a_byte_order_mark_leaves_the_byte_of_a_decoding_error_as_in_the_file(tmp_path):
+    (tmp_path / "binary.tsv").write_bytes(b"\xef\xbb\xbfsentence\tlabel\n\xff\tx\n")
+    with pytest.raises(UserError, match=r"\(invalid start byte at byte 18\)"):
+        classification.read_examples(str(tmp_path / "binary.tsv"))

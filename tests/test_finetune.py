@@ -476,6 +476,21 @@ def test_a_classification_evaluation_reads_eval_steps_batches_and_scores_those(e
     assert task.evaluate(None, None) == {"accuracy": pytest.approx(8 / rows)}
 
 
+@pytest.mark.parametrize("scored, line", [
+    (3, "exact_match=50.00 f1=60.00"),
+    (2, "exact_match=50.00 f1=60.00 over 2 of 3 questions"),  # eval.steps cut the third
+])
+def test_a_partial_squad_evaluation_says_how_many_questions_it_scores(scored, line):
+    """The line gave the scores alone, though eval.steps>0 scores only the questions whose
+    every window was evaluated."""
+    task = finetune.BertFinetuneTask.__new__(finetune.BertFinetuneTask)
+    task.config = finetune.BertFinetuneConfig()
+    task.config.data.task = "squad"
+    task.predictions = {f"q{i}": "an answer" for i in range(scored)}
+    task.data = types.SimpleNamespace(eval_examples=[object()] * 3)
+    assert task.describe_evaluation({"exact_match": 50.0, "f1": 60.0}) == line
+
+
 @pytest.mark.parametrize("task, refused", [("stdlib", True), ("classification", False)])
 def test_the_stdlib_tasks_seed_is_kept_by_a_resumed_or_evaluated_run(task, refused, tmp_path):
     """The stdlib task's train.seed draws its train/test split: evaluating (or resuming) a

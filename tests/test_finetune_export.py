@@ -169,3 +169,12 @@ def test_windows_and_max_context_are_squad_libs(setup):
         assert feature.tokens[first + length:] == ["[SEP]"]
         for position in range(first, first + length):
             assert bool(max_context[w, position]) == feature.token_is_max_context[position]
+
+
+def test_an_empty_or_blank_context_gets_the_placeholder_answer(setup):
+    """What docs/finetune.md says of it: squad_lib's "empty", start = end = -1."""
+    served = setup.serving.answer(tf.constant(["Who?", "Who?"]), tf.constant(["", " \t "]))
+    assert [a.decode() for a in served["answer"].numpy()] == [
+        finetune_export.NO_SPAN_ANSWER] * 2
+    assert served["start"].numpy().tolist() == [-1, -1]
+    assert served["end"].numpy().tolist() == [-1, -1]

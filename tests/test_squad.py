@@ -172,6 +172,11 @@ def test_an_evaluation_of_the_first_features_scores_the_questions_they_cover_who
     predictions, questions = squad.decode_evaluated(examples, features, every, every, dataset,
                                                     20, 30)
     assert questions is dataset and len(predictions) == len(examples)
+    scores = {"exact_match": 12.5, "f1": 20.0}
+    assert squad.describe_scores(scores, len(whole), len(examples)) == (
+        f"exact_match=12.50 f1=20.00 over {len(whole)} of {len(examples)} questions")
+    assert squad.describe_scores(scores, len(examples), len(examples)) == (
+        "exact_match=12.50 f1=20.00")
 
 
 def test_bad_squad_files_are_one_line_errors(tmp_path):
@@ -186,6 +191,18 @@ def test_bad_squad_files_are_one_line_errors(tmp_path):
     (tmp_path / "empty.json").write_text('{"data": [{"paragraphs": []}]}')
     with pytest.raises(UserError, match="empty.json holds no question"):
         squad.read_examples(str(tmp_path / "empty.json"), is_training=False)
+
+
+def test_a_squad_file_with_a_byte_order_mark_is_named_as_such(tmp_path):
+    """Was: "is not JSON (Unexpected UTF-8 BOM (decode using utf-8-sig) ...": Model Garden's
+    reader (json.load of the text) cannot read it, so the line says what to save."""
+    path = tmp_path / "dev.json"
+    path.write_bytes(b"\xef\xbb\xbf" + json.dumps({"data": []}).encode())
+    with pytest.raises(UserError) as raised:
+        squad.read_examples(str(path), is_training=False, key="data.eval_file")
+    assert str(raised.value) == (
+        f"data.eval_file={path} starts with a UTF-8 byte-order mark (U+FEFF), which Model "
+        "Garden's SQuAD reader cannot read: save it as UTF-8 without one")
 
 
 CONTEXT = "Paris is the capital of France."

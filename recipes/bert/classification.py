@@ -1,7 +1,9 @@
 """Sentence and sentence-pair classification (GLUE-style): data files, packing, the model.
 
 Data: a `.tsv` file with a header row, or a `.jsonl` file with one object per line, with
-the fields `sentence` (or `sentence1` and `sentence2` for pairs) and `label` (any string).
+the fields `sentence` (or `sentence1` and `sentence2` for pairs), strings, and `label`, a
+non-empty string (or, in `.jsonl`, a whole number, taken as its digits). A UTF-8 byte-order
+mark at the start is skipped.
 GLUE's own TSVs use other column names per task; rename the header row.
 
 Packing: `TextPacker` turns raw strings into the encoder's three int32 inputs in the graph
@@ -43,7 +45,6 @@ def read_examples(path, key=None) -> List[Example]:
     problem = file_problem(path)
     if problem:
         raise UserError(f"{name} {problem}")
-    extension = os.path.splitext(path)[1]
     with tf.io.gfile.GFile(path, "rb") as f:
         raw = f.read()
     try:
@@ -51,46 +52,72 @@ def read_examples(path, key=None) -> List[Example]:
     except UnicodeDecodeError as error:
         raise UserError(f"{name} is not UTF-8 text ({error.reason} at byte {error.start}); "
                         "save it as UTF-8") from None
-    if extension == ".tsv":
-        # (lines end at \n, \r\n or \r only: str.splitlines also splits at U+2028, a form
-        # feed, ... which a sentence may hold)
-        reader = csv.DictReader(io.StringIO(text, newline=""), delimiter="\t",
-                                quoting=csv.QUOTE_NONE)
-        _check_header(name, reader.fieldnames or [])
-        rows = list(reader)
-        first_line = 2  # after the header
-    else:
-        rows = []
-        for number, line in enumerate(io.StringIO(text, newline=""), start=1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except ValueError:
-                row = None
-            if not isinstance(row, dict):
-                raise UserError(
-                    f"{name} line {number} is not a JSON object; give one object per line, "
-                    'such as {"sentence": "...", "label": "..."}, or fix that line')
-            rows.append(row)
-        first_line = 1
-    examples = []
-    for number, row in enumerate(rows, start=first_line):
-        first = row.get("sentence", row.get("sentence1"))
-        second = row.get("sentence2")
-        if first is None or row.get("label") is None:
-            raise UserError(
-                f"{name} line {number} lacks 'sentence' (or 'sentence1') or 'label'; fields "
-                "are sentence | sentence1 + sentence2, and label"
-            )
-        examples.append(Example(str(first), None if second is None else str(second),
-                                str(row["label"])))
+    # a byte-order mark (U+FEFF), as Windows programs (Excel) start UTF-8 files, is no text
+    text = text[1:] if text.startswith("\ufeff") else text
+    rows, first_line = _rows(name, text, os.path.splitext(path)[1])
+    examples = [_example(name, number, row) for number, row in enumerate(rows, start=first_line)]
     if not examples:
         raise UserError(f"{name} holds no example; give at least one row after the header")
     pairs = {example.second is not None for example in examples}
     if len(pairs) > 1:
         raise UserError(f"{name} mixes single sentences and pairs; use one kind per file")
     return examples
+
+
+def _rows(name, text, extension):
+    """(the rows of the file's `text`, each a dict, the line number of the first)."""
+    if extension == ".tsv":
+        # (lines end at \n, \r\n or \r only: str.splitlines also splits at U+2028, a form
+        # feed, ... which a sentence may hold)
+        reader = csv.DictReader(io.StringIO(text, newline=""), delimiter="\t",
+                                quoting=csv.QUOTE_NONE)
+        _check_header(name, reader.fieldnames or [])
+        return list(reader), 2  # after the header
+    rows = []
+    for number, line in enumerate(io.StringIO(text, newline=""), start=1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except ValueError:
+            row = None
+        if not isinstance(row, dict):
+            raise UserError(
+                f"{name} line {number} is not a JSON object; give one object per line, "
+                'such as {"sentence": "...", "label": "..."}, or fix that line')
+        rows.append(row)
+    return rows, 1
+
+
+def _kind(value):
+    return {dict: "an object", list: "a list", bool: "true/false", float: "a fraction",
+            int: "a whole number"}.get(type(value), type(value).__name__)
+
+
+def _example(name, number, row):
+    """The `Example` of line `number`'s `row`: text fields are strings, the label a
+    non-empty string or a whole number (a JSON integer, taken as its digits)."""
+    first = row.get("sentence", row.get("sentence1"))
+    second, label = row.get("sentence2"), row.get("label")
+    if first is None or label is None:
+        raise UserError(
+            f"{name} line {number} lacks 'sentence' (or 'sentence1') or 'label'; fields "
+            "are sentence | sentence1 + sentence2, and label"
+        )
+    field = "sentence" if "sentence" in row else "sentence1"
+    for key, value in ((field, first), ("sentence2", second)):
+        if value is not None and not isinstance(value, str):
+            raise UserError(f"{name} line {number}: {key!r} is {_kind(value)} ({value!r:.40}), "
+                            "not text; give it as a string")
+    if isinstance(label, int) and not isinstance(label, bool):
+        label = str(label)
+    if not isinstance(label, str):
+        raise UserError(f"{name} line {number}: 'label' is {_kind(label)} ({label!r:.40}), not "
+                        'a string or a whole number; give the label as a string, such as "1"')
+    if not label.strip():
+        raise UserError(f"{name} line {number} has an empty label; give every example its "
+                        "label, or drop the line")
+    return Example(first, second, label)
 
 
 def _check_header(name, fields):

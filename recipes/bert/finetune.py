@@ -67,11 +67,11 @@ class BertFinetuneTask(task_lib.Task):
         self.model_dir = model_dir
         if data.task == "squad":
             self.data = finetune_data.prepare_squad(data, self.run, self.seq_length,
-                                                     self.questions)
+                                                     self.questions, mode)
         else:
             self.data = finetune_data.prepare_classification(
                 data, self.run, self.seq_length, model_dir, self.config.train.seed,
-                self.examples)
+                self.examples, mode)
             self.labels = self.data.labels
 
     # ---- Model --------------------------------------------------------------------------
@@ -126,7 +126,8 @@ class BertFinetuneTask(task_lib.Task):
 
     def describe_evaluation(self, results):
         if self.config.data.task == "squad":
-            return f"exact_match={results['exact_match']:.2f} f1={results['f1']:.2f}"
+            return squad.describe_scores(results, len(self.predictions),
+                                         len(self.data.eval_examples))
         return f"accuracy={results['accuracy']:.4f} (chance {1 / len(self.labels):.4f})"
 
     def serving_module(self):

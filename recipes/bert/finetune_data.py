@@ -8,12 +8,14 @@ import os
 
 import numpy as np
 import tensorflow as tf
+import yaml
 from official.nlp.configs import encoders
 
 from recipes.bert import classification
 from recipes.bert import ecosystem_export
 from recipes.bert import squad
 from recipes.bert import stdlib_classification
+from recipes.bert import vocabulary
 from recipes.common import checkpoints, storage
 from recipes.common.errors import UserError
 
@@ -42,18 +44,13 @@ class PretrainingRun:
                 f"pretrain first, or write it from the run's export with "
                 f"python -m recipes.bert.ecosystem_export --model_dir={model_dir}"
             )
-        config_path = os.path.join(model_dir, "config.yaml")
-        if not tf.io.gfile.exists(config_path):  # a run's model_garden/ copied alone
-            raise UserError(f"encoder.pretraining_dir: {config_path} does not exist: "
-                            f"{ecosystem_export.GIVE_A_RUN}")
-        try:
-            data = storage.read_mapping(config_path, ("data",), ecosystem_export.GIVE_A_RUN)["data"]
-        except UserError as error:
-            raise UserError(f"encoder.pretraining_dir: {error}") from None
-        self.encoder_config = encoders.EncoderConfig.from_yaml(
-            os.path.join(self.directory, ecosystem_export.ENCODER_CONFIG_FILE))
+        data = _pretraining_data(model_dir)
+        self.seq_length = data["seq_length"]
+        fix = _export_again(model_dir)
+        self.encoder_config = _encoder_config(self.directory, fix)
         self.vocab_file = os.path.join(self.directory, "vocab.txt")
-        self.seq_length = int(data["seq_length"])
+        _check_vocabulary(self.vocab_file, self.encoder_config, fix)
+        _check_checkpoint(self.checkpoint, self.encoder_config, fix)
         # What the embedded task needs: the corpus, where it was prepared, the split's seed.
         self.corpus = "" if data.get("train_files") else data.get("corpus")
         self.data_seed = data.get("seed")
@@ -71,7 +68,7 @@ class PretrainingRun:
             try:
                 status = tf.train.Checkpoint(encoder=encoder).read(self.checkpoint)
                 status.expect_partial().assert_existing_objects_matched()
-            except (ValueError, AssertionError, tf.errors.OpError) as error:  # shapes, names
+            except (ValueError, AssertionError, IndexError, tf.errors.OpError) as error:
                 run_dir = os.path.dirname(self.directory)
                 raise UserError(
                     f"encoder.pretraining_dir: {self.checkpoint} does not fit the encoder of "
@@ -82,6 +79,103 @@ class PretrainingRun:
         else:
             print("encoder: random weights (encoder.init: none)", flush=True)
         return encoder
+
+
+def _export_again(model_dir):
+    return ("export the run's encoder again (python -m recipes.bert.ecosystem_export "
+            f"--model_dir={model_dir})")
+
+
+def _pretraining_data(model_dir):
+    """The `data` section of the run's config.yaml, with a positive whole `seq_length`."""
+    config_path = os.path.join(model_dir, "config.yaml")
+    if not tf.io.gfile.exists(config_path):  # a run's model_garden/ copied alone
+        raise UserError(f"encoder.pretraining_dir: {config_path} does not exist: "
+                        f"{ecosystem_export.GIVE_A_RUN}")
+    try:
+        data = storage.read_mapping(config_path, ("data",), ecosystem_export.GIVE_A_RUN)["data"]
+    except UserError as error:
+        raise UserError(f"encoder.pretraining_dir: {error}") from None
+    length = data.get("seq_length") if isinstance(data, dict) else None
+    if not isinstance(length, int) or isinstance(length, bool) or length < 1:
+        found = ("no data.seq_length" if length is None
+                 else f"data.seq_length={length!r} is not a positive whole number")
+        raise UserError(f"encoder.pretraining_dir: {config_path} is not a BERT pretraining "
+                        f"run's config ({found}): {ecosystem_export.GIVE_A_RUN}")
+    return data
+
+
+def _encoder_config(directory, fix):
+    """Model Garden's `EncoderConfig` of <directory>/encoder.yaml (a BERT encoder)."""
+    path = os.path.join(directory, ecosystem_export.ENCODER_CONFIG_FILE)
+    if not tf.io.gfile.exists(path):
+        raise UserError(f"encoder.pretraining_dir: {path} does not exist; {fix}")
+    try:
+        config = encoders.EncoderConfig.from_yaml(path)
+    except (yaml.YAMLError, ValueError, KeyError, TypeError, AttributeError,
+            tf.errors.OpError) as error:
+        first = (str(error).strip().splitlines() or [type(error).__name__])[0][:120]
+        raise UserError(f"encoder.pretraining_dir: {path} is not a Model Garden encoder config "
+                        f"({first}); {fix}") from None
+    if config.type != "bert_v2":
+        raise UserError(f"encoder.pretraining_dir: {path} has type {config.type!r}, not the "
+                        f"bert_v2 encoder a pretraining run exports; {fix}")
+    return config
+
+
+def _check_vocabulary(vocab_file, encoder_config, fix):
+    """vocab.txt is a BERT vocabulary with an embedding row for each of its word pieces."""
+    try:
+        tokens = vocabulary.read_vocabulary(vocab_file, fix)
+    except UserError as error:
+        raise UserError(f"encoder.pretraining_dir: {error}") from None
+    size = encoder_config.bert_v2.vocab_size
+    if len(tokens) > size:
+        raise UserError(
+            f"encoder.pretraining_dir: {vocab_file} has {len(tokens)} word pieces, more than the "
+            f"vocab_size {size} of the encoder (encoder.yaml): the ids past {size - 1} have "
+            f"no embedding; {fix}")
+
+
+def _encoder_shapes(encoder_config):
+    """The sorted variable shapes of the encoder `encoder_config` builds (in a graph of its
+    own: nothing is computed)."""
+    with tf.Graph().as_default():
+        encoder = ecosystem_export.create_weights(encoders.build_encoder(encoder_config), 2)
+        return sorted(tuple(variable.shape.as_list()) for variable in encoder.variables)
+
+
+def _check_checkpoint(checkpoint, encoder_config, fix):
+    """The encoder checkpoint is whole (its data files hold at least its tensors' bytes)
+    and holds a variable of each shape of the encoder of `encoder_config`."""
+    where = f"encoder.pretraining_dir: {checkpoint}"
+    try:
+        reader = tf.train.load_checkpoint(checkpoint)
+        shapes, dtypes = reader.get_variable_to_shape_map(), reader.get_variable_to_dtype_map()
+        stored = sum(tf.io.gfile.stat(path).length
+                     for path in tf.io.gfile.glob(checkpoint + ".data-*"))
+    except (tf.errors.OpError, ValueError) as error:
+        raise UserError(f"{where} cannot be read ({str(error).splitlines()[0][:120]}); "
+                        f"{fix}") from None
+    needed = sum(int(np.prod(shape)) * dtypes[name].size for name, shape in shapes.items()
+                 if dtypes[name].is_numpy_compatible and dtypes[name] != tf.string)
+    if stored < needed:
+        raise UserError(f"{where} is cut short: its data files hold {stored} bytes, its "
+                        f"variables need {needed} (a copy that stopped early?); {fix}")
+    found = sorted(tuple(shape) for name, shape in shapes.items() if name.startswith("encoder/"))
+    try:
+        expected = _encoder_shapes(encoder_config)
+    except (ValueError, TypeError, tf.errors.OpError) as error:
+        raise UserError(f"encoder.pretraining_dir: its model_garden/encoder.yaml gives no "
+                        f"encoder ({str(error).splitlines()[0][:120]}); {fix}") from None
+    if found != expected:
+        extra = collections.Counter(expected) - collections.Counter(found)
+        lacking = collections.Counter(found) - collections.Counter(expected)
+        shape = list(next(iter(extra or lacking)))
+        raise UserError(
+            f"{where} does not fit the encoder of its model_garden/encoder.yaml (the encoder has "
+            f"{len(expected)} variables, the checkpoint {len(found)}; shape {shape} is in "
+            f"{'the encoder' if extra else 'the checkpoint'} only); {fix}")
 
 
 @dataclasses.dataclass
@@ -159,10 +253,12 @@ LABELS_FILE = "labels.json"  # a classification run's labels, by class id
 
 def keep_labels(model_dir, labels, train_file):
     """A run's class ids keep their labels: a UserError if <model_dir>/labels.json holds
-    other ones (without data.labels they are the training file's, sorted, so an edited
-    file would rename the trained classes silently); else the labels are written there."""
+    other ones and the run has a checkpoint (without data.labels they are the training
+    file's, sorted, so an edited file would rename the trained classes silently); else the
+    labels are written there (a labels.json of a start that saved no checkpoint, stopped or
+    failed, trained nothing: it is replaced)."""
     path = os.path.join(model_dir, LABELS_FILE)
-    if tf.io.gfile.exists(path):
+    if tf.io.gfile.exists(path) and checkpoints.latest_checkpoint(model_dir) is not None:
         with tf.io.gfile.GFile(path) as f:
             kept = json.load(f)
         if kept != list(labels):
@@ -182,10 +278,15 @@ def read_classification(data):
                          keys=("data.train_file", "data.eval_file"))
 
 
-def prepare_classification(data, run, seq_length, model_dir, seed, examples=None):
+TRAINING_MODES = ("train", "train_and_eval")  # the --mode values that read training data
+
+
+def prepare_classification(data, run, seq_length, model_dir, seed, examples=None,
+                           mode="train"):
     """The examples of `data.task` (classification: `examples`, `read_classification`'s;
     or the embedded stdlib task written into <model_dir>/data from the pretraining run's
-    held-out documents), packed."""
+    held-out documents), packed: the training examples only in a `mode` that trains
+    (`train_arrays` is None otherwise)."""
     if data.task == "stdlib":
         examples = read_examples(*stdlib_classification.write_task(
             os.path.join(model_dir, "data"), run.data_dir, run.data_seed, seed))
@@ -200,7 +301,8 @@ def prepare_classification(data, run, seq_length, model_dir, seed, examples=None
 
     print(f"data: {data.task}, {len(examples.train)} training and {len(examples.evaluation)} "
           f"held-out examples, {len(examples.labels)} labels", flush=True)
-    return ClassificationData(arrays(examples.train, examples.label_ids[0]),
+    training = mode in TRAINING_MODES
+    return ClassificationData(arrays(examples.train, examples.label_ids[0]) if training else None,
                               arrays(examples.evaluation, examples.label_ids[1]),
                               examples.labels, examples.pairs)
 
@@ -231,25 +333,29 @@ def read_squad(data):
         squad.read_dataset(data.eval_file, key="data.eval_file"), skipped)
 
 
-def prepare_squad(data, run, seq_length, questions):
+def prepare_squad(data, run, seq_length, questions, mode="train"):
     """`questions` (`read_squad`) converted to doc-stride windows by Model Garden's
-    squad_lib."""
+    squad_lib: the training questions only in a `mode` that trains (`train_arrays` is None
+    otherwise), the held-out ones unless `mode` is export (then no windows)."""
     tokenizer = squad.make_tokenizer(run.vocab_file)
     convert = lambda examples, is_training: squad.convert_examples(
         examples, tokenizer, seq_length, is_training, data.doc_stride, data.max_query_length)
-    arrays = squad.feature_arrays(convert(questions.train, True), is_training=True)
-    targets = {"start_logits": arrays.pop("start_positions"),
-               "end_logits": arrays.pop("end_positions")}
-    eval_features = convert(questions.evaluation, False)
-    print(f"data: squad, {len(questions.train)} training questions "
-          f"({len(targets['start_logits'])} windows) and {len(questions.evaluation)} held-out "
-          f"questions ({len(eval_features)} windows)", flush=True)
-    if questions.skipped:
+    train = None
+    if mode in TRAINING_MODES:
+        arrays = squad.feature_arrays(convert(questions.train, True), is_training=True)
+        train = (arrays, {"start_logits": arrays.pop("start_positions"),
+                          "end_logits": arrays.pop("end_positions")})
+    eval_features = convert(questions.evaluation, False) if mode != "export" else []
+    trained = (f"{len(questions.train)} training questions "
+               f"({len(train[1]['start_logits'])} windows)" if train
+               else f"the training questions not converted (--mode={mode})")
+    print(f"data: squad, {trained} and {len(questions.evaluation)} held-out questions "
+          f"({len(eval_features)} windows)", flush=True)
+    if train and questions.skipped:
         print(f"data: {len(questions.skipped)} training question(s) skipped, as Model Garden's "
               "reader skips them (their answer's words are not at its answer_start), such as "
               f"{questions.skipped[0]} of data.train_file", flush=True)
-    return SquadData((arrays, targets),
-                     (squad.feature_arrays(eval_features, is_training=False), None),
+    return SquadData(train, (squad.feature_arrays(eval_features, is_training=False), None),
                      questions.dataset, questions.evaluation, eval_features)
 
 

@@ -57,7 +57,11 @@ def read_dataset(path, key=None):
     name = squad_format.name(path, key)
     try:
         with tf.io.gfile.GFile(path, "r") as f:
-            content = json.load(f)
+            text = f.read()
+        if text.startswith("\ufeff"):  # json.load (squad_lib's reader too) fails at it
+            raise UserError(f"{name} starts with a UTF-8 byte-order mark (U+FEFF), which Model "
+                            "Garden's SQuAD reader cannot read: save it as UTF-8 without one")
+        content = json.loads(text)
     except tf.errors.NotFoundError:
         raise UserError(f"{name} does not exist: give a SQuAD v1.1 JSON file") from None
     except ValueError as error:  # json.JSONDecodeError, UnicodeDecodeError
@@ -203,6 +207,13 @@ def squad_scores(dataset, predictions):
     `dataset` (the JSON `data` list); a question without a prediction scores 0."""
     scores = squad_evaluate_v1_1.evaluate(dataset, predictions)
     return {"exact_match": 100.0 * scores["exact_match"], "f1": 100.0 * scores["final_f1"]}
+
+
+def describe_scores(scores, scored, questions):
+    """The console's words for `squad_scores` over `scored` of the held-out `questions`
+    (fewer when `eval.steps` limits the evaluation: `decode_evaluated`)."""
+    text = f"exact_match={scores['exact_match']:.2f} f1={scores['f1']:.2f}"
+    return text if scored == questions else f"{text} over {scored} of {questions} questions"
 
 
 PREDICTIONS_FILE = "predictions.json"  # {question id: answer} of a run's last evaluation
