@@ -107,14 +107,28 @@ def test_a_number_for_a_string_key_says_how_to_quote_it_and_the_quoted_one_loads
     assert load_config(_Schema, [], "name='3'").name == "3"
 
 
+@dataclasses.dataclass
+class _WithTrain:
+    train: schema.TrainConfig = dataclasses.field(default_factory=schema.TrainConfig)
 
-def test_an_empty_value_for_a_string_key_says_how_to_write_the_empty_string():
-    # `name=` is YAML's null: "must be str, got None" said nothing of ''
+
+def test_an_empty_value_for_a_string_key_says_how_to_write_the_empty_string(tmp_path):
+    # `key=` and `key:` are YAML's null: "must be str, got None" said nothing of ''
     with pytest.raises(UserError) as raised:
         load_config(_Schema, [], "name=")
     assert str(raised.value) == ("--params_override: config key 'name' must be str, got None "
                                  "(NoneType); write name='' for an empty string")
     assert load_config(_Schema, [], "name=''").name == ""
+    with pytest.raises(UserError) as raised:  # a nested key: its whole name, as overrides take it
+        load_config(_WithTrain, [], "train.init_checkpoint=")
+    assert str(raised.value).endswith("; write train.init_checkpoint='' for an empty string")
+    in_file = _write(tmp_path, "null.yaml", "train:\n  init_checkpoint:\n")
+    with pytest.raises(UserError) as raised:  # in a file: YAML's own spelling
+        load_config(_WithTrain, [in_file])
+    assert str(raised.value) == (
+        f"{in_file}: config key 'train.init_checkpoint' must be str, got None (NoneType); "
+        "write init_checkpoint: '' for an empty string")
+
 
 def test_bad_file_errors_name_the_file(tmp_path):
     with pytest.raises(UserError, match="does not exist"):

@@ -110,6 +110,13 @@ def test_a_configured_pattern_list_that_matches_no_variable_is_refused():
     with pytest.raises(UserError, match=r"^optimizer.exclude_from_layer_adaptation=\['Bias'\]"):
         exclusion_report.check_configured_patterns(
             _config(exclude_from_layer_adaptation=["Bias"]), rows)
+    # an evaluation or export of a run trained so: a line, not a refusal
+    assert exclusion_report.check_configured_patterns(
+        _config(exclude_from_weight_decay=["BatchNorm"]), rows, refuse=False) == [
+            "optimizer: optimizer.exclude_from_weight_decay=['BatchNorm'] matches no variable "
+            "of the model, so it would exclude nothing (searched in paths such as "
+            "'res_net/conv2d/kernel', 'res_net/batch_normalization/gamma', "
+            "'res_net/dense/bias')"]
     # without a trust ratio (adamw, momentum) the layer-adaptation list is not read
     assert exclusion_report.check_configured_patterns(
         _config(exclude_from_layer_adaptation=["Bias"]), rows, layer_adaptation=False) == []

@@ -379,7 +379,8 @@ def _check_type(value, field_type, dotted, source):
     quote = ("; quote it to give the string: '{}'".format(value)
              if field_type is str and isinstance(value, (bool, int, float)) else "")
     if field_type is str and value is None:  # `key=` and `key:` are YAML's null
-        quote = f"; write {dotted.rsplit('.', 1)[-1]}='' for an empty string"
+        quote = (f"; write {dotted}='' for an empty string" if source == "--params_override"
+                 else f"; write {dotted.rsplit('.', 1)[-1]}: '' for an empty string")
     raise UserError(
         f"{source}: config key {dotted!r} must be {type_name(field_type)}, "
         f"got {value!r} ({type(value).__name__}){quote}"

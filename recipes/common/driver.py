@@ -598,7 +598,7 @@ class _Run:
             optimizer, self.model.trainable_variables, decay_patterns, config.weight_decay_rate
         )
         self.pattern_lines = exclusion_report.check_configured_patterns(
-            config, rows, self.layer_adaptation)
+            config, rows, self.layer_adaptation, refuse=self.options.mode in TRAIN_MODES)
         return rows
 
     def train(self):

@@ -36,13 +36,13 @@ def exclusion_rows(optimizer, variables, decay_patterns, weight_decay_rate):
     return rule.table(paths_and_shapes, weight_decay_rate)
 
 
-
-def check_configured_patterns(config, rows, layer_adaptation=True):
+def check_configured_patterns(config, rows, layer_adaptation=True, refuse=True):
     """The console lines for `config`'s (the optimizer section's) own pattern lists: a
     pattern that matches no variable path in `rows` gets a line; a list of which no pattern
-    matches is a UserError (it would exclude nothing: a misspelt name, such as BatchNorm
-    for Keras' batch_normalization). A null list (the recipe's default) is not checked:
-    defaults are written for several naming conventions at once."""
+    matches is, with `refuse` (a run that trains), a UserError: it would exclude nothing (a
+    misspelt name, such as BatchNorm for Keras' batch_normalization); else one more line (an
+    evaluation or export of a run trained so). A null list (the recipe's default) is not
+    checked: defaults are written for several naming conventions at once."""
     paths = [row.path for row in rows]
     lists = [("exclude_from_weight_decay", config.exclude_from_weight_decay)]
     if layer_adaptation:
@@ -51,10 +51,13 @@ def check_configured_patterns(config, rows, layer_adaptation=True):
     for key, patterns in lists:
         unmatched = [p for p in patterns or () if not any(re.search(p, path) for path in paths)]
         if patterns and len(unmatched) == len(patterns):
-            raise UserError(
-                f"optimizer.{key}={list(patterns)} matches no variable of the model, so it "
-                f"would exclude nothing (searched in paths such as {_some_paths(paths)}); "
-                "fix the patterns, or give [] to exclude nothing")
+            message = (f"optimizer.{key}={list(patterns)} matches no variable of the model, so "
+                       f"it would exclude nothing (searched in paths such as "
+                       f"{_some_paths(paths)})")
+            if refuse:
+                raise UserError(f"{message}; fix the patterns, or give [] to exclude nothing")
+            lines.append(f"optimizer: {message}")
+            continue
         lines += [f"optimizer: {key} pattern {pattern!r} matches no variable (the list's other "
                   "patterns do)" for pattern in unmatched]
     return lines
