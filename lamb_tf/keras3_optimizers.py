@@ -133,6 +133,8 @@ class _LayerwiseOptimizer(layerwise.LayerwiseMixin, keras.optimizers.Optimizer):
 
     def apply(self, grads, trainable_variables=None):
         # sparse gradients made dense before the base class clips them (`_dense_gradients`)
+        if trainable_variables is not None:  # (an iterator is read once)
+            trainable_variables = list(trainable_variables)
         variables = trainable_variables
         if variables is None and self.built:
             variables = self._trainable_variables  # the base pairs `grads` with these

@@ -88,3 +88,19 @@ def test_sparse_is_made_dense_before_clipping(flavour_name, optimizer_name, clip
     unclipped = _run_clipped(flavour, cls(0.1, weight_decay_rate=0.01), x0, False)
     assert not np.allclose(unclipped - x0, dense - x0, rtol=1e-3, atol=0)
     np.testing.assert_allclose(sparse - x0, dense - x0, rtol=1e-5, atol=1e-7)
+
+
+def test_keras3_apply_takes_its_variables_as_an_iterator():
+    """`apply` reads its variables to make sparse gradients dense: an iterator (a generator,
+    as Keras' own `apply` accepts) was used up there, and the step built or applied to no
+    variable."""
+    import keras
+
+    from lamb_tf import keras3_optimizers
+
+    x0 = np.arange(6.0).reshape(3, 2)
+    variable = keras.Variable(x0, dtype="float32")
+    optimizer = keras3_optimizers.LAMB(0.1)
+    optimizer.apply([tf.ones((3, 2))], (v for v in [variable]))
+    assert not np.allclose(variable.numpy(), x0)
+    assert len(optimizer.variables) > 1  # built over the variable: its m and v slots
