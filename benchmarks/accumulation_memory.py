@@ -127,7 +127,8 @@ def print_speed(speed):
     return [ours / base for ours, base in zip(speed[max(speed)], speed[1])]
 
 
-def main(argv=None):
+def _parse_arguments(argv):
+    """The flags, checked: a mistake is one line and exit status 2."""
     parser = alternation.argument_parser(__doc__)
     parser.add_argument("--child", nargs=3, type=int, metavar=("BATCH", "MICRO", "STEPS"),
                         help="internal: one measured configuration, run in a process of "
@@ -135,10 +136,27 @@ def main(argv=None):
     parser.add_argument("--speed_child", type=int, metavar="ROUNDS",
                         help="internal: the examples/s rounds, run in a process of its own "
                              "by this script")
-    parser.add_argument("--rounds", type=int, default=3, help="runs of every configuration")
-    parser.add_argument("--tiny", action="store_true", help="tiny batches, one round (CI)")
+    parser.add_argument("--rounds", type=int, default=None,
+                        help="runs of every configuration (default 3; not with --tiny)")
+    parser.add_argument("--tiny", action="store_true",
+                        help="tiny batches, one round (CI); refuses --rounds")
     parser.add_argument("--json", help="write the rows here")
     args = parser.parse_args(argv)
+    if args.child or args.speed_child:
+        return args
+    if args.tiny and args.rounds is not None:  # it ran one round and said nothing
+        parser.error(f"--rounds={args.rounds}: --tiny runs one round of tiny batches; drop "
+                     "--rounds, or --tiny to measure the real batches")
+    args.rounds = 3 if args.rounds is None else args.rounds
+    if args.rounds < 1:
+        parser.error(f"--rounds={args.rounds} must be at least 1")
+    if problem := alternation.output_file_problem("--json", args.json):
+        parser.error(problem)  # before the measurement, which its write would otherwise lose
+    return args
+
+
+def main(argv=None):
+    args = _parse_arguments(argv)
     if args.child:
         print(json.dumps(run_one(*args.child)))
         return 0
@@ -146,11 +164,6 @@ def main(argv=None):
         configurations = (TINY_CONFIGURATIONS if args.tiny else CONFIGURATIONS)[:-1]
         print(json.dumps(speed_in_one_process(configurations, args.speed_child)))
         return 0
-    if args.rounds < 1:
-        parser.error("--rounds must be >= 1")
-    if problem := alternation.output_file_problem("--json", args.json):
-        parser.error(problem)  # before the measurement, which its write would otherwise lose
-
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", TF_USE_LEGACY_KERAS="1")
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [REPO_ROOT, env.get("PYTHONPATH")]))
     configurations = TINY_CONFIGURATIONS if args.tiny else CONFIGURATIONS
@@ -168,7 +181,6 @@ def main(argv=None):
             row[key] = statistics.median(m[key] for m in measured)
             row[key + "_runs"] = [m[key] for m in measured]
         rows.append(row)
-
     model = f"{FEATURES}-{HIDDEN}-{HIDDEN}-{CLASSES}"
     print(f"tiny MLP {model}, LAMB, 1 replica (CPU), one fresh process per row and round, "
           f"median of {len(next(iter(runs.values())))} round(s)")

@@ -115,8 +115,9 @@ def output_file_problem(flag, path):
     """One line (`<flag>=<path>: <what>; <what to do>`) if the file a script writes at the end
     (`--json`, `--output`) could not be written there, else None (also when no path was
     given): a directory, a directory that does not exist, or one this process cannot write
-    in (`recipes.common.storage.local_directory_problem`, which makes and removes one). Every script checks its output paths
-    with it before it measures, so that a run's results are never lost to its last write."""
+    in (`recipes.common.storage.local_directory_problem`, which makes and removes one).
+    Every script checks its output paths with it before it measures, so that a run's
+    results are never lost to its last write."""
     if not path:
         return None
     if os.path.isdir(path) or path.endswith(os.sep):

@@ -19,6 +19,7 @@ Usage:
 Prints a Markdown table and, with --json, writes every deletion time.
 """
 import datetime
+import math
 import os
 import statistics
 import sys
@@ -56,8 +57,11 @@ def _bad_arguments(args):
     """One line naming the first bad flag, or None."""
     if args.trials < 1:
         return f"--trials={args.trials} must be at least 1"
-    if args.seconds <= 0 or args.step_ms < 0:
-        return f"--seconds={args.seconds:g} must be above 0 and --step_ms={args.step_ms:g} at least 0"
+    if not (math.isfinite(args.seconds) and args.seconds > 0):
+        return f"--seconds={args.seconds:g} must be above 0 and finite; give seconds, e.g. 2"
+    if not (math.isfinite(args.step_ms) and args.step_ms >= 0):
+        return (f"--step_ms={args.step_ms:g} must be at least 0 and finite; give milliseconds, "
+                "e.g. 20")
     return alternation.output_file_problem("--json", args.json)
 
 

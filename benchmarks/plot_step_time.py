@@ -8,6 +8,7 @@ Times are each run's medians; runs at different sizes are separate processes, so
 contenders within one size (same run), and read the slope across sizes.
 """
 import json
+import math
 import os
 import sys
 
@@ -21,15 +22,43 @@ MODES = ("graph", "jit_compile")
 
 
 def load(paths):
-    """{(contender, mode): [(parameters, median seconds)]}, sorted by parameters."""
+    """{(contender, mode): [(parameters, median seconds)]}, sorted by parameters; a
+    ValueError naming the first file that is not a report of optimizer_step.py --json."""
     lines = {}
     for path in paths:
-        with open(path) as f:
-            report = json.load(f)
-        for row in report["rows"]:
+        try:
+            with open(path) as f:
+                report = json.load(f)
+            parameters, rows = _checked(report)
+        except (ValueError, UnicodeDecodeError) as error:  # (JSONDecodeError: a ValueError)
+            raise ValueError(f"{path}: not a report of optimizer_step.py --json "
+                             f"({type(error).__name__}: {error})") from None
+        for row in rows:
             lines.setdefault((row["contender"], row["mode"]), []).append(
-                (report["parameters"], row["median_s"]))
+                (parameters, row["median_s"]))
     return {key: sorted(points) for key, points in lines.items()}
+
+
+def _checked(report):
+    """(parameters, rows) of one report, or a ValueError saying what is wrong in it."""
+    if not isinstance(report, dict) or not isinstance(report.get("rows"), list):
+        raise ValueError("no list of rows")
+    parameters = report.get("parameters")
+    if not _positive_number(parameters):
+        raise ValueError(f"parameters={parameters!r} is no positive number")
+    if not report["rows"]:
+        raise ValueError("no rows: nothing to plot")
+    for row in report["rows"]:
+        if not (isinstance(row, dict) and isinstance(row.get("contender"), str)
+                and row.get("mode") in MODES and _positive_number(row.get("median_s"))):
+            raise ValueError(f"a row without a contender, a mode of {', '.join(MODES)} and a "
+                             f"positive median_s: {row!r}"[:300])
+    return parameters, report["rows"]
+
+
+def _positive_number(value):
+    return (isinstance(value, (int, float)) and not isinstance(value, bool)
+            and math.isfinite(value) and value > 0)
 
 
 def plot(lines, output):
@@ -51,8 +80,9 @@ def plot(lines, output):
         axis.set_title(f"one update, {'no jit_compile' if mode == 'graph' else 'jit_compile=True'}")
         axis.set_xlabel("parameters (millions, BERT encoder shapes)")
         axis.grid(True, which="both", alpha=0.3)
+        if axis.get_lines():  # a legend where there are lines (a report may time one mode)
+            axis.legend(fontsize=8)
     axes[0].set_ylabel("median step time (ms)")
-    axes[-1].legend(fontsize=8)
     figure.tight_layout()
     # the format named, so that a path without an extension is written as given (matplotlib
     # would write a PNG to `<output>.png`)
@@ -86,9 +116,8 @@ def main(argv=None):
         parser.error(problem)
     try:
         lines = load(args.reports)
-    except (ValueError, KeyError, TypeError) as error:  # not JSON, or not this script's rows
-        parser.error(f"{' '.join(args.reports)}: not a report of optimizer_step.py --json "
-                     f"({type(error).__name__}: {error})")
+    except ValueError as error:  # not JSON, or not this script's rows: the file named
+        parser.error(str(error).replace("\n", " "))
     plot(lines, args.output)
     print(f"wrote {args.output}")
     return 0

@@ -78,7 +78,7 @@ import tensorflow as tf  # noqa: E402
 
 from recipes.bert import pretrain  # noqa: E402
 from recipes.common import config as config_lib  # noqa: E402
-from recipes.common import driver, errors, storage, training  # noqa: E402
+from recipes.common import driver, errors, schema, storage, training  # noqa: E402
 from recipes.resnet import train as resnet_train  # noqa: E402
 from benchmarks import alternation, chunk_boundaries, model_garden_loops  # noqa: E402
 
@@ -200,11 +200,22 @@ def make_work_dir(path):
 
 
 def load_recipe_config(args, params_override=""):
-    """(task class, config file, config) of --recipe and --config_file."""
+    """(task class, config file, config) of --recipe and --config_file. The train section's
+    counts are checked as the recipes' driver checks them (`schema.check`'s
+    `check_positive`, recipes/common/driver.py `load_task`): `train.steps_per_execution=0`
+    or `-1` is a UserError, one line. Not the whole `schema.check`: the benchmarks set
+    their own train.steps, checkpoint_every and warmup after loading."""
     task_class, default_config = RECIPES[args.recipe][:2]
     config_file = args.config_file or default_config
-    return (task_class, config_file,
-            config_lib.load_config(task_class.config_class, [config_file], params_override))
+    config = config_lib.load_config(task_class.config_class, [config_file], params_override,
+                                    renamed_keys=schema.RENAMED_KEYS)
+    schema.check_positive("train", config.train, POSITIVE_TRAIN_KEYS)
+    return task_class, config_file, config
+
+
+# the train section's counts that `schema.check` requires above 0 (its `check_positive`)
+POSITIVE_TRAIN_KEYS = ("global_batch_size", "micro_batch_size", "steps", "checkpoint_every",
+                       "steps_per_execution", "log_every")
 
 
 def exit_status(main, argv=None):

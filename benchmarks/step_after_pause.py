@@ -29,6 +29,7 @@ Usage:
 Prints a Markdown table and the verdicts; with --json, writes every sample.
 """
 import datetime
+import math
 import os
 import platform
 import statistics
@@ -62,12 +63,12 @@ def _parse_arguments(argv):
 
 
 def _pauses(text):
-    """The pauses in seconds, or None if `text` is not a list of positive numbers."""
+    """The pauses in seconds, or None if `text` is not a list of positive finite numbers."""
     try:
         pauses = [float(item) for item in text.split(",")]
     except ValueError:
         return None
-    return pauses if all(pause > 0 for pause in pauses) else None
+    return pauses if all(math.isfinite(pause) and pause > 0 for pause in pauses) else None
 
 
 def _bad_arguments(args):

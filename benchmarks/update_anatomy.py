@@ -144,6 +144,9 @@ def parse_arguments(argv):
         parser.error(f"--by_size {args.by_size!r}: give positive integers separated by commas")
     if args.steps < 1 or args.warmup < 0 or args.variables < 0:
         parser.error("--steps must be >= 1, --warmup and --variables >= 0")
+    if args.passes and args.by_size:  # --by_size times plain ops, which have no XLA program
+        parser.error("--passes counts the loops of --shape's compiled jobs and --by_size times "
+                     "sizes instead: give one of them")
     return args
 
 

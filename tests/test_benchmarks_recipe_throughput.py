@@ -126,6 +126,12 @@ def test_recipe_and_model_garden_loops_both_timed_on_tiny_data(tmp_path):
     assert report["batch"] == 8  # the micro-batch, k = 1
     _assert_both_sides_timed(report, stdout)
     _assert_every_loop_run_wrote_training_summaries(tmp_path)
+    # the same encoder and heads, but for Model Garden's next-sentence head's own dense
+    # layer (hidden x hidden + hidden); its heads are made on the model's first call, and
+    # were missing from its count and its optimizer update (taken before that call)
+    hidden = config["model"]["hidden_size"]
+    assert (report["parameters"]["Model Garden"] - report["parameters"]["recipe"]
+            == hidden * hidden + hidden)
 
 
 def test_resnet_recipe_and_model_garden_loops_both_timed_on_tiny_images(tmp_path):
