@@ -177,6 +177,9 @@ def test_hidden_folders_are_not_classes_and_the_first_real_class_is_label_0(tmp_
         ({"notes.txt": b"hello"}, "no class subfolders"),
         ({"cls/readme.txt": b"x"}, "holds no image"),
         ({"cls/broken.jpg": b"not an image"}, "cannot be decoded"),
+        # a central crop of it is empty: training stopped with a traceback
+        ({"cls/a.png": None, "cls/line.png": tf.io.encode_png(np.zeros((1, 3, 3), np.uint8))
+          .numpy()}, "line.png' is 1 x 3 pixels; images must be at least 2 x 2"),
     ],
 )
 def test_bad_folders_give_one_line_errors(tmp_path, layout, expected):
@@ -356,9 +359,10 @@ def test_a_failed_rename_of_the_shards_leaves_nothing(tmp_path, monkeypatch):
     ({"images": np.zeros((2, 4, 4), np.uint8), "labels": [0, 2], "class_names": ["a", "b"]},
      [], "error: --npz='{npz}': class_names must be a list of at least 3 names (labels go up "
          "to 2), got shape [2]"),
+    # (no image: was a ValueError's traceback, np.max of no labels)
     ({"images": np.zeros((0, 4, 4), np.uint8), "labels": np.zeros((0,), np.int64)}, [],
      "error: --npz='{npz}': images must hold at least one image of at least 2 x 2 pixels (a "
-     "central crop of 1 pixel is empty), got shape [0, 4, 4, 1]"),  # a ValueError's traceback (np.max of no labels)
+     "central crop of 1 pixel is empty), got shape [0, 4, 4, 1]"),
     ({"images": np.zeros((2, 0, 4), np.uint8), "labels": [0, 1]}, [],
      "error: --npz='{npz}': images must hold at least one image of at least 2 x 2 pixels"),
     # Model Garden's central crop (0.875 of the shorter side) of 1 pixel is empty: training

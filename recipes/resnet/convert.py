@@ -136,6 +136,10 @@ def read_image_file(path, label):
             f"image {path!r} cannot be decoded ({corrupt_data.first_line(error)}); replace or "
             "delete the file"
         ) from None
+    if min(pixels.shape[:2]) < 2:  # as check_arrays: a central crop of 1 pixel is empty
+        raise UserError(f"image {path!r} is {pixels.shape[0]} x {pixels.shape[1]} pixels; images "
+                        "must be at least 2 x 2 (a central crop of 1 pixel is empty): replace "
+                        "or delete the file")
     is_rgb_jpeg = (
         contents.startswith(JPEG_MAGIC) and int(tf.image.extract_jpeg_shape(contents)[2]) == 3
     )
