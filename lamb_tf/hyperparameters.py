@@ -37,8 +37,8 @@ class _OwnArguments:
 class LambArguments(_OwnArguments):
     """LAMB (Algorithm 2 of arXiv 1904.00962); the maths is `lamb_tf.update_rules.lamb_step`.
 
-    Per variable: `u = m̂/(√v̂ + ε) + λx`, `x ← x − η · φ(‖x‖)/‖u‖ · u`, trust ratio 1 when a
-    norm is 0, `t` = applied updates + 1. Same signature as Model Garden's / TF Addons' LAMB.
+    Per variable: `u = m̂/(√v̂ + ε) + λx`, `x ← x − η · φ(‖x‖)/‖u‖ · u`, trust ratio 1 when
+    φ(‖x‖) or ‖u‖ is 0, `t` = applied updates + 1. Same signature as Model Garden's / TF Addons' LAMB.
 
     Args:
       learning_rate: a number >= 0, a scalar constant tensor, a variable (read at every

@@ -156,7 +156,7 @@ def test_a_corrupt_held_out_record_is_named_from_the_held_out_files(
     explained = task.explain_input_error(error, "eval")
     assert isinstance(explained, UserError)
     assert str(explained).startswith(f"corrupt record 1 (0-based) in {path}: ")
-    assert f"scanning {data_dir}/validation-* for the corrupt record" in capsys.readouterr().out
+    assert f"scanning {data_dir}/validation-* for the record it cannot read" in capsys.readouterr().out
 
 
 def test_an_eval_set_without_records_is_refused_before_any_evaluation(tmp_path):

@@ -349,8 +349,10 @@ def prepare_squad(data, run, seq_length, questions, mode="train"):
     trained = (f"{len(questions.train)} training questions "
                f"({len(train[1]['start_logits'])} windows)" if train
                else f"the training questions not converted (--mode={mode})")
+    held_out = (f"({len(eval_features)} windows)" if mode != "export"
+                else f"(not converted: --mode={mode})")
     print(f"data: squad, {trained} and {len(questions.evaluation)} held-out questions "
-          f"({len(eval_features)} windows)", flush=True)
+          f"{held_out}", flush=True)
     if train and questions.skipped:
         print(f"data: {len(questions.skipped)} training question(s) skipped, as Model Garden's "
               "reader skips them (their answer's words are not at its answer_start), such as "

@@ -94,7 +94,7 @@ def _define_shared_flags():
         False,
         "Also print the resolved config and TensorFlow's logs (by default the console "
         "shows progress and results; the config is in <model_dir>/config.yaml, TensorFlow's "
-        "C++ log lines in <model_dir>/tensorflow.log).",
+        "C++ log lines and Python logging records in <model_dir>/tensorflow.log).",
     )
     flags.DEFINE_bool(
         "help_config",

@@ -230,7 +230,7 @@ def explain_input_error(error, pattern, jpeg_only):
         return None
     print(
         f"input error ({corrupt_data.first_line(error)}); scanning {pattern} for the "
-        "corrupt record ...",
+        "record it cannot read ...",
         flush=True,
     )
     return _corrupt_record_error(pattern, jpeg_only)
