@@ -209,13 +209,8 @@ def load_recipe_config(args, params_override=""):
     config_file = args.config_file or default_config
     config = config_lib.load_config(task_class.config_class, [config_file], params_override,
                                     renamed_keys=schema.RENAMED_KEYS)
-    schema.check_positive("train", config.train, POSITIVE_TRAIN_KEYS)
+    schema.check_positive("train", config.train, schema.POSITIVE_TRAIN_KEYS)
     return task_class, config_file, config
-
-
-# the train section's counts that `schema.check` requires above 0 (its `check_positive`)
-POSITIVE_TRAIN_KEYS = ("global_batch_size", "micro_batch_size", "steps", "checkpoint_every",
-                       "steps_per_execution", "log_every")
 
 
 def exit_status(main, argv=None):

@@ -126,11 +126,15 @@ class ExportConfig:
     dir: str = ""
 
 
+# The train section's counts that must be above 0 (`check`; the recipe benchmarks too).
+POSITIVE_TRAIN_KEYS = ("global_batch_size", "micro_batch_size", "steps", "checkpoint_every",
+                       "steps_per_execution", "log_every")
+
+
 def check(config):
     """Validates the shared sections of `config`; raises one-line `UserError`s."""
     train, optimizer = config.train, config.optimizer
-    check_positive("train", train, ("global_batch_size", "micro_batch_size", "steps",
-                                    "checkpoint_every", "steps_per_execution", "log_every"))
+    check_positive("train", train, POSITIVE_TRAIN_KEYS)
     if train.steps > MAX_STEPS:
         raise UserError(f"train.steps={train.steps} is more than the optimizer's step counter "
                         f"(an int64) holds; give at most {MAX_STEPS:,}")
