@@ -125,6 +125,11 @@ def list_image_folder(image_dir):
     return class_names, files
 
 
+# The fewest pixels an image has across: Model Garden's central crop (0.875 of the shorter
+# side) of 1 pixel is empty, and training stopped at its first whole-image draw.
+MIN_SIDE = 2
+
+
 def read_image_file(path, label):
     """A `Source` for one image file; UserError when it cannot be decoded."""
     with open(path, "rb") as f:
@@ -136,10 +141,10 @@ def read_image_file(path, label):
             f"image {path!r} cannot be decoded ({corrupt_data.first_line(error)}); replace or "
             "delete the file"
         ) from None
-    if min(pixels.shape[:2]) < 2:  # as check_arrays: a central crop of 1 pixel is empty
+    if min(pixels.shape[:2]) < MIN_SIDE:
         raise UserError(f"image {path!r} is {pixels.shape[0]} x {pixels.shape[1]} pixels; images "
-                        "must be at least 2 x 2 (a central crop of 1 pixel is empty): replace "
-                        "or delete the file")
+                        f"must be at least {MIN_SIDE} x {MIN_SIDE} (a central crop of 1 pixel is "
+                        "empty): replace or delete the file")
     is_rgb_jpeg = (
         contents.startswith(JPEG_MAGIC) and int(tf.image.extract_jpeg_shape(contents)[2]) == 3
     )
@@ -166,9 +171,10 @@ def check_arrays(images, labels):
         raise UserError(
             f"images must have shape [N, H, W] or [N, H, W, 1 or 3], got " f"{list(images.shape)}"
         )
-    if not len(images) or images.shape[1] < 2 or images.shape[2] < 2:
-        raise UserError(f"images must hold at least one image of at least 2 x 2 pixels (a "
-                        f"central crop of 1 pixel is empty), got shape {list(images.shape)}")
+    if not len(images) or min(images.shape[1:3]) < MIN_SIDE:
+        raise UserError(f"images must hold at least one image of at least {MIN_SIDE} x "
+                        f"{MIN_SIDE} pixels (a central crop of 1 pixel is empty), got shape "
+                        f"{list(images.shape)}")
     if labels.ndim != 1 or len(labels) != len(images):
         raise UserError(f"labels must have shape [N] = [{len(images)}], got {list(labels.shape)}")
     if not np.issubdtype(labels.dtype, np.integer) or (len(labels) and labels.min() < 0):
