@@ -29,13 +29,6 @@ RESNET_EXCLUDE_PATTERNS = ("batch_normalization", "bias")
 ExclusionRow = collections.namedtuple("ExclusionRow", ["path", "shape", "decayed", "adapted"])
 
 
-def matches(pattern, path):
-    """Whether `pattern` applies to the variable at full path `path` (`re.search`): the one
-    rule of the optimizers' decisions, their report and the recipes' check of configured
-    patterns (`recipes/common/exclusion_report.py`)."""
-    return re.search(pattern, path) is not None
-
-
 def validate_patterns(argument_name, patterns):
     """`patterns` as a tuple of compiled-checked strings, or None; clear error otherwise."""
     if patterns is None:
@@ -100,11 +93,11 @@ class Exclusions:
 
     def decays(self, path):
         """Whether the variable at `path` is outside every weight-decay exclusion pattern."""
-        return not any(matches(p, path) for p in self.weight_decay_patterns)
+        return not any(re.search(p, path) for p in self.weight_decay_patterns)
 
     def adapts(self, path):
         """Whether the variable at `path` is outside every layer-adaptation exclusion pattern."""
-        return not any(matches(p, path) for p in self.layer_adaptation_patterns)
+        return not any(re.search(p, path) for p in self.layer_adaptation_patterns)
 
     def table(self, paths_and_shapes, weight_decay_rate):
         """One `ExclusionRow(path, shape, decayed, adapted)` per variable.
@@ -127,7 +120,7 @@ class Exclusions:
             lists.append(("exclude_from_layer_adaptation", self.exclude_from_layer_adaptation))
         for argument_name, patterns in lists:
             for pattern in patterns:
-                matched = [shape for path, shape in paths_and_shapes if matches(pattern, path)]
+                matched = [shape for path, shape in paths_and_shapes if re.search(pattern, path)]
                 parameters = sum(_size(shape) for shape in matched)
                 if not pattern:  # "bias,".split(",") holds one
                     logger.warning("%s: %s holds an empty pattern, which matches every "
@@ -155,7 +148,7 @@ def _model_name_hint(pattern, paths):
     if not slash or not shorter or not re.fullmatch(r"[\w.-]+", first):
         return ""
     try:
-        if not any(matches(anchor + shorter, path) for path in paths):
+        if not any(re.search(anchor + shorter, path) for path in paths):
             return ""
     except re.error:  # the rest alone is no regex (a group opened in the first part)
         return ""

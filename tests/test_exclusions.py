@@ -229,7 +229,7 @@ def test_a_pattern_holding_a_keras3_sequential_models_name_says_why_it_stopped_m
 
 @pytest.mark.parametrize("name", ["momentum", "adamw"])
 def test_the_recipes_pattern_check_reads_a_path_as_the_optimizer_does(name):
-    """`check_configured_patterns` matches with `exclusions.matches` on the paths lamb_tf's
+    """`check_configured_patterns` matches with `exclusions.Exclusions` on the paths lamb_tf's
     tf_keras optimizers search: for a variable whose name holds a colon (`stage:1/bias`), the
     report once cut the path at the first colon (`stage`), so a pattern the optimizer applies
     (tf_keras' SGD and AdamW search `stage:1/bias:0`, lamb_tf `stage:1/bias`) was refused

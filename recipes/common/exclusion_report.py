@@ -2,7 +2,7 @@
 
 One summary for every recipe and every `optimizer.name`: lamb_tf's LAMB and LARS report
 their own decisions (`exclusion_table()`); for adamw and momentum the same rule
-(`lamb_tf.exclusions.matches` in the path lamb_tf's tf_keras optimizers search) gives the
+(`lamb_tf.exclusions.Exclusions`, on the path lamb_tf's tf_keras optimizers search) gives the
 weight-decay column, and no variable has a trust ratio.
 """
 
@@ -44,15 +44,14 @@ def check_configured_patterns(config, rows, layer_adaptation=True, refuse=True):
     misspelt name, such as BatchNorm for Keras' batch_normalization); else one more line (an
     evaluation or export of a run trained so). A null list (the recipe's default) is not
     checked: defaults are written for several naming conventions at once. A pattern matches
-    a path as in the optimizers (`lamb_tf.exclusions.matches`)."""
+    a path as in the optimizers (`_matches`)."""
     paths = [row.path for row in rows]
     lists = [("exclude_from_weight_decay", config.exclude_from_weight_decay)]
     if layer_adaptation:
         lists.append(("exclude_from_layer_adaptation", config.exclude_from_layer_adaptation))
     lines = []
     for key, patterns in lists:
-        unmatched = [p for p in patterns or ()
-                     if not any(exclusions.matches(p, path) for path in paths)]
+        unmatched = [p for p in patterns or () if not any(_matches(p, path) for path in paths)]
         if patterns and len(unmatched) == len(patterns):
             message = (f"optimizer.{key}={list(patterns)} matches no variable of the model, so "
                        f"it would exclude nothing (searched in paths such as "
@@ -64,6 +63,12 @@ def check_configured_patterns(config, rows, layer_adaptation=True, refuse=True):
         lines += [f"optimizer: {key} pattern {pattern!r} matches no variable (the list's other "
                   "patterns do)" for pattern in unmatched]
     return lines
+
+
+def _matches(pattern, path):
+    """Whether `pattern` excludes the variable at `path`, decided by the optimizers' own rule
+    (`lamb_tf.exclusions.Exclusions`), so a pattern means the same here as in them."""
+    return not exclusions.Exclusions([pattern]).decays(path)
 
 
 def _some_paths(paths):
