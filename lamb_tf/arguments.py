@@ -81,6 +81,46 @@ def beta(name, value):
     return value
 
 
+def beta_read_at_every_step(name, value):
+    """A moment decay rate in [0, 1) (`beta`), or, as TF Addons' and Model Garden's LAMB take
+    it, a scalar variable (read at every step; its value now must be in [0, 1)) or a
+    zero-argument callable (called at every step), returned as it is."""
+    if hasattr(value, "assign"):  # a tf.Variable or keras.Variable
+        import tensorflow as tf
+        if len(value.shape) != 0 or not tf.as_dtype(value.dtype).is_floating:
+            raise TypeError(f"{name} must be a real number or a scalar float variable, got "
+                            f"{value!r}.")
+        if hasattr(value, "numpy"):  # (eager: its value now)
+            beta(name, float(value.numpy()))
+        return value
+    if callable(value):
+        if hasattr(value, "get_config"):  # a LearningRateSchedule: it takes the step
+            raise TypeError(
+                f"{name} is a {type(value).__name__}, which takes the step: give a number, a "
+                "tf.Variable or a zero-argument callable (lambda: schedule(optimizer.iterations)).")
+        return value
+    return beta(name, value)
+
+
+# What TF Addons' and Model Garden's LAMB put in for `epsilon=None` (`epsilon or` the Keras
+# backend's epsilon, 1e-7 unless changed)
+PEER_DEFAULT_EPSILON = 1e-7
+
+
+def epsilon(name, value):
+    """ε > 0 (`positive`); None is `PEER_DEFAULT_EPSILON`. 0 is refused, not read as 1e-7 as
+    the peers read it (`epsilon or ...`): a user who writes 0 means no ε."""
+    if value is None:
+        return PEER_DEFAULT_EPSILON
+    value = _real_number(name, value)
+    if value == 0:
+        raise ValueError(
+            f"{name} must be > 0, got {value!r}: with ε = 0 a weight whose gradient has always "
+            "been 0 steps by 0/0 = NaN (TF Addons' and Model Garden's LAMB silently use 1e-7 "
+            f"for 0); give {name}=1e-7 (or None) for their behaviour.")
+    return positive(name, value)
+
+
 def unit_interval(name, value):
     """A finite float in [0, 1] (momentum: Keras' SGD refuses the same values)."""
     value = _real_number(name, value)
@@ -128,13 +168,16 @@ def positive_int(name, value):
 
 
 def phi_bounds(name, value):
-    """None, or `(gamma_l, gamma_u)` with 0 <= gamma_l <= gamma_u, as a tuple of floats."""
+    """None, or `(gamma_l, gamma_u)` with 0 <= gamma_l <= gamma_u, as a tuple of floats;
+    gamma_l finite, gamma_u finite or +inf (no upper bound: φ(z) = max(z, γ_l))."""
     if value is None:
         return None
     if isinstance(value, (str, bytes)) or not hasattr(value, "__len__") or len(value) != 2:
         raise TypeError(f"{name} must be None or a pair (gamma_l, gamma_u), got {value!r}.")
     gamma_l = non_negative(f"{name}[0] (gamma_l)", value[0])
-    gamma_u = non_negative(f"{name}[1] (gamma_u)", value[1])
+    upper = _scalar_as_number(value[1])
+    gamma_u = (math.inf if isinstance(upper, numbers.Real) and not isinstance(upper, bool)
+               and upper == math.inf else non_negative(f"{name}[1] (gamma_u)", upper))
     if gamma_l > gamma_u:
         raise ValueError(f"{name} must have gamma_l <= gamma_u, got {value!r}.")
     return (gamma_l, gamma_u)

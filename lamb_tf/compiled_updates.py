@@ -76,8 +76,9 @@ class LambUpdate(_InPlaceUpdate):
     def __call__(self, variable, gradient, m, v, trust_ratio, t, eta, beta_1, beta_2,
                  epsilon, weight_decay_rate, decay, adapt, bias_correction, phi_bounds):
         """`variable`, `m`, `v` and `trust_ratio` (a scalar) are tf.Variables; `gradient` a
-        dense tensor; `t` and `eta` scalars (tensors, Keras variables or numbers); the rest
-        Python values, as in `update_rules.lamb_step`."""
+        dense tensor; `t` and `eta` scalars (tensors, Keras variables or numbers); the betas
+        Python floats or scalar tensors (arguments of the trace: one trace for every value);
+        the rest Python values, as in `update_rules.lamb_step`."""
         m, v, trust_ratio = (_on_device_of(variable, slot) for slot in (m, v, trust_ratio))
         update = self._by_size(variable)
         update(variable, gradient, m, v, trust_ratio, tf.convert_to_tensor(t),

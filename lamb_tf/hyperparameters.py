@@ -6,7 +6,27 @@ they check their arguments, hand the shared ones on, store theirs after the base
 initialised, and add them to `get_config`. The flavour class keeps only its base-class glue
 (slots and `update_step`).
 """
+import tensorflow as tf
+
 from lamb_tf import arguments
+
+
+def read_now(value):
+    """A hyperparameter's value for this step, as TF Addons' and Model Garden's `_get_hyper`
+    give it: a variable read, a zero-argument callable called (each a float tensor); a number
+    as it is (a Python float: a constant of the traced update)."""
+    if hasattr(value, "assign") or callable(value):
+        tensor = tf.convert_to_tensor(value if hasattr(value, "assign") else value())
+        return tensor if tensor.dtype.is_floating else tf.cast(tensor, tf.float32)
+    return value
+
+
+def serialized(value):
+    """A hyperparameter for `get_config`: a variable or a callable as its value now (as the
+    peers' `_serialize_hyperparameter`), a tuple as a list (JSON), else as it is."""
+    if hasattr(value, "assign") or callable(value):
+        return float(read_now(value).numpy())
+    return list(value) if isinstance(value, tuple) else value
 
 
 class _OwnArguments:
@@ -29,8 +49,7 @@ class _OwnArguments:
     def get_config(self):
         config = super().get_config()
         for argument in self._OWN_ARGUMENTS:
-            value = getattr(self, argument)
-            config[argument] = list(value) if isinstance(value, tuple) else value  # JSON-friendly
+            config[argument] = serialized(getattr(self, argument))
         return config
 
 
@@ -44,8 +63,10 @@ class LambArguments(_OwnArguments):
       learning_rate: a number >= 0, a scalar constant tensor, a variable (read at every
         step), a zero-argument callable (called at every step), or a LearningRateSchedule
         of the optimizer's Keras flavour.
-      beta_1, beta_2: moment decay rates in [0, 1).
-      epsilon: ε > 0, added outside the square root.
+      beta_1, beta_2: moment decay rates in [0, 1): numbers, or (as TF Addons' and Model
+        Garden's LAMB take them) scalar variables, read at every step, or zero-argument
+        callables, called at every step; `get_config` holds their value then.
+      epsilon: ε > 0, added outside the square root; None: 1e-7, as the peers (0 is refused).
       weight_decay_rate: λ >= 0, added to the update direction inside the trust ratio.
       exclude_from_weight_decay: regexes searched in each variable's full path
         (`layer/sublayer/kernel`); matching variables get no λx.
@@ -53,8 +74,9 @@ class LambArguments(_OwnArguments):
         means: the same list as `exclude_from_weight_decay`** (Model Garden / TF Addons
         convention); pass `[]` to adapt every variable.
       name: optimizer name.
-      phi_bounds: None (φ the identity) or `(gamma_l, gamma_u)`, both finite:
-        φ(z) = min(max(z, γ_l), γ_u), so φ(0) = γ_l (a layer of zeros steps by η·γ_l).
+      phi_bounds: None (φ the identity) or `(gamma_l, gamma_u)`, γ_l finite, γ_u finite or
+        `float("inf")` (no upper bound): φ(z) = min(max(z, γ_l), γ_u), so φ(0) = γ_l (a
+        layer of zeros steps by η·γ_l).
       bias_correction: False drops the `1/(1 − β^t)` factors (paper appendix; the authors'
         ResNet-50 code).
       **keras_kwargs: the flavour's base-class keywords (`clipnorm`, `clipvalue`,
@@ -63,8 +85,9 @@ class LambArguments(_OwnArguments):
         `decay`, `gradient_transformers` and `gradient_aggregator`.
     """
 
-    _OWN_ARGUMENTS = {"beta_1": arguments.beta, "beta_2": arguments.beta,
-                      "epsilon": arguments.positive, "phi_bounds": arguments.phi_bounds,
+    _OWN_ARGUMENTS = {"beta_1": arguments.beta_read_at_every_step,
+                      "beta_2": arguments.beta_read_at_every_step,
+                      "epsilon": arguments.epsilon, "phi_bounds": arguments.phi_bounds,
                       "bias_correction": arguments.boolean}
 
     def __init__(self, learning_rate=1e-3, beta_1=0.9, beta_2=0.999, epsilon=1e-6,
@@ -75,6 +98,10 @@ class LambArguments(_OwnArguments):
                             phi_bounds=phi_bounds, bias_correction=bias_correction)
         self._initialise(own, name, learning_rate, weight_decay_rate, exclude_from_weight_decay,
                          exclude_from_layer_adaptation, keras_kwargs)
+
+    def _betas_now(self):
+        """(β1, β2) for this step's update (`read_now`)."""
+        return read_now(self.beta_1), read_now(self.beta_2)
 
 
 class LarsArguments(_OwnArguments):

@@ -186,7 +186,7 @@ class LAMB(hyperparameters.LambArguments, _LayerwiseOptimizer):
             _tf_variable(variable), gradient, _tf_variable(self._m[i]),
             _tf_variable(self._v[i]), _tf_variable(self._trust_ratio_variables[i]),
             self.applied_updates + 1, learning_rate,
-            self.beta_1, self.beta_2, self.epsilon, self.weight_decay_rate,
+            *self._betas_now(), self.epsilon, self.weight_decay_rate,
             decay, adapt, self.bias_correction, self.phi_bounds)
 
 

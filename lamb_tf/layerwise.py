@@ -103,6 +103,13 @@ class LayerwiseMixin:
                     f"per-variable decisions and any traced step use it; give {name}= to "
                     "the constructor of a new optimizer")
             value = checks[name](name, value)
+            if hasattr(value, "assign"):  # a variable hyperparameter (LAMB's betas)
+                # kept out of Keras 3's optimizer variables (a `.keras` file's list must be
+                # that of the optimizer `from_config` rebuilds, with a number), but in its
+                # checkpoints, as the peers' `_set_hyper` tracks it: a restore puts it back
+                object.__setattr__(self, name, value)
+                self._track_trackable(value, name=f"{name}_variable", overwrite=True)
+                return
         super().__setattr__(name, value)
 
     def exclude_from_weight_decay(self, var_list=None, var_names=None):

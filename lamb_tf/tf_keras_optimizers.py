@@ -179,7 +179,7 @@ class LAMB(hyperparameters.LambArguments, _LayerwiseOptimizer):
         self._compiled_update(
             variable, gradient, self._m[i], self._v[i], self._trust_ratio_variables[i],
             self._applied_updates + 1, self.learning_rate,
-            self.beta_1, self.beta_2, self.epsilon, self.weight_decay_rate,
+            *self._betas_now(), self.epsilon, self.weight_decay_rate,
             decay, adapt, self.bias_correction, self.phi_bounds)
 
 

@@ -118,14 +118,26 @@ def dense_gradient(g, shape):
     return g
 
 
+def _rate_and_complement(beta, dtype):
+    """(β, 1 − β) for a layer of `dtype`. A Python β stays a Python float, 1 − β formed in
+    float64. A tensor β (a variable's or a callable's value, read at every step) has 1 − β
+    formed in its own dtype (exact for β ≥ 0.5), both then cast to `dtype`."""
+    if not tf.is_tensor(beta):
+        return beta, 1.0 - beta
+    return tf.cast(beta, dtype), tf.cast(1.0 - beta, dtype)
+
+
 def _one_minus_power(beta, t, dtype):
     """1 - β^t as -expm1(t · log1p(-(1 - β))), formed in t's dtype, returned in `dtype`.
 
     Written out because `1 - tf.pow(β, t)` cancels: in float32, β2 = 0.999 is stored as
     0.99900001, which puts a 1e-5 relative error into 1 - β2^t for small t. Here 1 - β is
-    formed in Python float64 and nothing cancels (XLA/TPU-friendly, no float64 tensors).
+    formed in Python float64 (a tensor β: in its own dtype, `_rate_and_complement`) and
+    nothing cancels (XLA/TPU-friendly, no float64 tensors).
     """
-    return tf.cast(-tf.math.expm1(t * tf.math.log1p(tf.constant(-(1.0 - beta), t.dtype))), dtype)
+    complement = (tf.constant(1.0 - beta, t.dtype) if not tf.is_tensor(beta)
+                  else tf.cast(1.0 - beta, t.dtype))
+    return tf.cast(-tf.math.expm1(t * tf.math.log1p(-complement)), dtype)
 
 
 def lamb_step(x, g, m, v, t, eta, beta_1, beta_2, epsilon, weight_decay_rate, *,
@@ -136,7 +148,8 @@ def lamb_step(x, g, m, v, t, eta, beta_1, beta_2, epsilon, weight_decay_rate, *,
       x, g, m, v: the parameters, the gradient and the first/second moments, same shape.
       t: scalar, 1-based count of this update (applied updates before it + 1).
       eta: scalar learning rate η_t.
-      beta_1, beta_2, epsilon, weight_decay_rate: β1, β2, ε, λ.
+      beta_1, beta_2, epsilon, weight_decay_rate: β1, β2, ε, λ; the betas Python floats or
+        scalar float tensors (a variable's or callable's value at this step).
       decay: add λx to the update direction (False: excluded from weight decay).
       adapt: scale by the trust ratio (False: excluded from layer adaptation, ratio 1).
       bias_correction: divide m, v by (1 - β^t).
@@ -147,10 +160,13 @@ def lamb_step(x, g, m, v, t, eta, beta_1, beta_2, epsilon, weight_decay_rate, *,
     """
     dtype = x.dtype
     t = tf.cast(t, wide_dtype(dtype))  # a 16-bit t is exact only to 2,048 (bfloat16: 256)
+    # β and 1 - β: Python floats, or tensors read at this step (`_rate_and_complement`)
+    rate_1, complement_1 = _rate_and_complement(beta_1, m.dtype)
+    rate_2, complement_2 = _rate_and_complement(beta_2, v.dtype)
     # m_t = β1 m_{t-1} + (1 - β1) g_t
-    m = beta_1 * m + (1.0 - beta_1) * g
+    m = rate_1 * m + complement_1 * g
     # v_t = β2 v_{t-1} + (1 - β2) g_t²
-    v = beta_2 * v + (1.0 - beta_2) * tf.square(g)
+    v = rate_2 * v + complement_2 * tf.square(g)
     # m̂_t = m_t / (1 - β1^t)
     m_hat = m / _one_minus_power(beta_1, t, dtype) if bias_correction else m
     # v̂_t = v_t / (1 - β2^t)

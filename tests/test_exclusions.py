@@ -225,3 +225,32 @@ def test_a_pattern_holding_a_keras3_sequential_models_name_says_why_it_stopped_m
         "write patterns without it.")
     assert exclusions._model_name_hint("^no/such/bias$", ["d/bias"]) == ""
     assert exclusions._model_name_hint("(a|b)/bias", ["d/bias"]) == ""
+
+
+@pytest.mark.parametrize("name", ["momentum", "adamw"])
+def test_the_recipes_pattern_check_reads_a_path_as_the_optimizer_does(name):
+    """`check_configured_patterns` matches with `exclusions.Exclusions` on the paths lamb_tf's
+    tf_keras optimizers search: for a variable whose name holds a colon (`stage:1/bias`), the
+    report once cut the path at the first colon (`stage`), so a pattern the optimizer applies
+    (tf_keras' SGD and AdamW search `stage:1/bias:0`, lamb_tf `stage:1/bias`) was refused
+    as matching no variable."""
+    import tensorflow as tf
+    from recipes.common import exclusion_report, optimizer as optimizer_lib, schema
+
+    config = schema.OptimizerConfig(name=name, warmup_steps=0, decay_power=1.0,
+                                    end_learning_rate=0.01, learning_rate=0.01,
+                                    weight_decay_rate=0.01, exclude_from_weight_decay=[r"1/bias"],
+                                    exclude_from_layer_adaptation=[])
+    optimizer = optimizer_lib.build_optimizer(config, total_steps=10)
+    variables = [tf.Variable([1.0, 2.0], name="stage:1/bias"),
+                 tf.Variable([3.0, 4.0], name="stage:1/kernel")]
+    optimizer.build(variables)
+    rows = exclusion_report.exclusion_rows(optimizer, variables, [r"1/bias"], 0.01)
+    assert [(row.path, row.decayed) for row in rows] == [("stage:1/bias", False),
+                                                        ("stage:1/kernel", True)]
+    assert exclusion_report.check_configured_patterns(config, rows, layer_adaptation=False) == []
+    # the same decision as a lamb_tf optimizer takes for that path
+    lamb = FLAVOURS["tf_keras"]().module.LAMB(weight_decay_rate=0.01,
+                                              exclude_from_weight_decay=[r"1/bias"])
+    lamb.build([tf.Variable([1.0, 2.0], name="stage:1/bias")])
+    assert [(row.path, row.decayed) for row in lamb.exclusion_table()] == [("stage:1/bias", False)]

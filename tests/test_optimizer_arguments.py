@@ -66,6 +66,10 @@ LAMB_BAD = SHARED_BAD + [
     (dict(beta_1=True), TypeError, "beta_1 must be a real number, got True (bool)"),
     (dict(phi_bounds=(2.0, 1.0)), ValueError, "phi_bounds must have gamma_l <= gamma_u, got (2.0, 1.0)"),
     (dict(phi_bounds=1.0), TypeError, "phi_bounds must be None or a pair (gamma_l, gamma_u), got 1.0"),
+    (dict(phi_bounds=(0.0, math.nan)), ValueError, "phi_bounds[1] (gamma_u) must be finite, got nan"),
+    (dict(phi_bounds=(math.inf, math.inf)), ValueError,
+     "phi_bounds[0] (gamma_l) must be finite, got inf"),
+    (dict(phi_bounds=(0.0, -math.inf)), ValueError, "phi_bounds[1] (gamma_u) must be finite"),
     (dict(bias_correction="False"), TypeError, "bias_correction must be True or False, got 'False'"),
 ]
 LARS_BAD = SHARED_BAD + [

@@ -21,6 +21,8 @@ from lamb_tf import update_rules
     (0.0, 2.0, dict(phi_bounds=(0.5, 10.0)), 0.25),  # φ(0) = γ_l: a zero layer is not special
     (0.0, 0.0, dict(phi_bounds=(0.5, 10.0)), 1.0),
     (0.0, 2.0, dict(phi_bounds=(0.0, 10.0)), 1.0),  # φ(0) = γ_l = 0: the zero-norm guard
+    (3e6, 2.0, dict(phi_bounds=(0.5, float("inf"))), 1.5e6),  # γ_u = inf: no upper bound
+    (0.1, 2.0, dict(phi_bounds=(0.5, float("inf"))), 0.25),
 ])
 def test_trust_ratio(x_norm, u_norm, kwargs, expected):
     got = update_rules.trust_ratio(tf.constant(x_norm), tf.constant(u_norm), **kwargs)
@@ -145,6 +147,31 @@ def test_optimizers_step_a_zero_layer_by_gamma_l(flavour_name, size):
                                           phi_bounds=(0.01, 10.0), return_trust_ratio=True)
     assert optimizer.trust_ratios()["dense/kernel"] == pytest.approx(ratio, rel=1e-5)
     np.testing.assert_allclose(variable.numpy(), expected, rtol=1e-5, atol=1e-9)
+
+
+@pytest.mark.parametrize("size", [4, 65536])  # plain ops, and the per-variable XLA kernel
+@pytest.mark.parametrize("flavour_name", FLAVOURS)
+def test_phi_bounds_without_upper_bound_clip_only_below(flavour_name, size):
+    """`phi_bounds=(γ_l, inf)`: φ(z) = max(z, γ_l); a large layer keeps its norm, a small
+    one and a zero one take γ_l, as the reference; get_config keeps the inf."""
+    flavour = FLAVOURS[flavour_name]()
+    rng = np.random.default_rng(6)
+    g = rng.normal(size=size)
+    starts = {"big/kernel": rng.normal(size=size) * 100.0, "small/kernel": np.full(size, 1e-4),
+              "zero/kernel": np.zeros(size)}
+    variables = [flavour.variable(path, x) for path, x in starts.items()]
+    bounds = (0.5, float("inf"))
+    optimizer = flavour.module.LAMB(0.1, phi_bounds=bounds)
+    assert optimizer.get_config()["phi_bounds"] == [0.5, float("inf")]
+    flavour.apply(optimizer, [g] * 3, variables)
+    for (path, x0), variable in zip(starts.items(), variables):
+        x0 = x0.astype(np.float32).astype(np.float64)
+        expected, _, _, ratio = ref.lamb_step(x0, g.astype(np.float32), np.zeros(size),
+                                              np.zeros(size), 1, 0.1, 0.9, 0.999, 1e-6, 0.0,
+                                              phi_bounds=bounds, return_trust_ratio=True)
+        # (float32 norms of 65,536 elements: 1e-5 off without bounds too)
+        assert optimizer.trust_ratios()[path] == pytest.approx(ratio, rel=3e-5), path
+        ref.assert_update_close(variable.numpy(), expected, x0, steps=1)
 
 
 def test_dense_gradient_sums_repeated_rows():

@@ -1,17 +1,17 @@
 """Which variables get weight decay and a trust ratio: the console summary and the table.
 
 One summary for every recipe and every `optimizer.name`: lamb_tf's LAMB and LARS report
-their own decisions (`exclusion_table()`); for adamw and momentum the same regex rule
-(`re.search` in the variable path) gives the weight-decay column, and no variable has a
-trust ratio.
+their own decisions (`exclusion_table()`); for adamw and momentum the same rule
+(`lamb_tf.exclusions.Exclusions`, on the path lamb_tf's tf_keras optimizers search) gives the
+weight-decay column, and no variable has a trust ratio.
 """
 
 import os
-import re
 
 import tensorflow as tf
 
 from lamb_tf import exclusions
+from lamb_tf import layerwise
 from recipes.common.errors import UserError
 
 EXCLUSIONS_FILE = "exclusions.txt"
@@ -32,7 +32,8 @@ def exclusion_rows(optimizer, variables, decay_patterns, weight_decay_rate):
     if has_trust_ratio(optimizer):
         return _unwrapped(optimizer).exclusion_table()
     rule = exclusions.Exclusions(decay_patterns, [".*"])  # ".*": nothing is layer-adapted
-    paths_and_shapes = [(v.name.split(":")[0], tuple(v.shape)) for v in variables]
+    # the path as lamb_tf's tf_keras optimizers search it (only a trailing `:N` dropped)
+    paths_and_shapes = [(layerwise.name_without_suffix(v), tuple(v.shape)) for v in variables]
     return rule.table(paths_and_shapes, weight_decay_rate)
 
 
@@ -42,14 +43,15 @@ def check_configured_patterns(config, rows, layer_adaptation=True, refuse=True):
     matches is, with `refuse` (a run that trains), a UserError: it would exclude nothing (a
     misspelt name, such as BatchNorm for Keras' batch_normalization); else one more line (an
     evaluation or export of a run trained so). A null list (the recipe's default) is not
-    checked: defaults are written for several naming conventions at once."""
+    checked: defaults are written for several naming conventions at once. A pattern matches
+    a path as in the optimizers (`_matches`)."""
     paths = [row.path for row in rows]
     lists = [("exclude_from_weight_decay", config.exclude_from_weight_decay)]
     if layer_adaptation:
         lists.append(("exclude_from_layer_adaptation", config.exclude_from_layer_adaptation))
     lines = []
     for key, patterns in lists:
-        unmatched = [p for p in patterns or () if not any(re.search(p, path) for path in paths)]
+        unmatched = [p for p in patterns or () if not any(_matches(p, path) for path in paths)]
         if patterns and len(unmatched) == len(patterns):
             message = (f"optimizer.{key}={list(patterns)} matches no variable of the model, so "
                        f"it would exclude nothing (searched in paths such as "
@@ -61,6 +63,12 @@ def check_configured_patterns(config, rows, layer_adaptation=True, refuse=True):
         lines += [f"optimizer: {key} pattern {pattern!r} matches no variable (the list's other "
                   "patterns do)" for pattern in unmatched]
     return lines
+
+
+def _matches(pattern, path):
+    """Whether `pattern` excludes the variable at `path`, decided by the optimizers' own rule
+    (`lamb_tf.exclusions.Exclusions`), so a pattern means the same here as in them."""
+    return not exclusions.Exclusions([pattern]).decays(path)
 
 
 def _some_paths(paths):
