@@ -142,7 +142,7 @@ class ResNetClassification(task.Task):
 
     def explain_input_error(self, error, split):
         pattern = self.data.train_pattern if split == "train" else self.data.eval_pattern
-        return data_lib.explain_input_error(error, pattern, self.config.data.decode_jpeg_only)
+        return data_lib.explain_input_error(error, pattern, self.config.data)
 
 
 if __name__ == "__main__":
