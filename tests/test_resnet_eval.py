@@ -36,8 +36,9 @@ def held_out_digits(tmp_path_factory):
     return str(directory)
 
 
-def _task_and_model(data_dir, model_dir, strategy, eval_steps, eval_num_examples=0):
-    override = ",".join([
+def _task_and_model(data_dir, model_dir, strategy, eval_steps, eval_num_examples=0,
+                    extra=()):
+    override = ",".join([*extra, 
         "data.embedded_digits=false", f"data.train_file_pattern={data_dir}/train-*",
         f"data.eval_file_pattern={data_dir}/validation-*", f"eval.steps={eval_steps}",
         f"eval.global_batch_size={EVAL_BATCH}", "train.global_batch_size=8",
@@ -85,6 +86,41 @@ def test_loss_metrics_and_count_are_over_the_real_examples(
     told = "eval.steps=1000 is more than the 3 step(s) of 8 that hold the 20 held-out " \
            "examples: evaluating 3"
     assert (told in capsys.readouterr().out) == (eval_steps == 1000)
+
+
+@pytest.mark.parametrize("num_classes", [3, 5, 6])
+def test_top_5_is_reported_only_above_5_classes(tmp_path, num_classes):
+    """With 5 classes or fewer every label is among the top 5: top-5 accuracy was 1.0 always,
+    printed and written to results.json as a figure. It is left out there; above 5 classes it
+    is the share of examples whose label is among the 5 largest logits."""
+    images, labels, names = digits.load_digits()
+    chosen = np.concatenate([np.flatnonzero(labels == label)[:10] for label in range(num_classes)])
+    data_dir = str(tmp_path / "digits")
+    convert.convert_arrays(images[chosen], labels[chosen], data_dir,
+                           class_names=names[:num_classes], validation_fraction=0.2,
+                           num_shards=1)
+    strategy = tf.distribute.get_strategy()
+    task, model = _task_and_model(data_dir, str(tmp_path / "run"), strategy, 0,
+                                  extra=[f"data.num_classes={num_classes}"])
+    results = task.evaluate(model, strategy)
+    dataset = input_lib.make_eval_dataset(task.config.data, task.data.eval_pattern, EVAL_BATCH,
+                                          steps=2)  # 2 x 8 slots: the 6, 10 or 12 held out
+    ranks = []  # of each real example's label among its logits (0: the largest)
+    for images, labels, weights in dataset.as_numpy_iterator():
+        if not weights.any():  # (3 classes: the second batch is all padding)
+            continue
+        logits = task.classifier(images[weights == 1], training=False).numpy()
+        label_logit = logits[np.arange(len(logits)), labels[weights == 1]][:, None]
+        ranks.extend((logits > label_logit).sum(1))
+    ranks = np.array(ranks)
+    assert len(ranks) == 2 * num_classes
+    if num_classes <= 5:
+        assert sorted(results) == ["loss", "top_1_accuracy"]
+        assert "top_5" not in task.describe_evaluation(results)
+    else:
+        assert sorted(results) == ["loss", "top_1_accuracy", "top_5_accuracy"]
+        np.testing.assert_allclose(results["top_5_accuracy"], np.mean(ranks < 5), rtol=1e-6)
+    np.testing.assert_allclose(results["top_1_accuracy"], np.mean(ranks == 0), rtol=1e-6)
 
 
 def test_two_replicas_count_the_real_examples_once(held_out_digits, tmp_path, two_cpu_strategy):

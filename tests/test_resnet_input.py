@@ -367,9 +367,18 @@ def test_records_of_another_kind_are_named_whichever_op_fails_first(failing_op, 
         data_lib.check_first_record("train", [str(tmp_path / "train-0")], data_config())
 
 
-@pytest.mark.parametrize("label_offset, first, second, given", [(1, 0, 5, "5"), (2, 1, 0, "-1")])
-def test_a_label_outside_the_classes_mid_run_is_named_with_its_value(
-        label_offset, first, second, given, tmp_path):
+@pytest.mark.parametrize("label_offset, first, second, gives", [
+    (1, 0, 5, "gives image/class/label=6, class 5 with data.label_offset=1, outside [0, "
+              "data.num_classes=3)"),
+    (2, 1, 0, "gives image/class/label=1, class -1 with data.label_offset=2, outside [0, "
+              "data.num_classes=3)"),
+])
+def test_a_label_outside_the_classes_mid_run_is_named_by_record_and_file(
+        label_offset, first, second, gives, tmp_path, capsys):
+    """The label check failing after the run's first steps advised checking data.label_offset,
+    which the records read before fit: the record and its file are named, with advice for a
+    damaged or foreign record among good ones (and a too small data.num_classes, only for a
+    label above the classes)."""
     # write_file stores class index + 1, so a record gives index + 1 - label_offset; with
     # num_classes 3 the first record is inside, the second outside
     from recipes.common.errors import UserError
@@ -381,11 +390,48 @@ def test_a_label_outside_the_classes_mid_run_is_named_with_its_value(
     data_lib.check_first_record("train", [path], config)  # the check before the model passes
     with pytest.raises(tf.errors.InvalidArgumentError) as raised:  # (shuffled, endless)
         list(input_lib.make_train_dataset(config, path, 2).take(16))
-    explained = data_lib.explain_input_error(raised.value, path, False)
+    explained = data_lib.explain_input_error(raised.value, path, config)
     assert isinstance(explained, UserError)
+    too_few = "; or, if class 5 is one of yours, data.num_classes is too small"
     assert str(explained) == (
-        f"{input_lib.LABEL_RANGE_ERROR} (a record gives {given}); check data.label_offset (1 "
-        "for the ImageNet conversion scripts' 1..1000 labels) and data.num_classes")
+        f"record 1 (0-based) in {path} {gives}, while the record before it fits "
+        "data.label_offset and data.num_classes: a damaged record, or one from another "
+        "dataset, among good ones; re-create that file "
+        "with `python -m recipes.resnet.convert` or drop the record"
+        f"{too_few if second + 1 - label_offset >= 3 else ''}")
+    assert (f"scanning {path} for the record whose label is outside the classes ..."
+            in capsys.readouterr().out)
+
+
+def test_a_record_without_a_label_in_a_later_file_is_named_after_the_good_ones(tmp_path):
+    from recipes.common.errors import UserError
+    from recipes.resnet import data as data_lib
+
+    config = data_config(num_classes=3)
+    write_file(tmp_path / "train-0", np.zeros((3, 8, 8, 3), np.uint8), [0, 1, 2], "jpeg")
+    write_file(tmp_path / "train-1", np.zeros((2, 8, 8, 3), np.uint8), [2, 0], "jpeg")
+    later = str(tmp_path / "train-1")
+    records = [record.numpy() for record in tf.data.TFRecordDataset(later)]
+    example = tf.train.Example.FromString(records[1])
+    del example.features.feature[input_lib.LABEL_KEY]  # (Model Garden's decoder: label -1)
+    with tf.io.TFRecordWriter(later) as writer:
+        writer.write(records[0])
+        writer.write(example.SerializeToString())
+    error = tf.errors.InvalidArgumentError(
+        None, None, f"assertion failed: [{input_lib.LABEL_RANGE_ERROR}] [-2]")
+    explained = data_lib.explain_input_error(error, str(tmp_path / "train-*"), config)
+    assert str(explained).startswith(
+        f"record 1 (0-based) in {later} has no image/class/label, while the 4 records before "
+        "it fit data.label_offset and data.num_classes: a damaged record, or one from another "
+        "dataset, among good ones; ")
+    # a first record outside: nothing vouches for data.label_offset, which is still advised
+    write_file(tmp_path / "train-0", np.zeros((1, 8, 8, 3), np.uint8), [7], "jpeg")
+    explained = data_lib.explain_input_error(error, str(tmp_path / "train-*"), config)
+    assert str(explained) == (
+        f"record 0 (0-based) in {tmp_path}/train-0: {input_lib.LABEL_RANGE_ERROR} (a record "
+        "gives -2); check data.label_offset (1 for the ImageNet conversion scripts' 1..1000 "
+        "labels) and data.num_classes")
+    assert isinstance(explained, UserError)
 
 
 def test_a_first_record_without_a_label_is_named_as_such(tmp_path):

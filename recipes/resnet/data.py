@@ -5,6 +5,7 @@ import collections
 import os
 import re
 
+import numpy as np
 import tensorflow as tf
 from google.protobuf import message as message_lib  # tf.train.Example's DecodeError
 
@@ -222,18 +223,77 @@ def _no_records_error(split, pattern):
                      "writes them)")
 
 
-def explain_input_error(error, pattern, jpeg_only):
-    """A UserError naming the corrupt record and file behind a decode failure, if any."""
-    if input_lib.LABEL_RANGE_ERROR in getattr(error, "message", str(error)):
-        return _label_range_error(getattr(error, "message", str(error)))
+def explain_input_error(error, pattern, data):
+    """A UserError naming the corrupt record and file behind a decode failure, or the record
+    whose label is outside the classes, if any (`data`: the config's data section)."""
+    message = getattr(error, "message", str(error))
+    label_error = input_lib.LABEL_RANGE_ERROR in message
     if not pattern:
-        return None
-    print(
-        f"input error ({corrupt_data.first_line(error)}); scanning {pattern} for the "
-        "record it cannot read ...",
-        flush=True,
-    )
-    return _corrupt_record_error(pattern, jpeg_only)
+        return _label_range_error(message) if label_error else None
+    wanted = "whose label is outside the classes" if label_error else "it cannot read"
+    print(f"input error ({corrupt_data.first_line(error)}); scanning {pattern} for the record "
+          f"{wanted} ...", flush=True)
+    if label_error:
+        return _label_outside_error(pattern, data, message)
+    return _corrupt_record_error(pattern, data.decode_jpeg_only)
+
+
+_NO_LABEL = -(2**63)  # what the scan parses for a record without image/class/label
+
+
+def _first_label_outside(data, path):
+    """(index, label) of the first record of `path` whose image/class/label minus
+    data.label_offset is outside [0, data.num_classes) (label None: it has none), or
+    (None, records in the file); (None, None) if a record cannot be parsed or read."""
+    feature = {input_lib.LABEL_KEY: tf.io.FixedLenFeature((), tf.int64, _NO_LABEL)}
+    labels = tf.data.TFRecordDataset(path).map(
+        lambda record: tf.io.parse_single_example(record, feature)[input_lib.LABEL_KEY])
+    low, read = data.label_offset, 0
+    try:
+        for batch in labels.batch(4096).as_numpy_iterator():
+            outside = np.flatnonzero((batch < low) | (batch >= low + data.num_classes))
+            if outside.size:
+                label = int(batch[outside[0]])
+                return read + int(outside[0]), None if label == _NO_LABEL else label
+            read += len(batch)
+    except tf.errors.OpError:  # not an Example, or truncated: the decode scan's to name
+        return None, None
+    return None, read
+
+
+def _label_outside_error(pattern, data, message):
+    """The UserError for a label outside the classes met while the run reads `pattern`:
+    the record and its file when the scan finds it, with advice that fits a record among
+    records whose labels are inside (the first record was checked when the run started)."""
+    inside = 0  # records before it, all inside the classes
+    for path in convert.record_files(pattern):
+        index, found = _first_label_outside(data, path)
+        if index is None and found is None:
+            break
+        if index is None:
+            inside += found
+            continue
+        inside += index
+        where = f"record {index} (0-based) in {path}"
+        if not inside:  # the first record scanned: the offset is not vouched for
+            return _label_range_error(message, f"{where}: ")
+        gives = (f"has no {input_lib.LABEL_KEY}" if found is None else
+                 f"gives {input_lib.LABEL_KEY}={found}, class {found - data.label_offset} with "
+                 f"data.label_offset={data.label_offset}, outside [0, data.num_classes="
+                 f"{data.num_classes})")
+        too_few = (f"; or, if class {found - data.label_offset} is one of yours, "
+                   "data.num_classes is too small"
+                   if found is not None and found - data.label_offset >= data.num_classes else "")
+        before = ("the record before it fits" if inside == 1 else
+                  f"the {inside:,} records before it fit")
+        return UserError(
+            f"{where} {gives}, while {before} data.label_offset and data.num_classes: a "
+            "damaged record, or one from another "
+            "dataset, among good ones; re-create that file with `python -m "
+            f"recipes.resnet.convert` or drop the record{too_few}")
+    return UserError(
+        f"{input_lib.LABEL_RANGE_ERROR}{_label_value(message)}, but a scan of {pattern} found "
+        "no such record: were its files changed while the run read them?")
 
 
 def check_first_record(split, files, data):
@@ -287,12 +347,16 @@ def _first_record_features(path):
         return None
 
 
+def _label_value(message):
+    """' (a record gives N)': the label minus data.label_offset the check printed, or ''."""
+    value = re.search(re.escape(input_lib.LABEL_RANGE_ERROR) + r"\] \[(-?\d+)\]", message)
+    return f" (a record gives {value.group(1)})" if value else ""
+
+
 def _label_range_error(message, where=""):
     """The UserError for the label check's failure (its `message`), with the value it printed."""
-    value = re.search(re.escape(input_lib.LABEL_RANGE_ERROR) + r"\] \[(-?\d+)\]", message)
     return UserError(
-        f"{where}{input_lib.LABEL_RANGE_ERROR}"
-        f"{f' (a record gives {value.group(1)})' if value else ''}; check data.label_offset "
+        f"{where}{input_lib.LABEL_RANGE_ERROR}{_label_value(message)}; check data.label_offset "
         "(1 for the ImageNet conversion scripts' 1..1000 labels) and data.num_classes"
     )
 

@@ -8,8 +8,8 @@ r"""ResNet image classification with LAMB or LARS: the task the shared driver ru
 Flags and modes are the driver's (recipes/common/driver.py): it prints the batch plan and
 which variables get weight decay and trust ratios (the full table in
 <model_dir>/exclusions.txt), trains (resuming from the newest checkpoint in --model_dir),
-prints held-out top-1/top-5 and exports <model_dir>/export (JPEG bytes in,
-class probabilities out).
+prints held-out top-1/top-5 (top-5 only above 5 classes) and exports <model_dir>/export
+(JPEG bytes in, class probabilities out).
 """
 
 from recipes.common import startup  # before TensorFlow: legacy Keras, quiet C++
@@ -40,9 +40,9 @@ class ResNetClassification(task.Task):
 
     def check_config(self):
         config = self.config
-        model_lib.check_model_config(config.model)
         schema.check_positive("data", config.data,
                               ("image_size", "num_classes", "shuffle_buffer_size"))
+        model_lib.check_model_config(config.model, config.data.image_size)
         if config.data.eval_num_examples < 0:
             raise UserError(f"data.eval_num_examples={config.data.eval_num_examples} must be the "
                             "number of held-out examples, or 0 to count them")
@@ -73,7 +73,7 @@ class ResNetClassification(task.Task):
         num_classes = self.config.data.num_classes
         loss = model_lib.SmoothedCrossEntropy(num_classes, self.config.train.label_smoothing)
         # weighted: the eval batches' zero-weight padding must not count as examples
-        return {"loss": loss, "weighted_metrics": model_lib.metrics()}
+        return {"loss": loss, "weighted_metrics": model_lib.metrics(num_classes)}
 
     def train_replica_dataset(self, input_context, plan, seed, steps_to_skip):
         # each optimizer step takes one batch per local replica from this pipeline
@@ -142,7 +142,7 @@ class ResNetClassification(task.Task):
 
     def explain_input_error(self, error, split):
         pattern = self.data.train_pattern if split == "train" else self.data.eval_pattern
-        return data_lib.explain_input_error(error, pattern, self.config.data.decode_jpeg_only)
+        return data_lib.explain_input_error(error, pattern, self.config.data)
 
 
 if __name__ == "__main__":
