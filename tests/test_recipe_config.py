@@ -381,41 +381,15 @@ def test_resnet_model_values_its_backbone_cannot_build_are_refused(changes, mess
     from recipes.resnet import config as resnet_config
     from recipes.resnet import model as resnet_model
 
-    resnet_model.check_model_config(resnet_config.ModelConfig(), 224)
+    resnet_model.check_model_config(resnet_config.ModelConfig())
     with pytest.raises(UserError) as error:
         resnet_model.check_model_config(
-            dataclasses.replace(resnet_config.ModelConfig(), **changes), 224)
+            dataclasses.replace(resnet_config.ModelConfig(), **changes))
     assert str(error.value).startswith(message)
-
-
-@pytest.mark.parametrize("depth", [10, 50])
-def test_resnet_image_size_below_17_is_refused_where_the_backbone_downsamples_to_1x1(depth):
-    """Model Garden's ResNet builds and trains at any data.image_size >= 1 (a 1 px image
-    trained silently): from 16 px down the map entering its last stride-2 stage is 1x1.
-    The boundary is read off the built backbone's level-4 output (the last stage's input)."""
-    from recipes.resnet import config as resnet_config
-    from recipes.resnet import model as resnet_model
-
-    model_config = resnet_config.ModelConfig(depth=depth)
-    level_4 = {size: tuple(resnet_model.build_model(model_config, 10, size)
-                           .backbone.output_specs["4"][1:3]) for size in (16, 17)}
-    assert level_4 == {16: (1, 1), 17: (2, 2)}
-    resnet_model.check_model_config(model_config, 17)
-    for size in (1, 2, 16):
-        with pytest.raises(UserError) as error:
-            resnet_model.check_model_config(model_config, size)
-        assert str(error.value) == (
-            f"data.image_size={size} is too small for ResNet-{depth}, which halves the image "
-            "5 times: below 17 px its last stage gets a 1x1 map and halves nothing; give "
-            "data.image_size=17 or more (32: configs/resnet/tiny_cpu.yaml, 224: ImageNet)")
 
 
 @pytest.mark.parametrize("recipe, override, message", [
     ("resnet", "data.image_size=0", "data.image_size=0 must be positive"),
-    ("resnet", "data.image_size=8",  # trained silently on 1x1 maps (1 px: one colour)
-     "data.image_size=8 is too small for ResNet-50, which halves the image 5 times: below 17 "
-     "px its last stage gets a 1x1 map and halves nothing; give data.image_size=17 or more "
-     "(32: configs/resnet/tiny_cpu.yaml, 224: ImageNet)"),
     ("resnet", "data.shuffle_buffer_size=-1", "data.shuffle_buffer_size=-1 must be positive"),
     ("resnet", "data.crop_area_min=1.5", "data.crop_area_min=1.5 must be above 0 and at most 1"),
     ("resnet", "data.center_crop_fraction=0",

@@ -15,28 +15,14 @@ from recipes.common import schema
 from recipes.common.errors import UserError
 
 
-# Model Garden's ResNets (every depth) halve the image 5 times, 32x: a stride-2 stem, a
-# stride-2 max pool and 3 stride-2 stages (2, 3, 4, 5: 'same' padding rounds up). Below
-# this size the map entering the last stage is 1x1 already: its stride-2 convolution halves
-# nothing and the network silently shrinks to 1x1 maps (1 px: one colour an image).
-MIN_IMAGE_SIZE = 17  # ceil(17 / 16) = 2: the last stage's input is 2x2
-
-
-def check_model_config(model_config, image_size):
+def check_model_config(model_config):
     """One-line UserErrors for `model.*` values Model Garden's ResNet would reject deep
-    inside its constructor, or train to NaN (a negative batch-norm epsilon), and for a
-    `data.image_size` it accepts but downsamples to nothing (`MIN_IMAGE_SIZE`)."""
+    inside its constructor, or train to NaN (a negative batch-norm epsilon)."""
     if model_config.depth not in resnet.RESNET_SPECS:
         raise UserError(
             f"model.depth={model_config.depth} is not a Model Garden ResNet; use one of "
             f"{sorted(resnet.RESNET_SPECS)}"
         )
-    if image_size < MIN_IMAGE_SIZE:
-        raise UserError(
-            f"data.image_size={image_size} is too small for ResNet-{model_config.depth}, "
-            f"which halves the image 5 times: below {MIN_IMAGE_SIZE} px its last stage gets "
-            f"a 1x1 map and halves nothing; give data.image_size={MIN_IMAGE_SIZE} or more "
-            "(32: configs/resnet/tiny_cpu.yaml, 224: ImageNet)")
     schema.check_positive("model", model_config, ("depth_multiplier", "norm_epsilon"))
     schema.check_rates("model", model_config, ("dropout_rate",))
     if not 0 <= model_config.norm_momentum <= 1:

@@ -40,9 +40,9 @@ class ResNetClassification(task.Task):
 
     def check_config(self):
         config = self.config
+        model_lib.check_model_config(config.model)
         schema.check_positive("data", config.data,
                               ("image_size", "num_classes", "shuffle_buffer_size"))
-        model_lib.check_model_config(config.model, config.data.image_size)
         if config.data.eval_num_examples < 0:
             raise UserError(f"data.eval_num_examples={config.data.eval_num_examples} must be the "
                             "number of held-out examples, or 0 to count them")
