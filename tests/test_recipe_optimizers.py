@@ -132,3 +132,22 @@ def test_a_configured_pattern_that_matches_nothing_beside_others_that_match_gets
                      "variable (the list's other patterns do)"]
     # null lists (the recipe's defaults) and [] are not checked
     assert exclusion_report.check_configured_patterns(_config(), rows[:1]) == []
+
+
+@pytest.mark.parametrize("name", ["adamw", "momentum"])
+def test_keras_optimizers_read_an_anchored_pattern_as_lamb_tf_does(name):
+    # tf_keras searches `dense/bias:0`, where `bias$` matches nothing; given the variables,
+    # the recipe's adamw/momentum exclude what lamb_tf's rule (and the report) excludes.
+    variables = _variables()
+    optimizer = optimizer_lib.build_optimizer(
+        _config(name=name, weight_decay_rate=0.5, momentum=0.0, global_clipnorm=None,
+                exclude_from_weight_decay=["bias$"]), total_steps=10, variables=variables)
+    before = [v.numpy() for v in variables]
+    # zero gradients: Adam's and SGD's own step is 0, so only weight decay can move a weight
+    optimizer.apply_gradients(zip([tf.zeros_like(v) for v in variables], variables))
+    kernel, bias = (v.numpy() for v in variables)
+    np.testing.assert_allclose(kernel, before[0] * (1 - 0.01 * 0.5), rtol=1e-6)  # decayed
+    np.testing.assert_array_equal(bias, before[1])  # excluded, as in the report below
+    rows = exclusion_report.exclusion_rows(optimizer, variables, ["bias$"], 0.5)
+    assert [(row.path, row.decayed) for row in rows] == [("dense/kernel", True),
+                                                         ("dense/bias", False)]

@@ -17,7 +17,7 @@ All four run over the same schedule: linear warmup, then polynomial decay (lamb_
 
 import tf_keras
 
-from lamb_tf import schedules, tf_keras_optimizers
+from lamb_tf import exclusions, layerwise, schedules, tf_keras_optimizers
 from recipes.common.errors import UserError
 
 
@@ -40,8 +40,10 @@ def weight_decay_exclusions(config, default_patterns):
     return list(config.exclude_from_weight_decay)
 
 
-def build_optimizer(config, total_steps, default_patterns=()):
-    """The optimizer `config.name` names; an invalid argument is a one-line UserError."""
+def build_optimizer(config, total_steps, default_patterns=(), variables=None):
+    """The optimizer `config.name` names; an invalid argument is a one-line UserError.
+    `variables`: the model's, which `adamw` and `momentum` exclude from weight decay by the
+    rule of lamb_tf's optimizers (`keras_weight_decay_exclusions`)."""
     learning_rate = learning_rate_schedule(config, total_steps)
     decay_patterns = weight_decay_exclusions(config, default_patterns)
     clip = {} if config.global_clipnorm is None else {"global_clipnorm": config.global_clipnorm}
@@ -73,7 +75,24 @@ def build_optimizer(config, total_steps, default_patterns=()):
                 learning_rate=learning_rate, momentum=config.momentum, nesterov=config.nesterov,
                 weight_decay=config.weight_decay_rate or None, **clip,
             )
-        optimizer.exclude_from_weight_decay(var_names=decay_patterns)
+        optimizer.exclude_from_weight_decay(
+            **keras_weight_decay_exclusions(decay_patterns, variables))
         return optimizer
     except (ValueError, TypeError) as error:
         raise UserError(f"optimizer: {error}") from None
+
+
+def keras_weight_decay_exclusions(patterns, variables):
+    """The keywords of tf_keras' `exclude_from_weight_decay` for `patterns`.
+
+    tf_keras' AdamW and SGD search a pattern in `variable.name` (`dense/bias:0`), so `bias$`
+    would exclude nothing there, while lamb_tf's optimizers, Model Garden's AdamWeightDecay
+    and the run's exclusion report search the path without the `:N` suffix. Given the
+    model's variables, the ones that rule excludes are named by identity (`var_list`), so a
+    pattern means the same in every optimizer and in the report; without them, the
+    patterns as they are (`var_names`)."""
+    if variables is None:
+        return {"var_names": patterns}
+    rule = exclusions.Exclusions(patterns)
+    return {"var_list": [variable for variable in variables
+                         if not rule.decays(layerwise.name_without_suffix(variable))]}
