@@ -100,7 +100,7 @@ def run_one(effective_batch, micro_batch, timed_steps):
 
 def speed_in_one_process(configurations, rounds):
     """{k: [examples/s of each round]}: every configuration built in this one process and
-    timed in turn, round by round (benchmarks/alternation.py: the order rotates every round),
+    timed in turn, round by round (benchmarks/alternation.py: each round in another order),
     so that the machine's drift hits every k alike. Each round times the same number of
     micro-batches per k."""
     def job(batch, steps, model, dataset):

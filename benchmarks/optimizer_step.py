@@ -4,8 +4,9 @@ Every contender applies one update to variables with the shapes and Model Garden
 BERT encoder (`bert_encoder/transformer/layer_0/self_attention/query/kernel`, ...), so the
 exclusion patterns (`layer_norm|LayerNorm`, `bias`) apply as in real pretraining. The update
 runs in a `tf.function`, once without and once with `jit_compile=True`; all contenders and
-both modes are alternated step by step in this one process (the order rotates every round),
-so a shared machine's drift hits every contender alike. Speeds are given as ratios measured
+both modes are alternated step by step in this one process (the order changes every
+round, balanced: `alternation.round_order`), so a shared machine's drift hits every
+contender alike. Speeds are given as ratios measured
 side by side, never as absolute claims.
 
 Contenders: `lamb_tf.LAMB` in both Keras flavours, Model Garden's LAMB

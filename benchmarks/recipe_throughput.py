@@ -24,7 +24,7 @@ per update (k = 1: Model Garden's trainer does not accumulate):
                 (benchmarks/model_garden_loops.py).
 
 The two are alternated round by round in this one process (benchmarks/alternation.py: the
-order rotates every round), so a shared machine's drift hits both alike; the first round of
+order changes every round), so a shared machine's drift hits both alike; the first round of
 each is a warm-up (tracing).
 Also alternated: one optimizer update alone (each side's optimizer, its model's variables,
 fixed gradients, in a `tf.function`), giving the share of a step spent in the optimizer, and

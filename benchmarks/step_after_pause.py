@@ -18,7 +18,7 @@ no pause too, as the control. The contenders:
   Model Garden update  the same with Model Garden's LAMB and its model's variables.
 
 Every contender and pause alternate in one process (benchmarks/alternation.py: the order
-rotates each round; one warm-up round); each is judged on its rounds' ratios
+changes each round; one warm-up round); each is judged on its rounds' ratios
 (`alternation.describe_ratios`: the first step's speed against the others').
 
 Usage:

@@ -1,6 +1,7 @@
 """The benchmarks judge a speed target on paired per-round ratios (benchmarks/alternation.py):
 an order-statistics interval for their median and a verdict from it. The coverage is
 checked against counting every way n values can fall either side of the median."""
+import collections
 import itertools
 
 import pytest
@@ -141,3 +142,32 @@ def test_without_the_keras_lamb_in_the_run_there_is_no_verdict_against_it():
     _, rows = optimizer_step.summarise(samples, _lamb_contenders([ours]), 1000)
     assert rows[0]["verdict_speed_vs_keras_lamb"] is None
     assert "keras.optimizers.Lamb" not in optimizer_step.markdown(rows, 1e9)
+
+
+def _orders_alternate_runs(n, rounds, warmup=0):
+    """The order of every round `alternation.alternate` runs, for n contenders."""
+    log = []
+    jobs = {key: (lambda key=key: log.append(key)) for key in range(n)}
+    alternation.alternate(jobs, rounds, warmup)
+    return [log[i:i + n] for i in range(0, len(log), n)]
+
+
+@pytest.mark.parametrize("n", range(2, 9))
+def test_over_a_cycle_every_contender_runs_right_after_every_other_equally_often(n):
+    """A rotation by one place keeps the cyclic order (each contender always right after the
+    same one): a cost one leaves to the next would always hit the same contender."""
+    cycle = n if n % 2 == 0 else 2 * n
+    orders = _orders_alternate_runs(n, cycle)
+    assert all(sorted(order) == list(range(n)) for order in orders)  # each once per round
+    after = collections.Counter((order[i], order[i + 1]) for order in orders
+                                for i in range(n - 1))
+    assert set(after) == {(a, b) for a in range(n) for b in range(n) if a != b}
+    assert len(set(after.values())) == 1, after  # every ordered pair equally often
+    places = collections.Counter((order.index(key), key) for order in orders for key in range(n))
+    assert len(places) == n * n and len(set(places.values())) == 1  # each place equally often
+
+
+def test_two_contenders_flip_every_round_and_the_warmup_rounds_are_in_the_sequence():
+    assert _orders_alternate_runs(2, 4) == [[0, 1], [1, 0], [0, 1], [1, 0]]
+    assert _orders_alternate_runs(3, 2, warmup=1) == _orders_alternate_runs(3, 3)
+    assert _orders_alternate_runs(1, 3) == [[0], [0], [0]]
