@@ -15,8 +15,11 @@ import functools
 import math
 import os
 import statistics
+import subprocess
 import sys
 import time
+
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def alternate(jobs, rounds, warmup=1, after_round=None):
@@ -125,6 +128,40 @@ def describe_ratios(ratios, target=1.0, confidence=0.9):
     return (f"median {statistics.median(ratios):.2f}×, {low:.2f}–{high:.2f}× with "
             f"{coverage:.0%} confidence: {_verdict(low, high, coverage, target, confidence)} "
             f"(target {target:.2f}×)")
+
+
+def source_commit(directory=REPO_ROOT):
+    """{"git_commit": HEAD of the git checkout `directory` is in (`git rev-parse HEAD`), or
+    "unknown" outside git or without git; "git_tree": "clean", "dirty" (tracked files
+    changed since that commit: the figures are not quite that commit's) or "unknown"}."""
+    def git(*arguments):
+        try:
+            result = subprocess.run(["git", "-C", directory, *arguments], capture_output=True,
+                                    text=True, timeout=60, check=False)
+        except (OSError, subprocess.SubprocessError):
+            return None
+        return result.stdout.strip() if result.returncode == 0 else None
+
+    commit = git("rev-parse", "HEAD")
+    if not commit:
+        return {"git_commit": "unknown", "git_tree": "unknown"}
+    status = git("status", "--porcelain", "--untracked-files=no")
+    return {"git_commit": commit,
+            "git_tree": "unknown" if status is None else "dirty" if status else "clean"}
+
+
+def run_started(directory=REPO_ROOT):
+    """What a script's --json names its run by, taken as the run starts (after its flags are
+    checked): the commit of the checkout it runs from (`source_commit`) and the load average
+    (1, 5, 15 minutes). Pass it to `run_finished` when the measurements are done."""
+    return {**source_commit(directory), "load_average_start": list(os.getloadavg())}
+
+
+def run_finished(started):
+    """`started` (from `run_started`) with the load average at the end of the run: the
+    fields every benchmark's --json carries, so that a figure quoted from it can name the
+    commit measured and the load the machine was under."""
+    return {**started, "load_average_end": list(os.getloadavg())}
 
 
 def argument_parser(doc):

@@ -99,6 +99,7 @@ def main(argv=None):
     task_class, _, config = recipe_throughput.load_recipe_config(args)
     config.train.global_batch_size = config.train.micro_batch_size
     recipe_throughput.make_work_dir(args.work_dir)
+    started = alternation.run_started()
     task, strategy, plan = recipe_throughput.prepare_recipe(task_class, config, args.work_dir)
     stop = threading.Event()
     busy = threading.Thread(target=_keep_cores_busy, args=(stop,), daemon=True)
@@ -128,7 +129,8 @@ def main(argv=None):
     recipe_throughput.write_json(args.json, {
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "recipe": args.recipe, "seconds": args.seconds, "step_ms": args.step_ms,
-        "tensorflow": tf.__version__, "deletion_s": samples})
+        "tensorflow": tf.__version__, "deletion_s": samples,
+        **alternation.run_finished(started)})
     return 0
 
 

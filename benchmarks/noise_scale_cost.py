@@ -146,7 +146,9 @@ def main(argv=None):
     if problem:
         print(f"error: {problem}", file=sys.stderr)
         return 2
+    started = alternation.run_started()
     rows = [measure(m, k, args.steps, args.repeats) for m, k in configurations]
+    run = alternation.run_finished(started)
     print("micro-batch  k  CPU ms/step off  on  off again  overhead  control (A/A)")
     for row in rows:
         ms = row["cpu_ms_per_step"]
@@ -157,7 +159,8 @@ def main(argv=None):
         )
     if args.json:
         with open(args.json, "w") as handle:
-            json.dump(rows, handle, indent=2)
+            # git_commit, git_tree, load_average_start, load_average_end
+            json.dump({"rows": rows, **run}, handle, indent=2)
     return 1 if any(row["overhead"] > args.max_overhead for row in rows) else 0
 
 

@@ -395,7 +395,9 @@ def main(argv=None):
     if args.passes:
         print_passes(contenders, gradients, parameters, args.size, len(specs))
         return 0
+    started = alternation.run_started()
     samples = measure(contenders, args.modes, gradients, args.steps, args.warmup)
+    run = alternation.run_finished(started)
     bandwidth, rows = summarise(samples, contenders, parameters)
     print(f"BERT-{args.size} shapes: {parameters / 1e6:.1f}M parameters in {len(specs)} tensors; "
           f"{args.steps} timed steps after {args.warmup} warm-up, alternated in one process; "
@@ -409,6 +411,7 @@ def main(argv=None):
             "date_utc": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
             "machine": {"cpu_count": os.cpu_count(), "platform": platform.platform(),
                         "tensorflow": tf.__version__},
+            **run,  # git_commit, git_tree, load_average_start, load_average_end
             "rows": rows,
         }
         with open(args.json, "w") as f:

@@ -279,8 +279,8 @@ def _timers(args, task_class, config, model_garden_side):
             functools.partial(boundaries, model_garden_run=mg_run_with_checkpoints))
 
 
-def _report(args, config_file, config, parameters, samples, boundaries):
-    """Everything measured, as written to --json."""
+def _report(args, config_file, config, parameters, samples, boundaries, run):
+    """Everything measured, as written to --json (`run`: `alternation.run_finished`'s)."""
     batch = config.train.micro_batch_size
     rows = {}
     for side in parameters:
@@ -296,6 +296,7 @@ def _report(args, config_file, config, parameters, samples, boundaries):
         "machine": f"{os.cpu_count()} CPU cores, {platform.machine()}, "
                    f"TensorFlow {tf.__version__}",
         "load_average": os.getloadavg(),
+        **run,  # git_commit, git_tree, load_average_start, load_average_end
         "recipe": args.recipe, "config_file": config_file,
         "params_override": args.params_override,
         "batch": batch, "steps_per_round": args.steps, "rounds": args.rounds,
@@ -376,10 +377,12 @@ def main(argv=None):
         chunk_boundaries.LOOPS) * (args.boundary_rounds + 1) * args.chunks * args.steps)
     config.optimizer.warmup_steps = min(config.optimizer.warmup_steps, config.train.steps - 1)
     make_work_dir(args.work_dir)
+    started = alternation.run_started()
     timers, parameters, boundaries = _timers(args, task_class, config, model_garden_side)
     samples = alternation.alternate(timers, args.rounds)
     boundary_samples = boundaries(args.steps, args.chunks, args.boundary_rounds)
-    report = _report(args, config_file, config, parameters, samples, boundary_samples)
+    report = _report(args, config_file, config, parameters, samples, boundary_samples,
+                     alternation.run_finished(started))
     _print_report(report)
     write_json(args.json, report)
     return 0

@@ -124,6 +124,8 @@ def test_recipe_and_model_garden_loops_both_timed_on_tiny_data(tmp_path):
                                    dropout_rate=0.0)
     report, stdout = _run_benchmark(tmp_path, config)
     assert report["batch"] == 8  # the micro-batch, k = 1
+    assert report["git_commit"] and report["git_tree"] in ("clean", "dirty", "unknown")
+    assert len(report["load_average_start"]) == len(report["load_average_end"]) == 3
     _assert_both_sides_timed(report, stdout)
     _assert_every_loop_run_wrote_training_summaries(tmp_path)
     # the same encoder and heads, but for Model Garden's next-sentence head's own dense
