@@ -4,7 +4,8 @@ The same `GradientAccumulationModel` step (tf_keras LAMB, a tiny MLP 64 -> 512 -
 with softmax cross-entropy, k accumulation steps, one CPU replica) is timed with the
 measurement off (`noise_scale_decay=None`), on (the default), and off again in a second
 model (the control: the noise floor of the measurement), in one process, the variants
-alternating over the repeats so that machine load hits them alike. A timing is `--steps`
+alternating over the repeats (benchmarks/alternation.py: one round per repeat, the order
+changed every round) so that machine load hits them alike. A timing is `--steps`
 calls of the compiled train function (what `fit` runs per step), after warm-up calls that
 trace it. Per variant the minimum process CPU time per step over the repeats is reported
 (on a machine shared with other jobs, wall time varies several-fold between repeats; the
@@ -85,13 +86,13 @@ def measure(micro_batch, accumulation_steps, steps, repeats):
         logged[name] = NOISE_SCALE_LOG in model.train_function(iterator)  # traces
         time_steps(model, iterator, 2)  # warm up, untimed
         models[name] = (model, iterator)
-    wall = {name: [] for name in variants}
-    cpu = {name: [] for name in variants}
-    for _ in range(repeats):
-        for name, (model, iterator) in models.items():
-            seconds, cpu_seconds = time_steps(model, iterator, steps)
-            wall[name].append(seconds)
-            cpu[name].append(cpu_seconds)
+    # each repeat a round of alternation.alternate, the variants in another order each round
+    # (warmed up above)
+    timings = alternation.alternate(
+        {name: (lambda model=model, iterator=iterator: time_steps(model, iterator, steps))
+         for name, (model, iterator) in models.items()}, repeats, warmup=0)
+    wall = {name: [seconds for seconds, _ in timings[name]] for name in variants}
+    cpu = {name: [cpu_seconds for _, cpu_seconds in timings[name]] for name in variants}
     per_step = {name: 1000 * min(cpu[name]) / steps for name in variants}
     return {
         "micro_batch": micro_batch,
