@@ -200,16 +200,19 @@ def make_work_dir(path):
 
 
 def load_recipe_config(args, params_override=""):
-    """(task class, config file, config) of --recipe and --config_file. The train section's
-    counts are checked as the recipes' driver checks them (`schema.check`'s
-    `check_positive`, recipes/common/driver.py `load_task`): `train.steps_per_execution=0`
-    or `-1` is a UserError, one line. Not the whole `schema.check`: the benchmarks set
-    their own train.steps, checkpoint_every and warmup after loading."""
+    """(task class, config file, config) of --recipe and --config_file, the config checked
+    whole as the recipe checks it before it trains (recipes/common/driver.py `load_task`:
+    `schema.check`, then the task's `check_config`), before any timing: a bad key or value
+    (`train.steps_per_execution=0`, `optimizer.beta_1=2`, `model.hidden_size=0`, ...) is a
+    UserError, one line; so is a config the recipe would refuse to train as given (e.g.
+    optimizer.warmup_steps not below train.steps), although the benchmarks then set their
+    own train.steps, checkpoint_every and warmup on the checked config."""
     task_class, default_config = RECIPES[args.recipe][:2]
     config_file = args.config_file or default_config
     config = config_lib.load_config(task_class.config_class, [config_file], params_override,
                                     renamed_keys=schema.RENAMED_KEYS)
-    schema.check_positive("train", config.train, schema.POSITIVE_TRAIN_KEYS)
+    schema.check(config)
+    task_class(config).check_config()
     return task_class, config_file, config
 
 

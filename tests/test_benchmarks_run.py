@@ -390,6 +390,38 @@ def test_recipe_benchmark_reports_a_bad_config_file_in_one_line_with_status_2(
     assert not (tmp_path / "work").exists()  # found before any work
 
 
+@pytest.mark.parametrize("section, key, value, message", [
+    # the shared sections' check (schema.check) beyond the train counts
+    ("optimizer", "beta_1", 2.0, "optimizer.beta_1 must be in [0, 1), got 2.0"),
+    ("train", "seed", -1, "train.seed=-1 must be from 0 to 2**32 - 1"),
+    # the task's own check (BertPretraining.check_config)
+    ("data", "seq_length", 1024, "data.seq_length=1024 exceeds model.max_sequence_length=512"),
+])
+@pytest.mark.parametrize("script", ["recipe_throughput", "input_teardown", "iterator_checkpoint",
+                                    "loop_callbacks", "step_after_pause"])
+def test_recipe_benchmark_checks_the_whole_config_as_the_recipe_does_before_any_work(
+        script, section, key, value, message, tmp_path, capsys, monkeypatch):
+    """Only the train counts were checked: a config the recipe refuses in one line went on
+    to the data preparation and the model, and failed there (or was timed)."""
+    module = _load(script)
+    shared = module if script == "recipe_throughput" else module.recipe_throughput
+
+    def no_work(path):  # (the first work of every one of them: fails fast, not a whole run)
+        raise AssertionError(f"{script} went on to its work with a config the recipe refuses")
+
+    monkeypatch.setattr(shared, "make_work_dir", no_work)
+    with open(os.path.join(REPO_ROOT, "configs", "bert", "tiny_cpu.yaml")) as f:
+        config = yaml.safe_load(f)
+    config[section][key] = value
+    config_file = tmp_path / "bad.yaml"
+    config_file.write_text(yaml.safe_dump(config))
+    argv = ["--config_file", str(config_file), "--work_dir", str(tmp_path / "work")]
+    assert shared.exit_status(module.main, argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: {message}") and err.count("\n") == 1, err
+    assert not (tmp_path / "work").exists()  # found before any work
+
+
 @pytest.mark.parametrize("script", ["recipe_throughput", "input_teardown", "iterator_checkpoint",
                                     "loop_callbacks", "step_after_pause", "checkpoint_write"])
 def test_benchmark_reports_a_work_dir_it_cannot_create_in_one_line_with_status_2(
