@@ -100,7 +100,7 @@ def run_one(effective_batch, micro_batch, timed_steps):
 
 def speed_in_one_process(configurations, rounds):
     """{k: [examples/s of each round]}: every configuration built in this one process and
-    timed in turn, round by round (benchmarks/alternation.py: the order rotates every round),
+    timed in turn, round by round (benchmarks/alternation.py: each round in another order),
     so that the machine's drift hits every k alike. Each round times the same number of
     micro-batches per k."""
     def job(batch, steps, model, dataset):
@@ -167,6 +167,7 @@ def main(argv=None):
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", TF_USE_LEGACY_KERAS="1")
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [REPO_ROOT, env.get("PYTHONPATH")]))
     configurations = TINY_CONFIGURATIONS if args.tiny else CONFIGURATIONS
+    started = alternation.run_started()
     runs = {configuration: [] for configuration in configurations}
     for _ in range(1 if args.tiny else args.rounds):
         for configuration in configurations:
@@ -212,7 +213,8 @@ def main(argv=None):
         with open(args.json, "w") as f:
             json.dump({"rows": rows, "peak_growth": growth, "slowdown": slowdown,
                        "same_process_examples_per_second": speed,
-                       "same_process_largest_k_against_k1": paired}, f, indent=1)
+                       "same_process_largest_k_against_k1": paired,
+                       **alternation.run_finished(started)}, f, indent=1)
     return 0 if within or args.tiny else 1
 
 

@@ -1,10 +1,11 @@
 """Side-by-side measurement on a shared, drifting machine: every contender once per round.
 
 Absolute times here drift by 2-3x between runs while ratios measured side by side hold, so
-every benchmark times its contenders in rounds: each contender once per round, the order
-rotated by one place every round (for two contenders: flipped), so that drift and "who ran
-just before" hit every contender alike. The first rounds (tracing, compilation, caches) are
-warm-up and are not kept.
+every benchmark times its contenders in rounds: each contender once per round, in an order
+that changes every round (`round_order`, a Williams design: over a cycle of rounds each
+contender runs right after every other equally often; two contenders flip every round),
+so that drift and "who ran just before" hit every contender alike. The first rounds
+(tracing, compilation, caches) are warm-up and are not kept.
 
 A target ("at least as fast as ...") is then judged on the rounds' paired ratios, each
 round's contenders against each other (`median_interval`, `verdict`): on this machine one
@@ -14,8 +15,11 @@ import functools
 import math
 import os
 import statistics
+import subprocess
 import sys
 import time
+
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def alternate(jobs, rounds, warmup=1, after_round=None):
@@ -28,14 +32,38 @@ def alternate(jobs, rounds, warmup=1, after_round=None):
     samples = {key: [] for key in keys}
     total = warmup + rounds
     for round_index in range(total):
-        shift = round_index % len(keys)
-        for key in keys[shift:] + keys[:shift]:
+        for key in round_order(keys, round_index):
             measurement = jobs[key]()
             if round_index >= warmup:
                 samples[key].append(measurement)
         if after_round is not None:
             after_round(round_index, total)
     return samples
+
+
+def round_order(keys, round_index):
+    """The order `alternate` runs `keys` in, in round `round_index`: the rows of a Williams
+    design (E. J. Williams, "Experimental designs balanced for the estimation of residual
+    effects of treatments", Australian Journal of Scientific Research A 2, 1949), in turn.
+    Over a whole cycle (len(keys) rounds for an even number of keys, twice that for an odd
+    one) every key runs first and last equally often and right after every other key
+    equally often, so a cost one contender leaves to the next (caches, the allocator, a
+    pause) is spread over all the others. (A rotation by one place keeps the cyclic order:
+    each contender would always run right after the same one.) Two keys flip every round.
+
+    Row r of the design for n keys: the base order 0, 1, n-1, 2, n-2, 3, ... with r added
+    to every place (mod n); for odd n, rows n..2n-1 are rows 0..n-1 reversed."""
+    keys = list(keys)
+    n = len(keys)
+    if n < 2:
+        return keys
+    base = [0]
+    for step in range(1, n):  # 1, n-1, 2, n-2, ...: every difference between neighbours once
+        base.append((step + 1) // 2 if step % 2 else n - step // 2)
+    cycle = n if n % 2 == 0 else 2 * n
+    row = round_index % cycle
+    order = [keys[(place + row) % n] for place in base]
+    return order[::-1] if row >= n else order
 
 
 def seconds(function, *args, **kwargs):
@@ -100,6 +128,40 @@ def describe_ratios(ratios, target=1.0, confidence=0.9):
     return (f"median {statistics.median(ratios):.2f}×, {low:.2f}–{high:.2f}× with "
             f"{coverage:.0%} confidence: {_verdict(low, high, coverage, target, confidence)} "
             f"(target {target:.2f}×)")
+
+
+def source_commit(directory=REPO_ROOT):
+    """{"git_commit": HEAD of the git checkout `directory` is in (`git rev-parse HEAD`), or
+    "unknown" outside git or without git; "git_tree": "clean", "dirty" (tracked files
+    changed since that commit: the figures are not quite that commit's) or "unknown"}."""
+    def git(*arguments):
+        try:
+            result = subprocess.run(["git", "-C", directory, *arguments], capture_output=True,
+                                    text=True, timeout=60, check=False)
+        except (OSError, subprocess.SubprocessError):
+            return None
+        return result.stdout.strip() if result.returncode == 0 else None
+
+    commit = git("rev-parse", "HEAD")
+    if not commit:
+        return {"git_commit": "unknown", "git_tree": "unknown"}
+    status = git("status", "--porcelain", "--untracked-files=no")
+    return {"git_commit": commit,
+            "git_tree": "unknown" if status is None else "dirty" if status else "clean"}
+
+
+def run_started(directory=REPO_ROOT):
+    """What a script's --json names its run by, taken as the run starts (after its flags are
+    checked): the commit of the checkout it runs from (`source_commit`) and the load average
+    (1, 5, 15 minutes). Pass it to `run_finished` when the measurements are done."""
+    return {**source_commit(directory), "load_average_start": list(os.getloadavg())}
+
+
+def run_finished(started):
+    """`started` (from `run_started`) with the load average at the end of the run: the
+    fields every benchmark's --json carries, so that a figure quoted from it can name the
+    commit measured and the load the machine was under."""
+    return {**started, "load_average_end": list(os.getloadavg())}
 
 
 def argument_parser(doc):

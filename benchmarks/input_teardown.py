@@ -10,7 +10,8 @@ recipe's own training dataset (`task.train_replica_dataset`, distributed as the 
 does) is read for `--seconds`, one batch per `--step_ms` (a step's time), while a second
 thread keeps the cores busy with matrix products as a training step would; then the
 iterator is deleted and the deletion timed. Autotuning on and off (`tf.data.Options`
-`autotune.enabled`) alternate, `--trials` times each, in one process.
+`autotune.enabled`) alternate, `--trials` times each, in one process (benchmarks/alternation.py:
+one round per trial, the two flipped every round).
 
 Usage:
   python benchmarks/input_teardown.py --work_dir /tmp/teardown               # tiny BERT
@@ -85,6 +86,21 @@ def _deletion_seconds(dataset, seconds, step_s):
     return time.perf_counter() - deleting
 
 
+def _time_deletions(task, plan, strategy, args):
+    """{"on": [deletion seconds], "off": [...]}: autotuning on and off alternated, one round
+    of `alternation.alternate` per trial (no warm-up: every deletion is kept)."""
+    def delete(setting):
+        dataset = _distributed_dataset(task, plan, strategy, setting == "on")
+        seconds = _deletion_seconds(dataset, args.seconds, args.step_ms / 1000)
+        print(f"autotuning {setting}: deleted in {seconds:.3f} s", flush=True)
+        return seconds
+
+    return alternation.alternate(
+        {setting: (lambda setting=setting: delete(setting)) for setting in ("on", "off")},
+        args.trials, warmup=0, after_round=lambda index, total: print(
+            f"trial {index + 1}/{total} done", flush=True))
+
+
 def _keep_cores_busy(stop):
     product = tf.random.normal((1024, 1024))
     while not stop.is_set():
@@ -99,19 +115,13 @@ def main(argv=None):
     task_class, _, config = recipe_throughput.load_recipe_config(args)
     config.train.global_batch_size = config.train.micro_batch_size
     recipe_throughput.make_work_dir(args.work_dir)
+    started = alternation.run_started()
     task, strategy, plan = recipe_throughput.prepare_recipe(task_class, config, args.work_dir)
     stop = threading.Event()
     busy = threading.Thread(target=_keep_cores_busy, args=(stop,), daemon=True)
     busy.start()
-    samples = {"on": [], "off": []}
     try:
-        for trial in range(args.trials):
-            for setting in samples:
-                dataset = _distributed_dataset(task, plan, strategy, setting == "on")
-                seconds = _deletion_seconds(dataset, args.seconds, args.step_ms / 1000)
-                samples[setting].append(seconds)
-                print(f"trial {trial + 1}/{args.trials}, autotuning {setting}: deleted in "
-                      f"{seconds:.3f} s", flush=True)
+        samples = _time_deletions(task, plan, strategy, args)
     finally:
         stop.set()
         busy.join()
@@ -128,7 +138,8 @@ def main(argv=None):
     recipe_throughput.write_json(args.json, {
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "recipe": args.recipe, "seconds": args.seconds, "step_ms": args.step_ms,
-        "tensorflow": tf.__version__, "deletion_s": samples})
+        "tensorflow": tf.__version__, "deletion_s": samples,
+        **alternation.run_finished(started)})
     return 0
 
 

@@ -228,6 +228,7 @@ def main(argv=None):
     task_class, _, config = recipe_throughput.load_recipe_config(args)
     config.train.global_batch_size = config.train.micro_batch_size
     recipe_throughput.make_work_dir(args.work_dir)
+    started = alternation.run_started()
     with tempfile.TemporaryDirectory(dir=args.work_dir) as directory:
         strategies = which_iterators_save(directory)
         task, _, plan = recipe_throughput.prepare_recipe(task_class, config, args.work_dir)
@@ -249,6 +250,7 @@ def main(argv=None):
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "recipe": args.recipe, "batch": config.train.micro_batch_size, "rounds": args.rounds,
         "tensorflow": tf.__version__, "strategies": strategies, "pipeline": attempts,
+        **alternation.run_finished(started),  # git_commit, git_tree, load averages
     }
     _print_report(report)
     recipe_throughput.write_json(args.json, report)

@@ -17,10 +17,12 @@ Usage:
   python benchmarks/loop_callbacks.py --work_dir /tmp/loop_callbacks --async_checkpoint
   python benchmarks/loop_callbacks.py --steps 2 --chunks 2 --rounds 1 --work_dir /tmp/c  # CI
 Prints a Markdown table: milliseconds per round in each hook that took any, its share of
-the `fit`, and per step.
+the `fit`, and per step; with --json, writes every round's times (and the commit measured
+and the load average at the start and the end).
 """
 import collections
 import contextlib
+import datetime
 import io
 import os
 import statistics
@@ -49,7 +51,7 @@ HOOKS = ("on_train_begin", "on_epoch_begin", "on_train_batch_begin", "on_train_b
 def _parse_arguments(argv):
     parser = alternation.argument_parser(__doc__)
     recipe_throughput.add_recipe_flags(
-        parser, "loop_callbacks", json_help=None,
+        parser, "loop_callbacks", json_help="write every round's times here",
         work_dir_help=recipe_throughput.DATA_REUSED + ", and the checkpoints written")
     parser.add_argument("--steps", type=int, default=10, help="steps per checkpoint chunk")
     parser.add_argument("--chunks", type=int, default=3, help="checkpoint chunks per round")
@@ -77,29 +79,8 @@ def _time_every_hook(callbacks, spent):
             setattr(callback, hook, timed)
 
 
-def main(argv=None):
-    args = _parse_arguments(argv)
-    for flag in ("steps", "chunks", "rounds", "log_every"):
-        if getattr(args, flag) < 1:  # one line and exit status 2, through exit_status
-            raise errors.UserError(f"--{flag}={getattr(args, flag)} must be at least 1")
-    refusal = threads.refusal(args)
-    if refusal:
-        raise errors.UserError(refusal)
-    threads.apply(args)
-    task_class, _, config = recipe_throughput.load_recipe_config(args)
-    config.train.global_batch_size = config.train.micro_batch_size  # k = 1
-    config.train.steps = max(config.train.steps, (args.rounds + 1) * args.chunks * args.steps)
-    recipe_throughput.make_work_dir(args.work_dir)
-    _, _, _, model, dataset = recipe_throughput.build_recipe(task_class, config, args.work_dir)
-    model_dir = tempfile.mkdtemp(dir=args.work_dir)
-    history = tf_keras.callbacks.History()
-    history.last_logs = {}
-    loop = training.ChunkLoop(
-        model, training.make_checkpoint_manager(model, model_dir), history, model_dir,
-        config.train.global_batch_size, args.log_every,
-        [callbacks_lib.ProgressLine(config.train.steps, args.log_every)],
-        async_checkpoint=args.async_checkpoint)
-    loop.preemption = tf_keras.callbacks.Callback()  # no SIGTERM handling here
+def _time_rounds(loop, dataset, args):
+    """([seconds of each timed round's fit], {(callback, hook): [its seconds in each]})."""
     spent = collections.defaultdict(float)
     _time_every_hook(loop.callbacks, spent)
     steps = args.chunks * args.steps
@@ -113,6 +94,51 @@ def main(argv=None):
             fit_s.append(time.perf_counter() - started)
             for key in set(spent) | set(hooks_s):
                 hooks_s[key].append(spent.get(key, 0.0))
+    return fit_s, hooks_s
+
+
+def main(argv=None):
+    args = _parse_arguments(argv)
+    for flag in ("steps", "chunks", "rounds", "log_every"):
+        if getattr(args, flag) < 1:  # one line and exit status 2, through exit_status
+            raise errors.UserError(f"--{flag}={getattr(args, flag)} must be at least 1")
+    refusal = threads.refusal(args) or alternation.output_file_problem("--json", args.json)
+    if refusal:
+        raise errors.UserError(refusal)
+    threads.apply(args)
+    task_class, _, config = recipe_throughput.load_recipe_config(args)
+    config.train.global_batch_size = config.train.micro_batch_size  # k = 1
+    config.train.steps = max(config.train.steps, (args.rounds + 1) * args.chunks * args.steps)
+    recipe_throughput.make_work_dir(args.work_dir)
+    run_start = alternation.run_started()
+    _, _, _, model, dataset = recipe_throughput.build_recipe(task_class, config, args.work_dir)
+    model_dir = tempfile.mkdtemp(dir=args.work_dir)
+    history = tf_keras.callbacks.History()
+    history.last_logs = {}
+    loop = training.ChunkLoop(
+        model, training.make_checkpoint_manager(model, model_dir), history, model_dir,
+        config.train.global_batch_size, args.log_every,
+        [callbacks_lib.ProgressLine(config.train.steps, args.log_every)],
+        async_checkpoint=args.async_checkpoint)
+    loop.preemption = tf_keras.callbacks.Callback()  # no SIGTERM handling here
+    fit_s, hooks_s = _time_rounds(loop, dataset, args)
+    report = {
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "recipe": args.recipe, "batch": config.train.micro_batch_size, "steps": args.steps,
+        "chunks": args.chunks, "rounds": args.rounds, "log_every": args.log_every,
+        "async_checkpoint": args.async_checkpoint, "intra_op_threads": args.intra_op_threads,
+        "cpu_count": os.cpu_count(), "tensorflow": tf.__version__, "fit_s": fit_s,
+        "hooks_s": {f"{name}.{hook}": values for (name, hook), values in hooks_s.items()},
+        **alternation.run_finished(run_start),  # git_commit, git_tree, load averages
+    }
+    _print_table(args, config, fit_s, hooks_s)
+    recipe_throughput.write_json(args.json, report)
+    return 0
+
+
+def _print_table(args, config, fit_s, hooks_s):
+    """The header line, the fit's time and one row per hook that took a millisecond or more."""
+    steps = args.chunks * args.steps
     fit = statistics.median(fit_s)
     print(f"{args.recipe} recipe's training loop, batch {config.train.micro_batch_size} "
           f"(k = 1), {args.chunks} chunks of {args.steps} steps per round, log_every "
@@ -131,7 +157,6 @@ def main(argv=None):
             print(f"| {name}.{hook} | {median * 1e3:.1f} | {median / fit:.1%} "
                   f"| {median / steps * 1e3:.2f} |")
     print(f"| all hooks | {total * 1e3:.1f} | {total / fit:.1%} | {total / steps * 1e3:.2f} |")
-    return 0
 
 
 if __name__ == "__main__":

@@ -4,7 +4,8 @@ The same `GradientAccumulationModel` step (tf_keras LAMB, a tiny MLP 64 -> 512 -
 with softmax cross-entropy, k accumulation steps, one CPU replica) is timed with the
 measurement off (`noise_scale_decay=None`), on (the default), and off again in a second
 model (the control: the noise floor of the measurement), in one process, the variants
-alternating over the repeats so that machine load hits them alike. A timing is `--steps`
+alternating over the repeats (benchmarks/alternation.py: one round per repeat, the order
+changed every round) so that machine load hits them alike. A timing is `--steps`
 calls of the compiled train function (what `fit` runs per step), after warm-up calls that
 trace it. Per variant the minimum process CPU time per step over the repeats is reported
 (on a machine shared with other jobs, wall time varies several-fold between repeats; the
@@ -85,13 +86,13 @@ def measure(micro_batch, accumulation_steps, steps, repeats):
         logged[name] = NOISE_SCALE_LOG in model.train_function(iterator)  # traces
         time_steps(model, iterator, 2)  # warm up, untimed
         models[name] = (model, iterator)
-    wall = {name: [] for name in variants}
-    cpu = {name: [] for name in variants}
-    for _ in range(repeats):
-        for name, (model, iterator) in models.items():
-            seconds, cpu_seconds = time_steps(model, iterator, steps)
-            wall[name].append(seconds)
-            cpu[name].append(cpu_seconds)
+    # each repeat a round of alternation.alternate, the variants in another order each round
+    # (warmed up above)
+    timings = alternation.alternate(
+        {name: (lambda model=model, iterator=iterator: time_steps(model, iterator, steps))
+         for name, (model, iterator) in models.items()}, repeats, warmup=0)
+    wall = {name: [seconds for seconds, _ in timings[name]] for name in variants}
+    cpu = {name: [cpu_seconds for _, cpu_seconds in timings[name]] for name in variants}
     per_step = {name: 1000 * min(cpu[name]) / steps for name in variants}
     return {
         "micro_batch": micro_batch,
@@ -146,7 +147,9 @@ def main(argv=None):
     if problem:
         print(f"error: {problem}", file=sys.stderr)
         return 2
+    started = alternation.run_started()
     rows = [measure(m, k, args.steps, args.repeats) for m, k in configurations]
+    run = alternation.run_finished(started)
     print("micro-batch  k  CPU ms/step off  on  off again  overhead  control (A/A)")
     for row in rows:
         ms = row["cpu_ms_per_step"]
@@ -157,7 +160,8 @@ def main(argv=None):
         )
     if args.json:
         with open(args.json, "w") as handle:
-            json.dump(rows, handle, indent=2)
+            # git_commit, git_tree, load_average_start, load_average_end
+            json.dump({"rows": rows, **run}, handle, indent=2)
     return 1 if any(row["overhead"] > args.max_overhead for row in rows) else 0
 
 

@@ -4,8 +4,9 @@ Every contender applies one update to variables with the shapes and Model Garden
 BERT encoder (`bert_encoder/transformer/layer_0/self_attention/query/kernel`, ...), so the
 exclusion patterns (`layer_norm|LayerNorm`, `bias`) apply as in real pretraining. The update
 runs in a `tf.function`, once without and once with `jit_compile=True`; all contenders and
-both modes are alternated step by step in this one process (the order rotates every round),
-so a shared machine's drift hits every contender alike. Speeds are given as ratios measured
+both modes are alternated step by step in this one process (the order changes every
+round, balanced: `alternation.round_order`), so a shared machine's drift hits every
+contender alike. Speeds are given as ratios measured
 side by side, never as absolute claims.
 
 Contenders: `lamb_tf.LAMB` in both Keras flavours, Model Garden's LAMB
@@ -21,7 +22,9 @@ g, velocity; write x, velocity).
 The speed over the Model Garden peer and the time over the floor are paired per round (the
 peer's time, or the floor at that round's bandwidth, against the contender's time in the
 same round); the table gives their median and 90% interval (`alternation.median_interval`),
-and each target of docs/performance.md is judged on them (`alternation.verdict`).
+and each target of docs/performance.md is judged on them (`alternation.verdict`). So is
+"lamb_tf.LAMB faster than keras.optimizers.Lamb in both modes": each lamb_tf.LAMB flavour's
+speed over the Keras Lamb (the Keras Lamb's time over lamb_tf's in the same round), per mode.
 
 `--passes` instead prints, for each contender's step compiled with `jit_compile`, the loops
 over memory of its XLA program and the bytes per parameter they read and write, counted
@@ -221,6 +224,10 @@ COPY_KEY = ("memory copy", "jit_compile")
 SPEED_TARGETS = {("lamb", "graph"): 1.5, ("lamb", "jit_compile"): 1.3,
                  ("lars", "graph"): 1.3, ("lars", "jit_compile"): 1.0}
 FLOOR_TARGET = 2.0  # "within 2x of the one-pass floor with XLA"
+# "lamb_tf.LAMB faster than keras.optimizers.Lamb in both modes": each lamb_tf.LAMB flavour's
+# speed over the Keras Lamb (its time over lamb_tf's in the same round), in each mode
+KERAS_LAMB = "keras.optimizers.Lamb"
+KERAS_LAMB_TARGET = 1.0
 
 
 def summarise(samples, contenders, parameters):
@@ -245,6 +252,13 @@ def summarise(samples, contenders, parameters):
         row.update(_paired("speed_vs_model_garden", None if baseline is None else
                            [peer / own for peer, own in zip(baseline, values)]))
         row.update(_paired("times_floor", [own / floor for own, floor in zip(values, floors)]))
+        keras_lamb = samples.get((KERAS_LAMB, mode))
+        row.update(_paired("speed_vs_keras_lamb", None if keras_lamb is None or not
+                           name.startswith("lamb_tf.LAMB") else
+                           [peer / own for peer, own in zip(keras_lamb, values)]))
+        row["verdict_speed_vs_keras_lamb"] = (
+            None if row["speed_vs_keras_lamb_rounds"] is None else
+            alternation.verdict(row["speed_vs_keras_lamb_rounds"], KERAS_LAMB_TARGET))
         row["target_speed_vs_model_garden"] = (
             SPEED_TARGETS.get((family, mode)) if name.startswith("lamb_tf.") else None)
         row["verdict_speed"] = _speed_verdict(row)
@@ -293,6 +307,10 @@ def markdown(rows, bandwidth):
             lines.append(f"- {row['contender']}, {row['mode']}, speed vs Model Garden: "
                          + alternation.describe_ratios(row["speed_vs_model_garden_rounds"],
                                                        row["target_speed_vs_model_garden"]))
+        if row["verdict_speed_vs_keras_lamb"] is not None:
+            lines.append(f"- {row['contender']}, {row['mode']}, speed vs {KERAS_LAMB}: "
+                         + alternation.describe_ratios(row["speed_vs_keras_lamb_rounds"],
+                                                       KERAS_LAMB_TARGET))
         if row["verdict_floor"] is not None:
             low, high, coverage = alternation.median_interval(row["times_floor_rounds"])
             lines.append(f"- {row['contender']}, {row['mode']}, × one-pass floor: median "
@@ -377,7 +395,9 @@ def main(argv=None):
     if args.passes:
         print_passes(contenders, gradients, parameters, args.size, len(specs))
         return 0
+    started = alternation.run_started()
     samples = measure(contenders, args.modes, gradients, args.steps, args.warmup)
+    run = alternation.run_finished(started)
     bandwidth, rows = summarise(samples, contenders, parameters)
     print(f"BERT-{args.size} shapes: {parameters / 1e6:.1f}M parameters in {len(specs)} tensors; "
           f"{args.steps} timed steps after {args.warmup} warm-up, alternated in one process; "
@@ -391,6 +411,7 @@ def main(argv=None):
             "date_utc": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
             "machine": {"cpu_count": os.cpu_count(), "platform": platform.platform(),
                         "tensorflow": tf.__version__},
+            **run,  # git_commit, git_tree, load_average_start, load_average_end
             "rows": rows,
         }
         with open(args.json, "w") as f:

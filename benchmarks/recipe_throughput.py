@@ -24,7 +24,7 @@ per update (k = 1: Model Garden's trainer does not accumulate):
                 (benchmarks/model_garden_loops.py).
 
 The two are alternated round by round in this one process (benchmarks/alternation.py: the
-order rotates every round), so a shared machine's drift hits both alike; the first round of
+order changes every round), so a shared machine's drift hits both alike; the first round of
 each is a warm-up (tracing).
 Also alternated: one optimizer update alone (each side's optimizer, its model's variables,
 fixed gradients, in a `tf.function`), giving the share of a step spent in the optimizer, and
@@ -200,16 +200,19 @@ def make_work_dir(path):
 
 
 def load_recipe_config(args, params_override=""):
-    """(task class, config file, config) of --recipe and --config_file. The train section's
-    counts are checked as the recipes' driver checks them (`schema.check`'s
-    `check_positive`, recipes/common/driver.py `load_task`): `train.steps_per_execution=0`
-    or `-1` is a UserError, one line. Not the whole `schema.check`: the benchmarks set
-    their own train.steps, checkpoint_every and warmup after loading."""
+    """(task class, config file, config) of --recipe and --config_file, the config checked
+    whole as the recipe checks it before it trains (recipes/common/driver.py `load_task`:
+    `schema.check`, then the task's `check_config`), before any timing: a bad key or value
+    (`train.steps_per_execution=0`, `optimizer.beta_1=2`, `model.hidden_size=0`, ...) is a
+    UserError, one line; so is a config the recipe would refuse to train as given (e.g.
+    optimizer.warmup_steps not below train.steps), although the benchmarks then set their
+    own train.steps, checkpoint_every and warmup on the checked config."""
     task_class, default_config = RECIPES[args.recipe][:2]
     config_file = args.config_file or default_config
     config = config_lib.load_config(task_class.config_class, [config_file], params_override,
                                     renamed_keys=schema.RENAMED_KEYS)
-    schema.check_positive("train", config.train, schema.POSITIVE_TRAIN_KEYS)
+    schema.check(config)
+    task_class(config).check_config()
     return task_class, config_file, config
 
 
@@ -279,8 +282,8 @@ def _timers(args, task_class, config, model_garden_side):
             functools.partial(boundaries, model_garden_run=mg_run_with_checkpoints))
 
 
-def _report(args, config_file, config, parameters, samples, boundaries):
-    """Everything measured, as written to --json."""
+def _report(args, config_file, config, parameters, samples, boundaries, run):
+    """Everything measured, as written to --json (`run`: `alternation.run_finished`'s)."""
     batch = config.train.micro_batch_size
     rows = {}
     for side in parameters:
@@ -296,6 +299,7 @@ def _report(args, config_file, config, parameters, samples, boundaries):
         "machine": f"{os.cpu_count()} CPU cores, {platform.machine()}, "
                    f"TensorFlow {tf.__version__}",
         "load_average": os.getloadavg(),
+        **run,  # git_commit, git_tree, load_average_start, load_average_end
         "recipe": args.recipe, "config_file": config_file,
         "params_override": args.params_override,
         "batch": batch, "steps_per_round": args.steps, "rounds": args.rounds,
@@ -376,10 +380,12 @@ def main(argv=None):
         chunk_boundaries.LOOPS) * (args.boundary_rounds + 1) * args.chunks * args.steps)
     config.optimizer.warmup_steps = min(config.optimizer.warmup_steps, config.train.steps - 1)
     make_work_dir(args.work_dir)
+    started = alternation.run_started()
     timers, parameters, boundaries = _timers(args, task_class, config, model_garden_side)
     samples = alternation.alternate(timers, args.rounds)
     boundary_samples = boundaries(args.steps, args.chunks, args.boundary_rounds)
-    report = _report(args, config_file, config, parameters, samples, boundary_samples)
+    report = _report(args, config_file, config, parameters, samples, boundary_samples,
+                     alternation.run_finished(started))
     _print_report(report)
     write_json(args.json, report)
     return 0

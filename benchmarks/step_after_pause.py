@@ -18,7 +18,7 @@ no pause too, as the control. The contenders:
   Model Garden update  the same with Model Garden's LAMB and its model's variables.
 
 Every contender and pause alternate in one process (benchmarks/alternation.py: the order
-rotates each round; one warm-up round); each is judged on its rounds' ratios
+changes each round; one warm-up round); each is judged on its rounds' ratios
 (`alternation.describe_ratios`: the first step's speed against the others').
 
 Usage:
@@ -108,7 +108,7 @@ def _contenders(args, task_class, config):
     }
 
 
-def _report(args, config, samples):
+def _report(args, config, samples, run):
     rows = []
     for (name, pause), values in samples.items():
         first = [value[0] for value in values]
@@ -127,6 +127,7 @@ def _report(args, config, samples):
         "machine": f"{os.cpu_count()} CPU cores, {platform.machine()}, "
                    f"TensorFlow {tf.__version__}",
         "load_average": os.getloadavg(),
+        **run,  # alternation.run_finished's: git_commit, git_tree, load averages
         "recipe": args.recipe, "batch": config.train.micro_batch_size,
         "steps_before": args.steps_before, "steps_after": args.steps_after,
         "rounds": args.rounds, "rows": rows,
@@ -167,6 +168,7 @@ def main(argv=None):
         args.steps_before + args.steps_after))
     config.optimizer.warmup_steps = min(config.optimizer.warmup_steps, config.train.steps - 1)
     recipe_throughput.make_work_dir(args.work_dir)
+    started = alternation.run_started()
     contenders = _contenders(args, task_class, config)
     jobs = {(name, pause): (lambda step=step, pause=pause: _after_pause(
         step, args.steps_before, pause, args.steps_after))
@@ -174,7 +176,7 @@ def main(argv=None):
     samples = alternation.alternate(
         jobs, args.rounds, after_round=lambda index, total: print(
             f"round {index + 1}/{total}", file=sys.stderr, flush=True))
-    report = _report(args, config, samples)
+    report = _report(args, config, samples, alternation.run_finished(started))
     _print_report(report)
     recipe_throughput.write_json(args.json, report)
     return 0

@@ -124,6 +124,8 @@ def test_recipe_and_model_garden_loops_both_timed_on_tiny_data(tmp_path):
                                    dropout_rate=0.0)
     report, stdout = _run_benchmark(tmp_path, config)
     assert report["batch"] == 8  # the micro-batch, k = 1
+    assert report["git_commit"] and report["git_tree"] in ("clean", "dirty", "unknown")
+    assert len(report["load_average_start"]) == len(report["load_average_end"]) == 3
     _assert_both_sides_timed(report, stdout)
     _assert_every_loop_run_wrote_training_summaries(tmp_path)
     # the same encoder and heads, but for Model Garden's next-sentence head's own dense
@@ -145,6 +147,9 @@ def test_resnet_recipe_and_model_garden_loops_both_timed_on_tiny_images(tmp_path
     config["model"]["depth_multiplier"] = 0.25  # ResNet-10 at a quarter of its width
     config["train"].update(global_batch_size=4, micro_batch_size=4, steps=2,
                            checkpoint_every=2)
+    # a config the recipe itself accepts (the benchmark checks it whole, as the recipe
+    # does): the warmup shorter than train.steps
+    config["optimizer"]["warmup_steps"] = 1
     # both loops write their checkpoints on a background thread (Orbit's
     # enable_async_checkpointing on Model Garden's side), and every run's are deleted
     report, stdout = _run_benchmark(tmp_path, config, "--recipe", "resnet", "--params_override",

@@ -52,6 +52,8 @@ def test_optimizer_step_tiny_times_every_contender_in_both_modes(tmp_path, capsy
             assert row["speed_vs_model_garden"] == 1.0
             assert row["speed_vs_model_garden_rounds"] == [1.0, 1.0]
     assert report["copy_bandwidth_bytes_per_s"] > 0
+    assert report["git_commit"] and report["git_tree"] in ("clean", "dirty", "unknown")
+    assert len(report["load_average_start"]) == len(report["load_average_end"]) == 3
     table = capsys.readouterr().out
     assert "| Model Garden LAMB | jit_compile |" in table and "GB/s" in table
 
@@ -320,7 +322,9 @@ def test_input_teardown_times_deletions_with_autotuning_on_and_off(tmp_path, cap
         "--config_file", str(config_file), "--work_dir", str(tmp_path / "work"),
         "--seconds", "0.5", "--step_ms", "10", "--trials", "2", "--json", str(report_path),
     ]) == 0
-    deletions = json.loads(report_path.read_text())["deletion_s"]
+    report = json.loads(report_path.read_text())
+    deletions = report["deletion_s"]
+    assert report["git_commit"] and len(report["load_average_start"]) == 3
     assert set(deletions) == {"on", "off"}
     assert all(len(values) == 2 and all(value > 0 for value in values)
                for values in deletions.values())
@@ -383,6 +387,38 @@ def test_recipe_benchmark_reports_a_bad_config_file_in_one_line_with_status_2(
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "Traceback" not in err
     assert err.startswith(f"error: config file '{missing}' does not exist; check --config_file")
+    assert not (tmp_path / "work").exists()  # found before any work
+
+
+@pytest.mark.parametrize("section, key, value, message", [
+    # the shared sections' check (schema.check) beyond the train counts
+    ("optimizer", "beta_1", 2.0, "optimizer.beta_1 must be in [0, 1), got 2.0"),
+    ("train", "seed", -1, "train.seed=-1 must be from 0 to 2**32 - 1"),
+    # the task's own check (BertPretraining.check_config)
+    ("data", "seq_length", 1024, "data.seq_length=1024 exceeds model.max_sequence_length=512"),
+])
+@pytest.mark.parametrize("script", ["recipe_throughput", "input_teardown", "iterator_checkpoint",
+                                    "loop_callbacks", "step_after_pause"])
+def test_recipe_benchmark_checks_the_whole_config_as_the_recipe_does_before_any_work(
+        script, section, key, value, message, tmp_path, capsys, monkeypatch):
+    """Only the train counts were checked: a config the recipe refuses in one line went on
+    to the data preparation and the model, and failed there (or was timed)."""
+    module = _load(script)
+    shared = module if script == "recipe_throughput" else module.recipe_throughput
+
+    def no_work(path):  # (the first work of every one of them: fails fast, not a whole run)
+        raise AssertionError(f"{script} went on to its work with a config the recipe refuses")
+
+    monkeypatch.setattr(shared, "make_work_dir", no_work)
+    with open(os.path.join(REPO_ROOT, "configs", "bert", "tiny_cpu.yaml")) as f:
+        config = yaml.safe_load(f)
+    config[section][key] = value
+    config_file = tmp_path / "bad.yaml"
+    config_file.write_text(yaml.safe_dump(config))
+    argv = ["--config_file", str(config_file), "--work_dir", str(tmp_path / "work")]
+    assert shared.exit_status(module.main, argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: {message}") and err.count("\n") == 1, err
     assert not (tmp_path / "work").exists()  # found before any work
 
 
@@ -462,6 +498,7 @@ OUTPUT_FLAGS = {
     "iterator_checkpoint": ["--rounds", "1", "--json"],
     "step_after_pause": ["--steps_before", "1", "--steps_after", "2", "--rounds", "1",
                          "--pauses", "0.01", "--json"],
+    "loop_callbacks": ["--steps", "1", "--chunks", "1", "--rounds", "1", "--json"],
 }
 
 
@@ -493,7 +530,7 @@ def test_benchmark_refuses_an_output_path_it_cannot_write_before_measuring(
         report.write_text(json.dumps({"parameters": 1, "rows": []}))
         argv = [str(report)] + argv
     if script in ("recipe_throughput", "input_teardown", "iterator_checkpoint",
-                  "step_after_pause"):
+                  "step_after_pause", "loop_callbacks"):
         argv += ["--work_dir", str(tmp_path / "work")]
     assert _exit_status(script, [*argv, flag, path]) == 2
     err = capsys.readouterr().err
@@ -507,7 +544,7 @@ def test_loop_callbacks_times_each_hook_of_the_training_loop(tmp_path, capsys):
     assert _load("loop_callbacks").main([
         "--config_file", str(_tiny_bert_config_file(tmp_path)), "--work_dir",
         str(tmp_path / "work"), "--steps", "1", "--chunks", "3", "--rounds", "1",
-        "--log_every", "1", "--async_checkpoint"]) == 0
+        "--log_every", "1", "--async_checkpoint", "--json", str(tmp_path / "hooks.json")]) == 0
     out = capsys.readouterr().out
     rows = {line.split(" | ")[0].lstrip("| "): line for line in out.splitlines()
             if line.startswith("| ") and not line.startswith("| ---")}
@@ -515,6 +552,9 @@ def test_loop_callbacks_times_each_hook_of_the_training_loop(tmp_path, capsys):
     # a checkpoint after each chunk; the TensorBoard scalars written after each step
     assert "CheckpointEachEpoch.on_epoch_end" in rows and "all hooks" in rows
     assert "TrainingScalars.on_train_batch_end" in rows
+    report = json.loads((tmp_path / "hooks.json").read_text())  # every round's times, the run
+    assert len(report["fit_s"]) == 1 and "CheckpointEachEpoch.on_epoch_end" in report["hooks_s"]
+    assert report["git_commit"] and len(report["load_average_end"]) == 3
     assert "--log_every=0 must be at least 1" in _refusal(["--log_every", "0"], tmp_path, capsys)
     assert "--intra_op_threads=-1 must be 0" in _refusal(["--intra_op_threads", "-1"], tmp_path,
                                                          capsys)
@@ -559,7 +599,9 @@ def test_step_after_pause_times_each_side_with_and_without_a_pause(tmp_path, cap
         "--config_file", str(_tiny_bert_config_file(tmp_path)), "--work_dir",
         str(tmp_path / "work"), "--steps_before", "1", "--steps_after", "2", "--rounds", "1",
         "--pauses", "0.01", "--json", str(report_path)]) == 0
-    rows = json.loads(report_path.read_text())["rows"]
+    report = json.loads(report_path.read_text())
+    assert report["git_commit"] and len(report["load_average_end"]) == 3
+    rows = report["rows"]
     assert {(row["contender"], row["pause_s"]) for row in rows} == {
         (name, pause) for name in ("recipe", "Model Garden", "recipe update",
                                    "Model Garden update") for pause in (0.0, 0.01)}

@@ -29,7 +29,11 @@ def test_benchmark_times_the_step_with_and_without_the_measurement(tmp_path):
         timeout=600,
     )
     assert result.returncode == 0, result.stderr[-2000:]
-    (row,) = json.loads(report.read_text())
+    written = json.loads(report.read_text())
+    (row,) = written["rows"]
+    # the run named: the commit measured and the load average at its start and end
+    assert written["git_commit"] and written["git_tree"]
+    assert len(written["load_average_start"]) == len(written["load_average_end"]) == 3
     # the two variants differ exactly by the measurement
     assert row["noise_scale_logged"] == {"off": False, "on": True, "off_again": False}
     assert min(row["cpu_ms_per_step"].values()) > 0
