@@ -298,8 +298,10 @@ def argparse_programs():
     arguments, and the batch-size study."""
     scripts = []
     for name in sorted(os.listdir(os.path.join(REPO_ROOT, "benchmarks"))):
+        if not name.endswith(".py"):  # (a __pycache__ directory is not opened)
+            continue
         with open(os.path.join(REPO_ROOT, "benchmarks", name), encoding="utf-8") as f:
-            if name.endswith(".py") and "parse_args(" in f.read():
+            if "parse_args(" in f.read():
                 scripts.append([os.path.join("benchmarks", name)])
     return [["-m", "recipes.study"], *scripts]
 
