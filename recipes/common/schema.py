@@ -126,7 +126,7 @@ class ExportConfig:
     dir: str = ""
 
 
-# The train section's counts that must be above 0 (`check`; the recipe benchmarks too).
+# The train section's counts that must be above 0 (`check`).
 POSITIVE_TRAIN_KEYS = ("global_batch_size", "micro_batch_size", "steps", "checkpoint_every",
                        "steps_per_execution", "log_every")
 
