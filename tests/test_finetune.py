@@ -9,6 +9,7 @@ mistakes are one line and exit status 2.
 The "pretraining run" is a tiny random encoder written in the layout the pretraining program
 exports (`ecosystem_export.export_for_ecosystem` + config.yaml), so no pretraining runs here.
 """
+import dataclasses
 import json
 import os
 import re
@@ -367,6 +368,36 @@ def test_stdlib_task_from_a_run_whose_prepared_corpus_is_gone_names_it(tmp_path)
         finetune_data.check_task_run(data, run)
 
 
+def test_a_pretraining_runs_relative_data_dir_is_found_from_another_directory(tmp_path,
+                                                                              monkeypatch):
+    """The run's config.yaml keeps data.data_dir as given (relative to where it ran): from
+    another directory the stdlib task was told the corpus "does not exist", as if deleted."""
+    run, data_dir = tmp_path / "work" / "runs" / "bert", tmp_path / "work" / "runs" / "data"
+    run.mkdir(parents=True)
+    data_dir.mkdir()
+    (tmp_path / "elsewhere").mkdir()
+    monkeypatch.chdir(tmp_path / "elsewhere")
+    assert finetune_data.resolve_data_dir(str(run), "runs/data") == (str(data_dir), None)
+    assert finetune_data.resolve_data_dir(str(run), "") == (str(run / "data"), None)
+    assert finetune_data.resolve_data_dir(str(run), "/abs/data") == ("/abs/data", None)
+    monkeypatch.chdir(tmp_path / "work")  # where it ran: as before
+    assert finetune_data.resolve_data_dir(str(run), "runs/data") == (str(data_dir), None)
+    monkeypatch.chdir(tmp_path / "elsewhere")
+    found, problem = finetune_data.resolve_data_dir(str(run), "gone/data")
+    assert found is None and problem == (
+        f"encoder.pretraining_dir: {run}/config.yaml gives the relative data.data_dir="
+        f"gone/data, relative to the directory pretraining ran in, and neither "
+        f"{tmp_path}/elsewhere/gone/data nor gone/data in {run} or a directory above it "
+        "exists; run fine-tuning from the directory pretraining ran in, or write that "
+        "data.data_dir there as an absolute path")
+    pretraining = types.SimpleNamespace(corpus="stdlib", data_dir=None, data_dir_problem=problem,
+                                        seq_length=16)
+    with pytest.raises(finetune.UserError) as error:
+        finetune_data.check_task_run(types.SimpleNamespace(task="stdlib", seq_length=0),
+                                     pretraining)
+    assert str(error.value) == problem
+
+
 def test_comparison_adds_the_init_to_either_override_form():
     assert finetune_compare.with_init("", "none") == "encoder.init=none"
     assert finetune_compare.with_init("train.steps=5", "none") == "train.steps=5,encoder.init=none"
@@ -433,6 +464,39 @@ def test_a_run_into_the_directory_of_a_comparison_is_refused(tmp_path):
     # a run of its own: not here
     driver.check_same_program(None, str(tmp_path / "pretrained"), "train")
     driver.check_same_program(None, str(tmp_path / "new"), "train")  # not there yet
+
+
+@pytest.mark.parametrize("mode", ["eval", "export"])
+def test_a_comparison_is_evaluated_and_exported_with_its_own_runs_config(mode, tmp_path,
+                                                                         monkeypatch):
+    """`--model_dir=DIR --compare_with_random_init --mode=eval` without the training's flags
+    loaded the schema's defaults ("encoder.pretraining_dir is empty"), and an export wrote
+    empty results over comparison.json."""
+    from recipes.common import flags as flags_lib
+
+    loaded = []
+    monkeypatch.setattr(finetune_compare.driver, "load_task", lambda _, options, mode=None: (
+        loaded.append((options.model_dir, mode)) or types.SimpleNamespace(
+            config=types.SimpleNamespace(encoder=types.SimpleNamespace(init="pretrained")))))
+    monkeypatch.setattr(finetune_compare.driver, "run", lambda _, options: (
+        {"accuracy": 0.5} if options.mode == "eval" else {}))
+    for name in ("pretrained", "random_init"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "config.yaml").write_text("train: {steps: 2}\n")
+    (tmp_path / "comparison.json").write_text('{"pretrained": {"accuracy": 0.75}}\n')
+    options = flags_lib.RunOptions(
+        config_files=(), params_override="", model_dir=str(tmp_path), mode=mode, tpu="",
+        strategy="", communication="auto", deterministic=False)
+    finetune_compare.compare_inits(None, options)
+    assert loaded == [(str(tmp_path / "pretrained"), mode)]
+    assert json.loads((tmp_path / "comparison.json").read_text()) == (
+        {"pretrained": {"accuracy": 0.5}, "random_init": {"accuracy": 0.5}} if mode == "eval"
+        else {"pretrained": {"accuracy": 0.75}})
+    given = tmp_path / "given.yaml"  # a --config_file given: that config, as before
+    given.write_text("train: {steps: 2}\n")
+    loaded.clear()
+    finetune_compare.compare_inits(None, dataclasses.replace(options, config_files=(str(given),)))
+    assert loaded == [(str(tmp_path), mode)]
 
 
 def test_both_runs_of_a_comparison_name_their_variables_alike(tmp_path, monkeypatch):

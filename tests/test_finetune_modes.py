@@ -2,7 +2,11 @@
 `prepare` packed (classification) or converted to windows (SQuAD: Model Garden's
 tokenization of the whole training file) the training examples in every mode, though only
 training reads them; export needs no held-out windows either."""
+import json
 import os
+import shutil
+import subprocess
+import sys
 import types
 
 import pytest
@@ -10,6 +14,7 @@ import pytest
 from conftest import REPO_ROOT
 from recipes.bert import finetune_data
 from test_finetune import SEQ_LENGTH, pretraining_dir  # noqa: F401  (the tiny run, a fixture)
+from test_finetune import serve_in_fresh_process
 
 TINY_SQUAD = os.path.join(REPO_ROOT, "tests", "data", "tiny_squad.json")
 
@@ -20,22 +25,23 @@ def test_squad_converts_the_training_questions_only_to_train(pretraining_dir, mo
                                                              capsys):
     data = types.SimpleNamespace(train_file=TINY_SQUAD, eval_file=TINY_SQUAD, doc_stride=12,
                                  max_query_length=16)
-    questions = finetune_data.read_squad(data)
+    questions = finetune_data.read_squad(data, mode)
     prepared = finetune_data.prepare_squad(data, finetune_data.PretrainingRun(pretraining_dir),
                                            SEQ_LENGTH, questions, mode)
     line = capsys.readouterr().out.splitlines()[-1]
-    held_out = len(questions.evaluation)
+    held_out = len(finetune_data.read_squad(data).evaluation)
     if mode in ("train", "train_and_eval"):
-        assert len(prepared.train_arrays[1]["start_logits"]) >= len(questions.train)
+        assert len(prepared.train_arrays[1]["start_logits"]) >= len(questions.train) > 0
         assert line.startswith(f"data: squad, {len(questions.train)} training questions (")
-    else:
-        assert prepared.train_arrays is None
-        assert line.startswith(f"data: squad, the training questions not converted "
-                               f"(--mode={mode}) and {held_out} held-out questions (")
+    else:  # the training file not even read
+        assert prepared.train_arrays is None and questions.train == []
+    if mode == "eval":
+        assert line.startswith(f"data: squad, the training questions not read (--mode=eval) "
+                               f"and {held_out} held-out questions (")
     assert (len(prepared.eval_features) == 0) == (mode == "export")
-    # an export converts no held-out question: not "(0 windows)", which reads as a failure
-    assert line.endswith("held-out questions (not converted: --mode=export)"
-                         if mode == "export" else " windows)")
+    # an export reads no question: not "(0 windows)", which reads as a failure
+    assert (line == "data: squad, no questions read (--mode=export)" if mode == "export"
+            else line.endswith(" windows)"))
 
 
 @pytest.mark.slow  # exports a pretraining run's encoder (SavedModels), once
@@ -50,5 +56,64 @@ def test_classification_packs_the_training_examples_only_to_train(pretraining_di
         data, finetune_data.PretrainingRun(pretraining_dir), 16, str(tmp_path / "run"), 1,
         finetune_data.read_classification(data), mode)
     assert (prepared.train_arrays is None) == (mode != "train")
-    assert prepared.eval_arrays[1]["logits"].tolist() == [1, 0, 1]
+    # an export packs no held-out example either
+    assert (prepared.eval_arrays[1]["logits"].tolist() if mode != "export"
+            else prepared.eval_arrays) == ([1, 0, 1] if mode != "export" else None)
     assert prepared.labels == ["canine", "feline"]
+
+
+def _finetune(cwd, *args):
+    return subprocess.run([sys.executable, "-m", "recipes.bert.finetune", *args], cwd=cwd,
+                          capture_output=True, text=True, timeout=900,
+                          env={**os.environ, "PYTHONPATH": REPO_ROOT})
+
+
+@pytest.mark.slow  # command-line runs
+@pytest.mark.parametrize("task", ["classification", "squad"])
+def test_a_run_is_evaluated_and_exported_without_its_training_file(pretraining_dir,  # noqa: F811
+                                                                   tmp_path, task):
+    """`--mode=eval` and `--mode=export` of a run (its config.yaml naming data.train_file)
+    read the training file anyway: deleted or moved, they were refused."""
+    if task == "squad":
+        shutil.copy(TINY_SQUAD, tmp_path / "train.json")
+        shutil.copy(TINY_SQUAD, tmp_path / "dev.json")
+        files = ["data.task=squad", f"data.train_file={tmp_path / 'train.json'}",
+                 f"data.eval_file={tmp_path / 'dev.json'}", "data.doc_stride=12",
+                 "data.max_query_length=16"]
+    else:  # sentence pairs: an export must know it without either file
+        rows = ["sentence1\tsentence2\tlabel", "the cat\tsat\tfeline", "the dog\tran\tcanine"]
+        (tmp_path / "train.tsv").write_text("\n".join(rows) + "\n")
+        (tmp_path / "dev.tsv").write_text("\n".join(rows[:2]) + "\n")
+        files = ["data.task=classification", f"data.train_file={tmp_path / 'train.tsv'}",
+                 f"data.eval_file={tmp_path / 'dev.tsv'}", "data.seq_length=16"]
+    run = tmp_path / "run"
+    trained = _finetune(REPO_ROOT, f"--model_dir={run}", "--mode=train", "--params_override="
+                        + ",".join([f"encoder.pretraining_dir={pretraining_dir}", *files,
+                                    "train.steps=1", "train.checkpoint_every=1",
+                                    "train.global_batch_size=2", "train.micro_batch_size=2",
+                                    "optimizer.warmup_steps=0", "eval.global_batch_size=2",
+                                    "export.enabled=false"]))
+    assert trained.returncode == 0, trained.stderr[-3000:]
+    os.remove(tmp_path / ("train.json" if task == "squad" else "train.tsv"))
+    evaluated = _finetune(tmp_path, f"--model_dir={run}", "--mode=eval")
+    assert evaluated.returncode == 0, evaluated.stderr[-3000:]
+    assert "training examples not read (--mode=eval)" in evaluated.stdout or (
+        "training questions not read (--mode=eval)" in evaluated.stdout)
+    scores = json.loads((run / "results.json").read_text())["eval"]
+    assert set(scores) == ({"exact_match", "f1"} if task == "squad" else {"accuracy"})
+    dev = tmp_path / ("dev.json" if task == "squad" else "dev.tsv")
+    os.remove(dev)
+    missing = _finetune(tmp_path, f"--model_dir={run}", "--mode=eval")
+    assert missing.returncode == 2 and "Traceback" not in missing.stderr
+    assert [line for line in missing.stderr.splitlines() if line.startswith("error:")] == [
+        f"error: data.eval_file={dev} does not exist; check the path " + (
+            "(a SQuAD v1.1 JSON file)" if task == "squad"
+            else "(a .tsv file with a header row, or .jsonl)")]
+    exported = _finetune(tmp_path, f"--model_dir={run}", "--mode=export")
+    assert exported.returncode == 0, exported.stderr[-3000:]
+    assert "no examples read (--mode=export)" in exported.stdout or (
+        "no questions read (--mode=export)" in exported.stdout)
+    if task == "classification":
+        served = serve_in_fresh_process(str(run / "export"), {
+            "sentence1": ["the cat"], "sentence2": ["sat"]})
+        assert set(served["label"]) <= {"feline", "canine"}

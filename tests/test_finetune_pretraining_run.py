@@ -46,9 +46,16 @@ DAMAGES = {  # what is done to a copy of the run: (damage, start of the message 
     "vocab.txt deleted": (lambda run: os.remove(os.path.join(run, "model_garden", "vocab.txt")),
                           "vocabulary file {run}/model_garden/vocab.txt does not exist: "
                           "export the run's encoder again"),
-    "vocab.txt empty": (lambda run: _write(os.path.join(run, "model_garden", "vocab.txt"), ""),
-                        "vocabulary file {run}/model_garden/vocab.txt lacks the reserved "
-                        "token(s) [PAD]"),
+    # an export's vocabulary: "add them" (the reserved tokens) was the advice, which would
+    # shift the ids the encoder trained on; the run's export is what is damaged
+    "vocab.txt empty": (lambda run: _write(os.path.join(run, "model_garden", "vocab.txt"), "\n"),
+                        "{run}/model_garden/vocab.txt is empty, not the vocabulary the run "
+                        "trained with (an export or copy that stopped early?)" + EXPORT_AGAIN),
+    "vocab.txt without reserved tokens": (
+        lambda run: _write(os.path.join(run, "model_garden", "vocab.txt"), "cat\ndog\n"),
+        "vocabulary file {run}/model_garden/vocab.txt lacks the reserved token(s) [PAD] [UNK] "
+        "[CLS] [SEP] [MASK]: the run trained with a BERT vocabulary, so its export is "
+        "damaged" + EXPORT_AGAIN),
     "vocab.txt longer than vocab_size": (
         _add_word_pieces, "{run}/model_garden/vocab.txt has 75 word pieces, more than the "
         "vocab_size 73 of the encoder (encoder.yaml)"),

@@ -49,16 +49,16 @@ class BertFinetuneTask(task_lib.Task):
         return kept + (("train.seed",) if self.config.data.task == "stdlib" else ())
 
     def check_config(self):
-        """Keys, task files (read and checked whole) and the pretraining run, before
-        anything is printed or written."""
-        data = self.config.data
-        finetune_config.check(self.config)
+        """Keys, the task files `self.mode` reads (whole) and the pretraining run, first."""
+        finetune_config.check(self.config, self.mode)
         finetune_config.make_paths_absolute(self.config)
-        self.examples = (finetune_data.read_classification(data)
-                         if data.task == "classification" else None)
-        self.questions = finetune_data.read_squad(data) if data.task == "squad" else None
+        data = self.config.data
+        self.examples, self.questions = finetune_data.read_task_files(data, self.mode)
         self.run = finetune_data.PretrainingRun(self.config.encoder.pretraining_dir)
         self.seq_length = finetune_data.check_task_run(data, self.run)
+
+    def check_data(self, mode, model_dir):  # the run's labels and input kind; init_checkpoint
+        self.examples = finetune_data.check_data(self.config, mode, model_dir, self.examples)
 
     # ---- Data ---------------------------------------------------------------------------
 

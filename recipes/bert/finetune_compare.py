@@ -28,7 +28,12 @@ def with_init(params_override, init):
 def compare_inits(task_class, options):
     """Fine-tunes the pretrained encoder and a random one with the same config into
     <model_dir>/pretrained and <model_dir>/random_init; prints both held-out results."""
-    task = driver.load_task(task_class, options)  # every config error before any work
+    # every config error before any work; without --config_file, a comparison's own runs
+    # are the config (as a run's config.yaml is its own): --mode=eval needs no other flag
+    first = os.path.join(options.model_dir, COMPARED_INITS[0][0])
+    own = not options.config_files and tf.io.gfile.exists(os.path.join(first, "config.yaml"))
+    task = driver.load_task(task_class, dataclasses.replace(options, model_dir=first)
+                            if own else options, options.mode)
     if task.config.encoder.init != "pretrained":
         raise UserError("--compare_with_random_init runs both inits itself; leave "
                         "encoder.init at pretrained")
@@ -48,6 +53,8 @@ def compare_inits(task_class, options):
         results[name] = driver.run(task_class, dataclasses.replace(
             options, model_dir=os.path.join(options.model_dir, name),
             params_override=with_init(options.params_override, init)))
+    if not all(results.values()):  # an export, or --mode=train: nothing evaluated
+        return results
     print("held-out results after the same fine-tuning budget:", flush=True)
     for name, values in results.items():
         line = " ".join(f"{metric}={value:.4f}" for metric, value in sorted(values.items()))

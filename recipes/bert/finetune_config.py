@@ -17,6 +17,15 @@ TASKS = ("stdlib", "classification", "squad")
 TASK_KEYS = {"stdlib": (), "classification": ("train_file", "eval_file", "labels"),
              "squad": ("train_file", "eval_file")}
 INITS = ("pretrained", "none")
+TRAINING_MODES = ("train", "train_and_eval")  # the --mode values that read training data
+
+
+def files_read(task, mode):
+    """The task file keys --mode `mode` reads (None: as training): evaluation reads the
+    held-out file only, export neither (the labels and input kind are the run's)."""
+    if task == "stdlib" or mode == "export":
+        return ()
+    return ("eval_file",) if mode == "eval" else ("train_file", "eval_file")
 
 
 @dataclasses.dataclass
@@ -85,8 +94,9 @@ class BertFinetuneConfig:
     export: schema.ExportConfig = dataclasses.field(default_factory=schema.ExportConfig)
 
 
-def check(config):
-    """Raises `UserError` for the first key of a `BertFinetuneConfig` that cannot work."""
+def check(config, mode=None):
+    """Raises `UserError` for the first key of a `BertFinetuneConfig` that cannot work, or
+    task file that --mode `mode` reads (None: as training) and that is not there."""
     data, encoder = config.data, config.encoder
     if data.task not in TASKS:
         raise UserError(f"data.task={data.task!r} is not one of {', '.join(TASKS)}")
@@ -106,7 +116,7 @@ def check(config):
             "unset: the training file's labels)"))
     if data.task != "stdlib" and not (data.train_file and data.eval_file):
         raise UserError(f"data.task={data.task} needs data.train_file and data.eval_file")
-    check_task_files(data)
+    check_task_files(data, files_read(data.task, mode))
     if data.seq_length < 0:
         raise UserError(f"data.seq_length={data.seq_length} must be at least 0")
     for key in ("doc_stride", "max_query_length", "n_best_size", "max_answer_length"):
@@ -142,14 +152,15 @@ def check_task_keys(data):
                 "unset")
 
 
-def check_task_files(data):
-    """A UserError naming the key of a task file that does not exist or cannot be one."""
+def check_task_files(data, keys=("train_file", "eval_file")):
+    """A UserError naming the key (of `keys`) of a task file that does not exist or cannot
+    be one."""
     # Imported here: the schema loads without TensorFlow (startup.check_command_line).
     import tensorflow as tf  # pylint: disable=import-outside-toplevel
 
     from recipes.bert import classification  # pylint: disable=import-outside-toplevel
 
-    for key in ("train_file", "eval_file") if data.task != "stdlib" else ():
+    for key in keys if data.task != "stdlib" else ():
         path = getattr(data, key)
         if data.task == "classification":
             problem = classification.file_problem(path)

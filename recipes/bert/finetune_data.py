@@ -5,6 +5,7 @@ import collections
 import dataclasses
 import json
 import os
+import re
 
 import numpy as np
 import tensorflow as tf
@@ -54,7 +55,7 @@ class PretrainingRun:
         # What the embedded task needs: the corpus, where it was prepared, the split's seed.
         self.corpus = "" if data.get("train_files") else data.get("corpus")
         self.data_seed = data.get("seed")
-        self.data_dir = data.get("data_dir") or os.path.join(model_dir, "data")
+        self.data_dir, self.data_dir_problem = resolve_data_dir(model_dir, data.get("data_dir"))
 
     def build_encoder(self, seq_length, settings):
         """Model Garden's encoder from the run's encoder.yaml with the fine-tuning dropout of
@@ -79,6 +80,30 @@ class PretrainingRun:
         else:
             print("encoder: random weights (encoder.init: none)", flush=True)
         return encoder
+
+
+def resolve_data_dir(model_dir, given):
+    """(the pretraining run's data directory, None) or (None, why it is not found): its
+    config.yaml's data.data_dir ("": <model_dir>/data), which a run saves as given, so
+    relative to the directory it ran in: found from the current directory or, failing that,
+    from the run's directory or one above it."""
+    if not given or "://" in given or os.path.isabs(given):
+        return given or os.path.join(model_dir, "data"), None
+    tried, ancestor = [os.path.abspath(given)], os.path.abspath(model_dir)
+    while True:
+        tried.append(os.path.join(ancestor, given))
+        if ancestor == os.path.dirname(ancestor):
+            break
+        ancestor = os.path.dirname(ancestor)
+    found = next((path for path in tried if tf.io.gfile.isdir(path)), None)
+    if found:
+        return found, None
+    return None, (
+        f"encoder.pretraining_dir: {os.path.join(model_dir, 'config.yaml')} gives the relative "
+        f"data.data_dir={given}, relative to the directory pretraining ran in, and neither "
+        f"{tried[0]} nor {given} in {model_dir} or a directory above it exists; run fine-tuning "
+        "from the directory pretraining ran in, or write that data.data_dir there as an "
+        "absolute path")
 
 
 def _export_again(model_dir):
@@ -125,10 +150,19 @@ def _encoder_config(directory, fix):
 
 def _check_vocabulary(vocab_file, encoder_config, fix):
     """vocab.txt is a BERT vocabulary with an embedding row for each of its word pieces."""
+    empty = False
+    if tf.io.gfile.exists(vocab_file) and tf.io.gfile.stat(vocab_file).length < 64:
+        with tf.io.gfile.GFile(vocab_file, "rb") as f:  # (BERT's reserved tokens: 27 bytes)
+            empty = not f.read().strip()
+    if empty:
+        raise UserError(f"encoder.pretraining_dir: {vocab_file} is empty, not the vocabulary "
+                        f"the run trained with (an export or copy that stopped early?); {fix}")
     try:
         tokens = vocabulary.read_vocabulary(vocab_file, fix)
-    except UserError as error:
-        raise UserError(f"encoder.pretraining_dir: {error}") from None
+    except UserError as error:  # "add them" would shift the ids the encoder was trained on
+        message = re.sub(r": add them \(BERT needs .*\)$", ": the run trained with a BERT "
+                         f"vocabulary, so its export is damaged; {fix}", str(error))
+        raise UserError(f"encoder.pretraining_dir: {message}") from None
     size = encoder_config.bert_v2.vocab_size
     if len(tokens) > size:
         raise UserError(
@@ -201,6 +235,8 @@ def check_task_run(data, run):
             f"{_what_run_read(run)}; give such a run as encoder.pretraining_dir, or use "
             "data.task=classification with your own files"
         )
+    if data.task == "stdlib" and getattr(run, "data_dir_problem", None):
+        raise UserError(run.data_dir_problem)
     if data.task == "stdlib":
         stdlib_classification.check_corpus_files(run.data_dir)
     seq_length = data.seq_length or run.seq_length
@@ -249,14 +285,17 @@ def read_examples(train_file, eval_file, labels, keys=(None, None)):
 
 
 LABELS_FILE = "labels.json"  # a classification run's labels, by class id
+INPUTS_FILE = "inputs.json"  # and whether its examples are sentence pairs
 
 
-def keep_labels(model_dir, labels, train_file):
+def keep_labels(model_dir, labels, train_file, pairs=None):
     """A run's class ids keep their labels: a UserError if <model_dir>/labels.json holds
     other ones and the run has a checkpoint (without data.labels they are the training
     file's, sorted, so an edited file would rename the trained classes silently); else the
     labels are written there (a labels.json of a start that saved no checkpoint, stopped or
-    failed, trained nothing: it is replaced)."""
+    failed, trained nothing: it is replaced). `pairs` (whether the examples are sentence
+    pairs), if given, goes to <model_dir>/inputs.json: with the labels, what an evaluation
+    or export of the run needs besides the held-out file (`labels_of_run`)."""
     path = os.path.join(model_dir, LABELS_FILE)
     if tf.io.gfile.exists(path) and checkpoints.latest_checkpoint(model_dir) is not None:
         with tf.io.gfile.GFile(path) as f:
@@ -266,14 +305,82 @@ def keep_labels(model_dir, labels, train_file):
                 f"the run in {model_dir} trained the labels {kept} (class ids 0, 1, ...; "
                 f"{path}), but data.train_file={train_file} now gives {list(labels)}: restore "
                 "the file's labels, or train a new run in another --model_dir")
-        return
-    tf.io.gfile.makedirs(model_dir)
-    storage.write_text(path, json.dumps(list(labels), indent=1) + "\n")
+    else:
+        tf.io.gfile.makedirs(model_dir)
+        storage.write_text(path, json.dumps(list(labels), indent=1) + "\n")
+    if pairs is not None:
+        storage.write_text(os.path.join(model_dir, INPUTS_FILE),
+                           json.dumps({"sentence_pairs": bool(pairs)}) + "\n")
 
 
-def read_classification(data):
+def _saved(model_dir, name, valid):
+    """The JSON value of <model_dir>/`name` if there and `valid(value)`, else None."""
+    path = os.path.join(model_dir, name)
+    if not tf.io.gfile.exists(path):
+        return None
+    try:
+        with tf.io.gfile.GFile(path) as f:
+            value = json.load(f)
+    except (ValueError, UnicodeDecodeError):
+        return None
+    return value if valid(value) else None
+
+
+def _train_file_examples(data, what, path):
+    """The training file's examples, for a run that lacks its record of `what` (`path`),
+    or a UserError saying what to give."""
+    if not classification.file_problem(data.train_file):
+        return classification.read_examples(data.train_file, "data.train_file")
+    raise UserError(
+        f"{path} is missing or damaged ({what} of the run), and data.train_file="
+        f"{data.train_file}, which gives them, is not there either: put the run's {path} "
+        "back (a copy of the run) or the training file at that path")
+
+
+def labels_of_run(data, mode, model_dir, evaluation):
+    """`ClassificationExamples` of an evaluation or export (`mode`) of the classification
+    run in `model_dir`: its labels (labels.json, else data.labels, else the training file's
+    sorted) and input kind (inputs.json, else the held-out or training file's), without
+    reading the training file when the run recorded them; `evaluation`: the held-out
+    examples (None for export), checked against the labels."""
+    labels_path = os.path.join(model_dir, LABELS_FILE)
+    inputs_path = os.path.join(model_dir, INPUTS_FILE)
+    labels = _saved(model_dir, LABELS_FILE, lambda v: isinstance(v, list) and len(v) > 1
+                    and all(isinstance(label, str) for label in v)) or data.labels
+    train = None
+    if not labels:
+        train = _train_file_examples(data, "the labels", labels_path)
+        labels = sorted({e.label for e in train})
+    saved = _saved(model_dir, INPUTS_FILE, lambda v: isinstance(v, dict) and isinstance(
+        v.get("sentence_pairs"), bool))
+    if saved is not None:
+        pairs = saved["sentence_pairs"]
+    elif evaluation:
+        pairs = evaluation[0].second is not None
+    else:
+        train = train or _train_file_examples(data, "whether it reads sentence pairs",
+                                              inputs_path)
+        pairs = train[0].second is not None
+    if evaluation and (evaluation[0].second is not None) != pairs:
+        raise UserError(f"data.eval_file={data.eval_file} holds "
+                        f"{'single sentences' if pairs else 'sentence pairs'}, the run in "
+                        f"{model_dir} was trained on {'pairs' if pairs else 'single sentences'}"
+                        "; give a held-out file of the kind it trained on")
+    ids = [None, classification.label_ids(evaluation, labels, f"data.eval_file={data.eval_file}")
+           if evaluation else None]
+    return ClassificationExamples([], evaluation or [], list(labels), pairs, ids)
+
+
+def read_classification(data, mode=None):
     """The checked `ClassificationExamples` of data.task=classification (data.train_file,
-    data.eval_file, data.labels): read before any work, by the task's config check."""
+    data.eval_file, data.labels): read before any work, by the task's config check. In an
+    evaluation (`mode` eval) the held-out examples only (`labels_of_run` completes them);
+    in an export none (None)."""
+    if mode == "export":
+        return None
+    if mode == "eval":
+        evaluation = classification.read_examples(data.eval_file, "data.eval_file")
+        return ClassificationExamples(None, evaluation, None, None, None)
     return read_examples(data.train_file, data.eval_file, data.labels,
                          keys=("data.train_file", "data.eval_file"))
 
@@ -281,29 +388,97 @@ def read_classification(data):
 TRAINING_MODES = ("train", "train_and_eval")  # the --mode values that read training data
 
 
+def read_task_files(data, mode=None):
+    """(`ClassificationExamples` or None, `SquadQuestions` or None): what `mode` reads of
+    data.task's files (None: as training)."""
+    if data.task == "classification":
+        return read_classification(data, mode), None
+    return None, read_squad(data, mode) if data.task == "squad" else None
+
+
+def of_run(data, mode, model_dir, examples):
+    """`examples` (`read_task_files`'), completed out of training for data.task=
+    classification with the run's labels and input kind (`labels_of_run`): a missing
+    record is one line before any work."""
+    if data.task != "classification" or mode in TRAINING_MODES:
+        return examples
+    return labels_of_run(data, mode, model_dir, examples and examples.evaluation)
+
+
+def check_data(config, mode, model_dir, examples):
+    """`of_run`, then `check_init_checkpoint`: the task's `check_data`."""
+    examples = of_run(config.data, mode, model_dir, examples)
+    check_init_checkpoint(config, mode, model_dir, examples and examples.labels)
+    return examples
+
+
+FINETUNED_PREFIX = "model/inner_model/"  # where a run of the driver keeps its weights
+
+
+def check_init_checkpoint(config, mode, model_dir, labels):
+    """A UserError, before any work, for a train.init_checkpoint that a fresh training run
+    (`mode`) would restore into the fine-tuning model and that cannot fit it: no run's
+    weights (a Model Garden encoder checkpoint: the pretrained encoder is
+    encoder.pretraining_dir's), or a fine-tuning run of another task or number of `labels`.
+    (A misfit found only by the restore is refused after the model is built.)"""
+    given = config.train.init_checkpoint
+    if (not given or mode not in TRAINING_MODES
+            or checkpoints.latest_checkpoint(model_dir) is not None):
+        return
+    path = checkpoints.init_checkpoint_path(given)
+    names = [name for name, _ in tf.train.list_variables(path)
+             if "/" in name and not name.startswith("save_counter/")]
+    where = f"train.init_checkpoint={given!r}"
+    fits = ("give a fine-tuning run of this task and its labels, or none; the pretrained "
+            "encoder comes from encoder.pretraining_dir (give its pretraining run there)")
+    if not any(name.startswith(FINETUNED_PREFIX) for name in names):
+        top = sorted({name.split("/")[0] + "/" for name in names})[:3]
+        raise UserError(f"{where}: {path} holds no weights of a fine-tuning run (its "
+                        f"variables are under {', '.join(top) or 'nothing'}, not "
+                        f"{FINETUNED_PREFIX}: a Model Garden encoder checkpoint?); {fits}")
+    saved = os.path.join(given, "config.yaml")
+    if not tf.io.gfile.isdir(given) or not tf.io.gfile.exists(saved):
+        return
+    with tf.io.gfile.GFile(saved) as f:
+        other = (yaml.safe_load(f) or {}).get("data") or {}
+    other_labels = _saved(given, LABELS_FILE, lambda v: isinstance(v, list))
+    if other.get("task", "stdlib") != config.data.task:
+        raise UserError(f"{where} is a fine-tuning run of data.task={other.get('task', 'stdlib')}, "
+                        f"this run's is data.task={config.data.task}; {fits}")
+    if labels is not None and other_labels is not None and len(other_labels) != len(labels):
+        raise UserError(f"{where} is a run of {len(other_labels)} labels ({given}/{LABELS_FILE}), "
+                        f"this one has {len(labels)}; {fits}")
+
+
 def prepare_classification(data, run, seq_length, model_dir, seed, examples=None,
                            mode="train"):
-    """The examples of `data.task` (classification: `examples`, `read_classification`'s;
-    or the embedded stdlib task written into <model_dir>/data from the pretraining run's
-    held-out documents), packed: the training examples only in a `mode` that trains
-    (`train_arrays` is None otherwise)."""
+    """The examples of `data.task` (classification: `examples`, `read_classification`'s,
+    completed by `of_run` out of training; or the embedded stdlib task written into
+    <model_dir>/data from the pretraining run's held-out documents), packed: the training
+    examples only in a `mode` that trains (`train_arrays` is None otherwise), the held-out
+    ones unless `mode` is export."""
+    training = mode in TRAINING_MODES
     if data.task == "stdlib":
         examples = read_examples(*stdlib_classification.write_task(
             os.path.join(model_dir, "data"), run.data_dir, run.data_seed, seed))
-    examples = examples or read_classification(data)
-    if data.task == "classification":
-        keep_labels(model_dir, examples.labels, data.train_file)
+    elif examples is None or examples.labels is None:  # not read or completed yet
+        examples = of_run(data, mode, model_dir, examples or read_classification(data, mode))
+    if data.task == "classification" and training:
+        keep_labels(model_dir, examples.labels, data.train_file, examples.pairs)
     packer = classification.TextPacker(run.vocab_file, seq_length)
 
     def arrays(split, ids):
         features = classification.pack_examples(packer, split)
         return {k: v.numpy() for k, v in features.items()}, {"logits": np.array(ids)}
 
-    print(f"data: {data.task}, {len(examples.train)} training and {len(examples.evaluation)} "
-          f"held-out examples, {len(examples.labels)} labels", flush=True)
-    training = mode in TRAINING_MODES
+    read = (f"{len(examples.train)} training and {len(examples.evaluation)} held-out examples"
+            if training or data.task == "stdlib" else
+            f"the training examples not read (--mode={mode}) and {len(examples.evaluation)} "
+            "held-out examples" if mode == "eval" else f"no examples read (--mode={mode})")
+    print(f"data: {data.task}, {read}, {len(examples.labels)} labels", flush=True)
     return ClassificationData(arrays(examples.train, examples.label_ids[0]) if training else None,
-                              arrays(examples.evaluation, examples.label_ids[1]),
+                              arrays(examples.evaluation, examples.label_ids[1])
+                              if mode != "export" else None,
                               examples.labels, examples.pairs)
 
 
@@ -322,21 +497,26 @@ SquadQuestions = collections.namedtuple("SquadQuestions",
                                         ["train", "evaluation", "dataset", "skipped"])
 
 
-def read_squad(data):
+def read_squad(data, mode=None):
     """`SquadQuestions`: the training and held-out `squad_lib.SquadExample`s, the held-out
     file's `data` list (what the official metric reads), each file checked whole, and the
-    places of the training questions Model Garden's reader skipped."""
-    train, skipped = squad.read_examples_and_skipped(data.train_file, is_training=True,
-                                                     key="data.train_file")
+    places of the training questions Model Garden's reader skipped; of the files `mode`
+    reads only (None: both; eval: the held-out one, export: none), the others empty."""
+    train, skipped = [], []
+    if mode is None or mode in TRAINING_MODES:
+        train, skipped = squad.read_examples_and_skipped(data.train_file, is_training=True,
+                                                         key="data.train_file")
+    if mode == "export":
+        return SquadQuestions(train, [], [], skipped)
     return SquadQuestions(
         train, squad.read_examples(data.eval_file, is_training=False, key="data.eval_file"),
         squad.read_dataset(data.eval_file, key="data.eval_file"), skipped)
 
 
 def prepare_squad(data, run, seq_length, questions, mode="train"):
-    """`questions` (`read_squad`) converted to doc-stride windows by Model Garden's
-    squad_lib: the training questions only in a `mode` that trains (`train_arrays` is None
-    otherwise), the held-out ones unless `mode` is export (then no windows)."""
+    """`questions` (`read_squad(data, mode)`) converted to doc-stride windows by Model
+    Garden's squad_lib: the training questions only in a `mode` that trains (`train_arrays`
+    is None otherwise), the held-out ones unless `mode` is export (then no windows)."""
     tokenizer = squad.make_tokenizer(run.vocab_file)
     convert = lambda examples, is_training: squad.convert_examples(
         examples, tokenizer, seq_length, is_training, data.doc_stride, data.max_query_length)
@@ -348,11 +528,10 @@ def prepare_squad(data, run, seq_length, questions, mode="train"):
     eval_features = convert(questions.evaluation, False) if mode != "export" else []
     trained = (f"{len(questions.train)} training questions "
                f"({len(train[1]['start_logits'])} windows)" if train
-               else f"the training questions not converted (--mode={mode})")
-    held_out = (f"({len(eval_features)} windows)" if mode != "export"
-                else f"(not converted: --mode={mode})")
+               else f"the training questions not read (--mode={mode})")
     print(f"data: squad, {trained} and {len(questions.evaluation)} held-out questions "
-          f"{held_out}", flush=True)
+          f"({len(eval_features)} windows)" if mode != "export"
+          else f"data: squad, no questions read (--mode={mode})", flush=True)
     if train and questions.skipped:
         print(f"data: {len(questions.skipped)} training question(s) skipped, as Model Garden's "
               "reader skips them (their answer's words are not at its answer_start), such as "

@@ -41,12 +41,12 @@ from recipes.common.errors import TrainingDiverged, UserError
 RESULTS_FILE = "results.json"
 # What a run leaves in its model_dir (printed at the end when present).
 # What the "outputs in" line names, where present (data/: the BERT recipe's preparation;
-# digits/: the ResNet recipe's converted embedded digits; predictions.json and labels.json:
-# fine-tuning's SQuAD answers and class labels; model_garden/ and hub/: its ecosystem exports,
-# docs/finetune.md).
+# digits/: the ResNet recipe's converted embedded digits; predictions.json, labels.json and
+# inputs.json: fine-tuning's SQuAD answers, class labels and input kind; model_garden/ and
+# hub/: its ecosystem exports, docs/finetune.md).
 OUTPUTS = ("checkpoints", "config.yaml", RESULTS_FILE, "predictions.json", "labels.json",
-           exclusion_report.EXCLUSIONS_FILE, "data", "digits", "export", "model_garden", "hub",
-           "train", "eval", "train_scalars", native_log.LOG_FILE)
+           "inputs.json", exclusion_report.EXCLUSIONS_FILE, "data", "digits", "export",
+           "model_garden", "hub", "train", "eval", "train_scalars", native_log.LOG_FILE)
 TRAIN_MODES = ("train", "train_and_eval")
 EVAL_MODES = ("eval", "train_and_eval")
 _INPUT_ERRORS = (tf.errors.InvalidArgumentError, tf.errors.DataLossError,
@@ -83,8 +83,9 @@ def run_from_flags(task_class, argv, extra_flags=(), run_options=None):
     return (run_options or run)(task_class, options)
 
 
-def load_task(task_class, options):
-    """The task over its loaded and wholly validated config; nothing printed or written."""
+def load_task(task_class, options, mode=None):
+    """The task over its loaded and wholly validated config, for --mode `mode` (its
+    `Task.mode`; None: a study's check, as for training); nothing printed or written."""
     if task_class.config_class is None:
         raise UserError(f"{task_class.__name__}.config_class is not set: give the recipe's "
                         "config schema, a dataclass with the sections of recipes.common.schema")
@@ -95,6 +96,7 @@ def load_task(task_class, options):
     )
     schema.check(config)
     task = task_class(config)
+    task.mode = mode  # what check_config may read depends on it (eval: no training data)
     task.check_config()
     return task
 
@@ -406,7 +408,7 @@ def run(task_class, options):
     if not options.verbose:  # TensorFlow's INFO chatter (TPU set-up, export internals, ...)
         absl_logging.set_verbosity(absl_logging.WARNING)
         tf.get_logger().setLevel("WARNING")
-    task = load_task(task_class, options)
+    task = load_task(task_class, options, options.mode)
     check_task_methods(task, options.mode)
     check_model_dir(options.model_dir, options.mode)
     # Ctrl-C and SIGTERM outside training name the checkpoint a rerun goes on from

@@ -10,6 +10,7 @@ adamw, momentum), compiling, restoring, checkpointed training, evaluation, expor
 The driver calls, in order (a method the task does not need keeps the default):
 
     task = TaskClass(config)            # config: a validated `config_class` instance
+    task.mode = mode                    # the --mode it runs in (None: a study's check)
     task.check_config()                 # before anything is printed or written
     task.check_data(mode, model_dir)    # the data mode reads is there (nothing written
                                         # yet; a study checks every run's first)
@@ -55,6 +56,9 @@ class Task:
     # What a train.init_checkpoint that does not fit the model needs, for its error line.
     init_checkpoint_fits = ("both runs need the same model.* shape and vocabulary / number of "
                             "classes")
+    # The --mode the driver runs the task in (train | eval | train_and_eval | export), set
+    # before `check_config`; None outside the driver (a study's checks): check as for training.
+    mode = None
 
     def __init__(self, config):
         self.config = config
