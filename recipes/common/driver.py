@@ -503,7 +503,8 @@ def compile_model(task, strategy, plan):
                 "build it with tf_keras (docs/writing_a_recipe.md)")
         model = accumulation.GradientAccumulationModel(network, plan.accumulation_steps)
         optimizer = optimizer_lib.build_optimizer(
-            config.optimizer, config.train.steps, task.default_exclude_from_weight_decay
+            config.optimizer, config.train.steps, task.default_exclude_from_weight_decay,
+            variables=network.trainable_variables,
         )
         compiled_optimizer = optimizer
         if config.runtime.precision == "mixed_float16":
