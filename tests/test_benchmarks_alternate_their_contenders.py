@@ -2,19 +2,13 @@
 benchmarks/alternation.py: each round (a trial, a repeat) in another order, not one fixed
 order in which the same contender always runs first, or right after the same other one."""
 import collections
-import importlib.util
-import os
+import importlib
 import types
-
-from conftest import REPO_ROOT
 
 
 def _load(name):
-    spec = importlib.util.spec_from_file_location(name, os.path.join(REPO_ROOT, "benchmarks",
-                                                                     f"{name}.py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    """A script of benchmarks/ as a module (stubbed per test by monkeypatch)."""
+    return importlib.import_module(f"benchmarks.{name}")
 
 
 def test_input_teardown_flips_autotuning_on_and_off_every_trial(monkeypatch, capsys):
