@@ -264,19 +264,23 @@ def _first_label_outside(data, path):
 def _label_outside_error(pattern, data, message):
     """The UserError for a label outside the classes met while the run reads `pattern`:
     the record and its file when the scan finds it, with advice that fits a record among
-    records whose labels are inside (the first record was checked when the run started)."""
-    inside = 0  # records before it, all inside the classes
+    records whose labels are inside (the first record was checked when the run started).
+    A file the scan cannot read is passed over (the run reads its files interleaved, so the
+    record may be in a later one) and named if the scan finds no such record."""
+    inside, unreadable = 0, []  # records before it, all inside the classes; files passed over
     for path in convert.record_files(pattern):
         index, found = _first_label_outside(data, path)
-        if index is None and found is None:
-            break
         if index is None:
-            inside += found
+            if found is None:
+                unreadable.append(path)
+            inside += found or 0
             continue
         inside += index
         where = f"record {index} (0-based) in {path}"
         if not inside:  # the first record scanned: the offset is not vouched for
-            return _label_range_error(message, f"{where}: ")
+            it_gives = (f" (it has no {input_lib.LABEL_KEY})" if found is None else
+                        f" (it gives {found - data.label_offset})")
+            return _label_range_error(message, f"{where}: ", it_gives)
         gives = (f"has no {input_lib.LABEL_KEY}" if found is None else
                  f"gives {input_lib.LABEL_KEY}={found}, class {found - data.label_offset} with "
                  f"data.label_offset={data.label_offset}, outside [0, data.num_classes="
@@ -284,13 +288,19 @@ def _label_outside_error(pattern, data, message):
         too_few = (f"; or, if class {found - data.label_offset} is one of yours, "
                    "data.num_classes is too small"
                    if found is not None and found - data.label_offset >= data.num_classes else "")
-        before = ("the record before it fits" if inside == 1 else
-                  f"the {inside:,} records before it fit")
+        readable = " (of the files the scan could read)" if unreadable else ""
+        before = (f"the record before it{readable} fits" if inside == 1 else
+                  f"the {inside:,} records before it{readable} fit")
         return UserError(
-            f"{where} {gives}, while {before} data.label_offset and data.num_classes: a "
-            "damaged record, or one from another "
-            "dataset, among good ones; re-create that file with `python -m "
-            f"recipes.resnet.convert` or drop the record{too_few}")
+            f"{where} {gives}, while {before} data.label_offset and "
+            "data.num_classes: a damaged record, or one from another dataset, among good ones; "
+            f"re-create that file with `python -m recipes.resnet.convert` or drop the "
+            f"record{too_few}")
+    if unreadable:
+        return _corrupt_record_error(pattern, data.decode_jpeg_only) or UserError(
+            f"{input_lib.LABEL_RANGE_ERROR}{_label_value(message)}, and {unreadable[0]} cannot "
+            "be read as tf.train.Example records to find it: re-create that file with "
+            "`python -m recipes.resnet.convert`")
     return UserError(
         f"{input_lib.LABEL_RANGE_ERROR}{_label_value(message)}, but a scan of {pattern} found "
         "no such record: were its files changed while the run read them?")
@@ -353,10 +363,12 @@ def _label_value(message):
     return f" (a record gives {value.group(1)})" if value else ""
 
 
-def _label_range_error(message, where=""):
-    """The UserError for the label check's failure (its `message`), with the value it printed."""
+def _label_range_error(message, where="", value=None):
+    """The UserError for the label check's failure (its `message`), with the value it printed
+    (or `value`, the text for the record `where` names)."""
+    value = _label_value(message) if value is None else value
     return UserError(
-        f"{where}{input_lib.LABEL_RANGE_ERROR}{_label_value(message)}; check data.label_offset "
+        f"{where}{input_lib.LABEL_RANGE_ERROR}{value}; check data.label_offset "
         "(1 for the ImageNet conversion scripts' 1..1000 labels) and data.num_classes"
     )
 
