@@ -17,7 +17,6 @@ TASKS = ("stdlib", "classification", "squad")
 TASK_KEYS = {"stdlib": (), "classification": ("train_file", "eval_file", "labels"),
              "squad": ("train_file", "eval_file")}
 INITS = ("pretrained", "none")
-TRAINING_MODES = ("train", "train_and_eval")  # the --mode values that read training data
 
 
 def files_read(task, mode):

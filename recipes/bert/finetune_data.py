@@ -17,7 +17,7 @@ from recipes.bert import ecosystem_export
 from recipes.bert import squad
 from recipes.bert import stdlib_classification
 from recipes.bert import vocabulary
-from recipes.common import checkpoints, storage
+from recipes.common import checkpoints, flags, storage
 from recipes.common.errors import UserError
 
 
@@ -385,7 +385,6 @@ def read_classification(data, mode=None):
                          keys=("data.train_file", "data.eval_file"))
 
 
-TRAINING_MODES = ("train", "train_and_eval")  # the --mode values that read training data
 
 
 def read_task_files(data, mode=None):
@@ -400,7 +399,7 @@ def of_run(data, mode, model_dir, examples):
     """`examples` (`read_task_files`'), completed out of training for data.task=
     classification with the run's labels and input kind (`labels_of_run`): a missing
     record is one line before any work."""
-    if data.task != "classification" or mode in TRAINING_MODES:
+    if data.task != "classification" or mode in flags.TRAIN_MODES:
         return examples
     return labels_of_run(data, mode, model_dir, examples and examples.evaluation)
 
@@ -422,7 +421,7 @@ def check_init_checkpoint(config, mode, model_dir, labels):
     encoder.pretraining_dir's), or a fine-tuning run of another task or number of `labels`.
     (A misfit found only by the restore is refused after the model is built.)"""
     given = config.train.init_checkpoint
-    if (not given or mode not in TRAINING_MODES
+    if (not given or mode not in flags.TRAIN_MODES
             or checkpoints.latest_checkpoint(model_dir) is not None):
         return
     path = checkpoints.init_checkpoint_path(given)
@@ -457,7 +456,7 @@ def prepare_classification(data, run, seq_length, model_dir, seed, examples=None
     <model_dir>/data from the pretraining run's held-out documents), packed: the training
     examples only in a `mode` that trains (`train_arrays` is None otherwise), the held-out
     ones unless `mode` is export."""
-    training = mode in TRAINING_MODES
+    training = mode in flags.TRAIN_MODES
     if data.task == "stdlib":
         examples = read_examples(*stdlib_classification.write_task(
             os.path.join(model_dir, "data"), run.data_dir, run.data_seed, seed))
@@ -503,7 +502,7 @@ def read_squad(data, mode=None):
     places of the training questions Model Garden's reader skipped; of the files `mode`
     reads only (None: both; eval: the held-out one, export: none), the others empty."""
     train, skipped = [], []
-    if mode is None or mode in TRAINING_MODES:
+    if mode is None or mode in flags.TRAIN_MODES:
         train, skipped = squad.read_examples_and_skipped(data.train_file, is_training=True,
                                                          key="data.train_file")
     if mode == "export":
@@ -521,7 +520,7 @@ def prepare_squad(data, run, seq_length, questions, mode="train"):
     convert = lambda examples, is_training: squad.convert_examples(
         examples, tokenizer, seq_length, is_training, data.doc_stride, data.max_query_length)
     train = None
-    if mode in TRAINING_MODES:
+    if mode in flags.TRAIN_MODES:
         arrays = squad.feature_arrays(convert(questions.train, True), is_training=True)
         train = (arrays, {"start_logits": arrays.pop("start_positions"),
                           "end_logits": arrays.pop("end_positions")})

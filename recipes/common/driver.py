@@ -47,7 +47,7 @@ RESULTS_FILE = "results.json"
 OUTPUTS = ("checkpoints", "config.yaml", RESULTS_FILE, "predictions.json", "labels.json",
            "inputs.json", exclusion_report.EXCLUSIONS_FILE, "data", "digits", "export",
            "model_garden", "hub", "train", "eval", "train_scalars", native_log.LOG_FILE)
-TRAIN_MODES = ("train", "train_and_eval")
+TRAIN_MODES = flags_lib.TRAIN_MODES
 EVAL_MODES = ("eval", "train_and_eval")
 _INPUT_ERRORS = (tf.errors.InvalidArgumentError, tf.errors.DataLossError,
                  tf.errors.NotFoundError)

@@ -18,6 +18,7 @@ from recipes.common.errors import UserError
 FLAGS = flags.FLAGS
 
 MODES = ("train", "eval", "train_and_eval", "export")
+TRAIN_MODES = ("train", "train_and_eval")  # the modes that train (and read training data)
 STRATEGIES = ("", "default", "mirrored", "multi_worker_mirrored", "tpu")
 
 

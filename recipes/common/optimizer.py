@@ -90,8 +90,8 @@ def keras_weight_decay_exclusions(patterns, variables):
     and the run's exclusion report search the path without the `:N` suffix. Given the
     model's variables, the ones that rule excludes are named by identity (`var_list`), so a
     pattern means the same in every optimizer and in the report; without them, the
-    patterns as they are (`var_names`)."""
-    if variables is None:
+    patterns as they are (`var_names`), also for a model not built yet (no variables)."""
+    if not variables:
         return {"var_names": patterns}
     rule = exclusions.Exclusions(patterns)
     return {"var_list": [variable for variable in variables
