@@ -205,8 +205,10 @@ def load_recipe_config(args, params_override=""):
     `schema.check`, then the task's `check_config`), before any timing: a bad key or value
     (`train.steps_per_execution=0`, `optimizer.beta_1=2`, `model.hidden_size=0`, ...) is a
     UserError, one line; so is a config the recipe would refuse to train as given (e.g.
-    optimizer.warmup_steps not below train.steps), although the benchmarks then set their
-    own train.steps, checkpoint_every and warmup on the checked config."""
+    optimizer.warmup_steps not below train.steps): the benchmarks then only raise
+    train.steps (so the warmup stays below it) and set their own batch and chunks. The
+    config as they change it is not checked again: their steps need not be a multiple of
+    the chunk, as the recipe's must."""
     task_class, default_config = RECIPES[args.recipe][:2]
     config_file = args.config_file or default_config
     config = config_lib.load_config(task_class.config_class, [config_file], params_override,
@@ -378,7 +380,6 @@ def main(argv=None):
     # every step the model takes here stays within the learning-rate schedule
     config.train.steps = max(config.train.steps, (args.rounds + 1) * args.steps + len(
         chunk_boundaries.LOOPS) * (args.boundary_rounds + 1) * args.chunks * args.steps)
-    config.optimizer.warmup_steps = min(config.optimizer.warmup_steps, config.train.steps - 1)
     make_work_dir(args.work_dir)
     started = alternation.run_started()
     timers, parameters, boundaries = _timers(args, task_class, config, model_garden_side)

@@ -166,7 +166,6 @@ def main(argv=None):
     # its learning-rate schedule
     config.train.steps = max(config.train.steps, 2 * (args.rounds + 1) * len(pauses) * (
         args.steps_before + args.steps_after))
-    config.optimizer.warmup_steps = min(config.optimizer.warmup_steps, config.train.steps - 1)
     recipe_throughput.make_work_dir(args.work_dir)
     started = alternation.run_started()
     contenders = _contenders(args, task_class, config)
