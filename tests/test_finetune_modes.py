@@ -117,3 +117,25 @@ def test_a_run_is_evaluated_and_exported_without_its_training_file(pretraining_d
         served = serve_in_fresh_process(str(run / "export"), {
             "sentence1": ["the cat"], "sentence2": ["sat"]})
         assert set(served["label"]) <= {"feline", "canine"}
+
+
+def test_an_export_of_a_run_without_inputs_json_says_what_to_write(tmp_path):
+    # runs trained before inputs.json existed: its export needs the training file or the file
+    from recipes.bert import finetune_config, finetune_data
+    from recipes.common.errors import UserError
+
+    (tmp_path / "labels.json").write_text(json.dumps(["neg", "pos"]))
+    data = finetune_config.DataConfig(task="classification",
+                                      train_file=str(tmp_path / "gone.tsv"),
+                                      eval_file=str(tmp_path / "dev.tsv"))
+    with pytest.raises(UserError) as refused:
+        finetune_data.labels_of_run(data, "export", str(tmp_path), None)
+    message = str(refused.value)
+    assert message.startswith(f"{tmp_path / 'inputs.json'} is missing or damaged (whether it "
+                              f"reads sentence pairs of the run), and data.train_file="
+                              f"{tmp_path / 'gone.tsv'}, which gives them, does not exist")
+    assert message.endswith('or write it: {"sentence_pairs": true} (or false: one sentence an '
+                            'example), as the run was trained')
+    (tmp_path / "inputs.json").write_text(json.dumps({"sentence_pairs": False}))  # as told
+    assert finetune_data.labels_of_run(data, "export", str(tmp_path), None).labels == [
+        "neg", "pos"]

@@ -329,12 +329,18 @@ def _saved(model_dir, name, valid):
 def _train_file_examples(data, what, path):
     """The training file's examples, for a run that lacks its record of `what` (`path`),
     or a UserError saying what to give."""
-    if not classification.file_problem(data.train_file):
+    problem = classification.file_problem(data.train_file)
+    if not problem:
         return classification.read_examples(data.train_file, "data.train_file")
+    if path.endswith(INPUTS_FILE):  # runs trained before 2026-12-07 wrote none
+        write = ('or write it: {"sentence_pairs": true} (or false: one sentence an example), '
+                 "as the run was trained")
+    else:
+        write = 'or write it: the labels in class-id order, as JSON (["neg", "pos"])'
     raise UserError(
         f"{path} is missing or damaged ({what} of the run), and data.train_file="
-        f"{data.train_file}, which gives them, is not there either: put the run's {path} "
-        "back (a copy of the run) or the training file at that path")
+        f"{data.train_file}, which gives them, {problem}: put the training file at that "
+        f"path, {write}")
 
 
 def labels_of_run(data, mode, model_dir, evaluation):
