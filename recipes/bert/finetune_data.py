@@ -5,7 +5,6 @@ import collections
 import dataclasses
 import json
 import os
-import re
 
 import numpy as np
 import tensorflow as tf
@@ -157,12 +156,11 @@ def _check_vocabulary(vocab_file, encoder_config, fix):
     if empty:
         raise UserError(f"encoder.pretraining_dir: {vocab_file} is empty, not the vocabulary "
                         f"the run trained with (an export or copy that stopped early?); {fix}")
-    try:
-        tokens = vocabulary.read_vocabulary(vocab_file, fix)
-    except UserError as error:  # "add them" would shift the ids the encoder was trained on
-        message = re.sub(r": add them \(BERT needs .*\)$", ": the run trained with a BERT "
-                         f"vocabulary, so its export is damaged; {fix}", str(error))
-        raise UserError(f"encoder.pretraining_dir: {message}") from None
+    try:  # (adding the reserved tokens would shift the ids the encoder was trained on)
+        tokens = vocabulary.read_vocabulary(vocab_file, fix, fix_missing_reserved=(
+            f"the run trained with a BERT vocabulary, so its export is damaged; {fix}"))
+    except UserError as error:
+        raise UserError(f"encoder.pretraining_dir: {error}") from None
     size = encoder_config.bert_v2.vocab_size
     if len(tokens) > size:
         raise UserError(

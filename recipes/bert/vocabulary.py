@@ -101,9 +101,11 @@ def copy_vocabulary(source: str, path: str) -> None:
 LEARN_ONE = "pass a vocab.txt with one WordPiece token per line, or omit it to learn one"
 
 
-def read_vocabulary(path: str, fix: str = LEARN_ONE) -> List[str]:
+def read_vocabulary(path: str, fix: str = LEARN_ONE,
+                    fix_missing_reserved: str = "") -> List[str]:
     """Reads and checks a `vocab.txt`; raises `UserError` (one line, ending with `fix`) if it
-    cannot be used."""
+    cannot be used. `fix_missing_reserved`: the advice when BERT's reserved tokens are
+    missing (default: add them, for a vocabulary no model was trained with yet)."""
     if not tf.io.gfile.exists(path):  # local or gs://
         raise UserError(f"vocabulary file {path} does not exist: {fix}")
     try:
@@ -137,7 +139,8 @@ def read_vocabulary(path: str, fix: str = LEARN_ONE) -> List[str]:
     if missing:
         raise UserError(
             f"vocabulary file {path} lacks the reserved token(s) "
-            f"{' '.join(missing)}: add them (BERT needs {' '.join(RESERVED_TOKENS)})"
+            f"{' '.join(missing)}: "
+            f"{fix_missing_reserved or f'add them (BERT needs {chr(32).join(RESERVED_TOKENS)})'}"
         )
     return tokens
 
