@@ -155,6 +155,40 @@ def _parse_arguments(argv):
     return args
 
 
+def _memory_rows(configurations, rounds, env):
+    """One row per configuration: each measured in a fresh process per round, the median of
+    the rounds' peak RSS and examples/s (and every round's value)."""
+    runs = {configuration: [] for configuration in configurations}
+    for _ in range(rounds):
+        for configuration in configurations:
+            command = [sys.executable, os.path.abspath(__file__), "--child"] + list(
+                map(str, configuration))
+            result = subprocess.run(command, env=env, capture_output=True, text=True, check=True)
+            runs[configuration].append(json.loads(result.stdout.strip().splitlines()[-1]))
+    rows = []
+    for measured in runs.values():
+        row = dict(measured[0], rounds=len(measured))
+        for key in ("peak_rss_mib", "examples_per_second"):
+            row[key] = statistics.median(m[key] for m in measured)
+            row[key + "_runs"] = [m[key] for m in measured]
+        rows.append(row)
+    return rows
+
+
+def _print_memory_rows(rows):
+    model = f"{FEATURES}-{HIDDEN}-{HIDDEN}-{CLASSES}"
+    print(f"tiny MLP {model}, LAMB, 1 replica (CPU), one fresh process per row and round, "
+          f"median of {rows[0]['rounds']} round(s)")
+    print("| effective batch | micro-batch | k | peak RSS (MiB) | examples/s | timed steps |")
+    print("| ---: | ---: | ---: | ---: | ---: | ---: |")
+    for row in rows:
+        print(
+            f"| {row['effective_batch']} | {row['micro_batch']} | {row['accumulation_steps']} "
+            f"| {row['peak_rss_mib']:.0f} | {row['examples_per_second']:.0f} "
+            f"| {row['timed_steps']} |"
+        )
+
+
 def main(argv=None):
     args = _parse_arguments(argv)
     if args.child:
@@ -168,31 +202,8 @@ def main(argv=None):
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [REPO_ROOT, env.get("PYTHONPATH")]))
     configurations = TINY_CONFIGURATIONS if args.tiny else CONFIGURATIONS
     started = alternation.run_started()
-    runs = {configuration: [] for configuration in configurations}
-    for _ in range(1 if args.tiny else args.rounds):
-        for configuration in configurations:
-            command = [sys.executable, os.path.abspath(__file__), "--child"] + list(
-                map(str, configuration))
-            result = subprocess.run(command, env=env, capture_output=True, text=True, check=True)
-            runs[configuration].append(json.loads(result.stdout.strip().splitlines()[-1]))
-    rows = []
-    for configuration, measured in runs.items():
-        row = dict(measured[0])
-        for key in ("peak_rss_mib", "examples_per_second"):
-            row[key] = statistics.median(m[key] for m in measured)
-            row[key + "_runs"] = [m[key] for m in measured]
-        rows.append(row)
-    model = f"{FEATURES}-{HIDDEN}-{HIDDEN}-{CLASSES}"
-    print(f"tiny MLP {model}, LAMB, 1 replica (CPU), one fresh process per row and round, "
-          f"median of {len(next(iter(runs.values())))} round(s)")
-    print("| effective batch | micro-batch | k | peak RSS (MiB) | examples/s | timed steps |")
-    print("| ---: | ---: | ---: | ---: | ---: | ---: |")
-    for row in rows:
-        print(
-            f"| {row['effective_batch']} | {row['micro_batch']} | {row['accumulation_steps']} "
-            f"| {row['peak_rss_mib']:.0f} | {row['examples_per_second']:.0f} "
-            f"| {row['timed_steps']} |"
-        )
+    rows = _memory_rows(configurations, 1 if args.tiny else args.rounds, env)
+    _print_memory_rows(rows)
     speed_rounds = 2 if args.tiny else max(3, args.rounds)
     result = subprocess.run(
         [sys.executable, os.path.abspath(__file__), "--speed_child", str(speed_rounds)]
