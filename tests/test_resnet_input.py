@@ -403,9 +403,18 @@ def test_a_label_outside_the_classes_mid_run_is_named_by_record_and_file(
             in capsys.readouterr().out)
 
 
+def _explain_label_check(tmp_path, config, value):
+    """What the recipe says for the input pipeline's label check failing with `value` while it
+    reads tmp_path/train-*."""
+    from recipes.resnet import data as data_lib
+
+    error = tf.errors.InvalidArgumentError(
+        None, None, f"assertion failed: [{input_lib.LABEL_RANGE_ERROR}] [{value}]")
+    return data_lib.explain_input_error(error, str(tmp_path / "train-*"), config)
+
+
 def test_a_record_without_a_label_in_a_later_file_is_named_after_the_good_ones(tmp_path):
     from recipes.common.errors import UserError
-    from recipes.resnet import data as data_lib
 
     config = data_config(num_classes=3)
     write_file(tmp_path / "train-0", np.zeros((3, 8, 8, 3), np.uint8), [0, 1, 2], "jpeg")
@@ -417,16 +426,14 @@ def test_a_record_without_a_label_in_a_later_file_is_named_after_the_good_ones(t
     with tf.io.TFRecordWriter(later) as writer:
         writer.write(records[0])
         writer.write(example.SerializeToString())
-    error = tf.errors.InvalidArgumentError(
-        None, None, f"assertion failed: [{input_lib.LABEL_RANGE_ERROR}] [-2]")
-    explained = data_lib.explain_input_error(error, str(tmp_path / "train-*"), config)
+    explained = _explain_label_check(tmp_path, config, -2)
     assert str(explained).startswith(
         f"record 1 (0-based) in {later} has no image/class/label, while the 4 records before "
         "it fit data.label_offset and data.num_classes: a damaged record, or one from another "
         "dataset, among good ones; ")
     # a first record outside: nothing vouches for data.label_offset, which is still advised
     write_file(tmp_path / "train-0", np.zeros((1, 8, 8, 3), np.uint8), [7], "jpeg")
-    explained = data_lib.explain_input_error(error, str(tmp_path / "train-*"), config)
+    explained = _explain_label_check(tmp_path, config, -2)
     assert str(explained) == (
         f"record 0 (0-based) in {tmp_path}/train-0: {input_lib.LABEL_RANGE_ERROR} (it "
         "gives 7); check data.label_offset (1 for the ImageNet conversion scripts' 1..1000 "
@@ -436,22 +443,18 @@ def test_a_record_without_a_label_in_a_later_file_is_named_after_the_good_ones(t
 
 def test_the_label_scan_passes_over_a_file_it_cannot_read(tmp_path):
     # the run reads its files interleaved: the record may be in a file after a damaged one
-    from recipes.resnet import data as data_lib
-
     config = data_config(num_classes=3)
     write_file(tmp_path / "train-0", np.zeros((2, 8, 8, 3), np.uint8), [0, 1], "jpeg")
     (tmp_path / "train-1").write_bytes(b"not a TFRecord file")
     write_file(tmp_path / "train-2", np.zeros((2, 8, 8, 3), np.uint8), [2, 6], "jpeg")
-    error = tf.errors.InvalidArgumentError(
-        None, None, f"assertion failed: [{input_lib.LABEL_RANGE_ERROR}] [6]")
-    explained = data_lib.explain_input_error(error, str(tmp_path / "train-*"), config)
+    explained = _explain_label_check(tmp_path, config, 6)
     assert str(explained).startswith(
         f"record 1 (0-based) in {tmp_path}/train-2 gives image/class/label=7, class 6 with "
         "data.label_offset=1, outside [0, data.num_classes=3), while the 3 records before it "
         "(of the files the scan could read) fit data.label_offset and data.num_classes")
     # no such record among the readable ones: the unreadable file is named
     write_file(tmp_path / "train-2", np.zeros((1, 8, 8, 3), np.uint8), [2], "jpeg")
-    explained = data_lib.explain_input_error(error, str(tmp_path / "train-*"), config)
+    explained = _explain_label_check(tmp_path, config, 6)
     assert f"{tmp_path}/train-1" in str(explained) and "no such record" not in str(explained)
 
 
