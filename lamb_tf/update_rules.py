@@ -118,13 +118,17 @@ def dense_gradient(g, shape):
     return g
 
 
-def _rate_and_complement(beta, dtype):
-    """(β, 1 − β) for a layer of `dtype`. A Python β stays a Python float, 1 − β formed in
-    float64. A tensor β (a variable's or a callable's value, read at every step) has 1 − β
-    formed in its own dtype (exact for β ≥ 0.5), both then cast to `dtype`."""
+def _complement(beta, dtype):
+    """1 − β in `dtype`: for a Python β formed in float64, for a tensor β (a variable's or a
+    callable's value, read at every step) in β's own dtype (exact for β ≥ 0.5)."""
     if not tf.is_tensor(beta):
-        return beta, 1.0 - beta
-    return tf.cast(beta, dtype), tf.cast(1.0 - beta, dtype)
+        return tf.constant(1.0 - beta, dtype)
+    return tf.cast(1.0 - beta, dtype)
+
+
+def _rate_and_complement(beta, dtype):
+    """(β, 1 − β) for a layer of `dtype` (a Python β stays a Python float; `_complement`)."""
+    return (tf.cast(beta, dtype) if tf.is_tensor(beta) else beta), _complement(beta, dtype)
 
 
 def _one_minus_power(beta, t, dtype):
@@ -132,12 +136,10 @@ def _one_minus_power(beta, t, dtype):
 
     Written out because `1 - tf.pow(β, t)` cancels: in float32, β2 = 0.999 is stored as
     0.99900001, which puts a 1e-5 relative error into 1 - β2^t for small t. Here 1 - β is
-    formed in Python float64 (a tensor β: in its own dtype, `_rate_and_complement`) and
-    nothing cancels (XLA/TPU-friendly, no float64 tensors).
+    formed in Python float64 (a tensor β: in its own dtype, `_complement`) and nothing
+    cancels (XLA/TPU-friendly, no float64 tensors).
     """
-    complement = (tf.constant(1.0 - beta, t.dtype) if not tf.is_tensor(beta)
-                  else tf.cast(1.0 - beta, t.dtype))
-    return tf.cast(-tf.math.expm1(t * tf.math.log1p(-complement)), dtype)
+    return tf.cast(-tf.math.expm1(t * tf.math.log1p(-_complement(beta, t.dtype))), dtype)
 
 
 def lamb_step(x, g, m, v, t, eta, beta_1, beta_2, epsilon, weight_decay_rate, *,
