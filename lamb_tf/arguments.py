@@ -81,17 +81,23 @@ def beta(name, value):
     return value
 
 
-def beta_read_at_every_step(name, value):
-    """A moment decay rate in [0, 1) (`beta`), or, as TF Addons' and Model Garden's LAMB take
-    it, a scalar variable (read at every step; its value now must be in [0, 1)) or a
-    zero-argument callable (called at every step), returned as it is."""
+def read_at_every_step(value):
+    """Whether `value` is a hyperparameter read at every step, as TF Addons' and Model
+    Garden's `_set_hyper` keep one: a variable (`tf.Variable`, `keras.Variable`: anything
+    with `assign`) or a zero-argument callable. Anything else is a number (or a bad value)."""
+    return hasattr(value, "assign") or callable(value)
+
+
+def _number_or_read_at_every_step(check, name, value):
+    """`check(name, value)` for a number; a scalar float variable (its value now through
+    `check`) or a zero-argument callable (not called here) returned as it is."""
     if hasattr(value, "assign"):  # a tf.Variable or keras.Variable
         import tensorflow as tf
         if len(value.shape) != 0 or not tf.as_dtype(value.dtype).is_floating:
             raise TypeError(f"{name} must be a real number or a scalar float variable, got "
                             f"{value!r}.")
         if hasattr(value, "numpy"):  # (eager: its value now)
-            beta(name, float(value.numpy()))
+            check(name, float(value.numpy()))
         return value
     if callable(value):
         if hasattr(value, "get_config"):  # a LearningRateSchedule: it takes the step
@@ -99,7 +105,32 @@ def beta_read_at_every_step(name, value):
                 f"{name} is a {type(value).__name__}, which takes the step: give a number, a "
                 "tf.Variable or a zero-argument callable (lambda: schedule(optimizer.iterations)).")
         return value
-    return beta(name, value)
+    return check(name, value)
+
+
+def beta_read_at_every_step(name, value):
+    """A moment decay rate in [0, 1) (`beta`), or, as TF Addons' and Model Garden's LAMB take
+    it, a scalar variable (read at every step; its value now must be in [0, 1)) or a
+    zero-argument callable (called at every step), returned as it is."""
+    return _number_or_read_at_every_step(beta, name, value)
+
+
+def non_negative_read_at_every_step(name, value):
+    """λ >= 0 (`non_negative`), or a scalar variable (its value now >= 0) or a zero-argument
+    callable, returned as it is (`weight_decay_rate`, as Model Garden's LAMB takes it)."""
+    return _number_or_read_at_every_step(non_negative, name, value)
+
+
+def unit_interval_read_at_every_step(name, value):
+    """μ in [0, 1] (`unit_interval`), or a scalar variable (its value now in [0, 1]) or a
+    zero-argument callable, returned as it is (LARS' `momentum`)."""
+    return _number_or_read_at_every_step(unit_interval, name, value)
+
+
+def positive_read_at_every_step(name, value):
+    """A number > 0 (`positive`), or a scalar variable (its value now > 0) or a zero-argument
+    callable, returned as it is (LARS' `eeta`)."""
+    return _number_or_read_at_every_step(positive, name, value)
 
 
 # What TF Addons' and Model Garden's LAMB put in for `epsilon=None` (`epsilon or` the Keras

@@ -77,8 +77,8 @@ class LambUpdate(_InPlaceUpdate):
                  epsilon, weight_decay_rate, decay, adapt, bias_correction, phi_bounds):
         """`variable`, `m`, `v` and `trust_ratio` (a scalar) are tf.Variables; `gradient` a
         dense tensor; `t` and `eta` scalars (tensors, Keras variables or numbers); the betas
-        Python floats or scalar tensors (arguments of the trace: one trace for every value);
-        the rest Python values, as in `update_rules.lamb_step`."""
+        and `weight_decay_rate` Python floats or scalar tensors (arguments of the trace: one
+        trace for every value); the rest Python values, as in `update_rules.lamb_step`."""
         m, v, trust_ratio = (_on_device_of(variable, slot) for slot in (m, v, trust_ratio))
         update = self._by_size(variable)
         update(variable, gradient, m, v, trust_ratio, tf.convert_to_tensor(t),
@@ -94,8 +94,9 @@ class LarsUpdate(_InPlaceUpdate):
 
     def __call__(self, variable, gradient, velocity, trust_ratio, eta, momentum,
                  weight_decay_rate, eeta, nesterov, classic_momentum, decay, adapt):
-        """`variable`, `velocity`, `trust_ratio` are tf.Variables; `eta` a scalar; the rest
-        as in `update_rules.lars_step`."""
+        """`variable`, `velocity`, `trust_ratio` are tf.Variables; `eta` a scalar; `momentum`,
+        `weight_decay_rate` and `eeta` Python floats or scalar tensors (arguments of the
+        trace, as LAMB's betas); the rest as in `update_rules.lars_step`."""
         velocity, trust_ratio = (_on_device_of(variable, slot) for slot in (velocity, trust_ratio))
         update = self._by_size(variable)
         update(variable, gradient, velocity, trust_ratio, tf.convert_to_tensor(eta), momentum,

@@ -13,6 +13,8 @@ import collections
 import logging
 import re
 
+from lamb_tf import arguments
+
 logger = logging.getLogger(__name__)
 
 # Model Garden BERT names (BertEncoderV2 + BertPretrainerV2): `.../embeddings/layer_norm/gamma`,
@@ -102,10 +104,15 @@ class Exclusions:
     def table(self, paths_and_shapes, weight_decay_rate):
         """One `ExclusionRow(path, shape, decayed, adapted)` per variable.
 
-        `decayed` is what really happens: False for every variable when the rate is 0.
+        `decayed` is what really happens: False for every variable when the rate is the
+        number 0. A rate read at every step (a variable or a callable:
+        `arguments.read_at_every_step`) decays every variable that no pattern excludes, by
+        its value at each step (0 now, maybe not later), and never an excluded one.
         """
+        # (a variable's value now is no decision: it may change after the build)
+        decaying = arguments.read_at_every_step(weight_decay_rate) or weight_decay_rate > 0
         return [
-            ExclusionRow(path, tuple(shape), weight_decay_rate > 0 and self.decays(path), self.adapts(path))
+            ExclusionRow(path, tuple(shape), decaying and self.decays(path), self.adapts(path))
             for path, shape in paths_and_shapes
         ]
 

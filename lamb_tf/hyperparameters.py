@@ -14,8 +14,15 @@ from lamb_tf import arguments
 def read_now(value):
     """A hyperparameter's value for this step, as TF Addons' and Model Garden's `_get_hyper`
     give it: a variable read, a zero-argument callable called (each a float tensor); a number
-    as it is (a Python float: a constant of the traced update)."""
-    if hasattr(value, "assign") or callable(value):
+    as it is (a Python float: a constant of the traced update; a λ of 0 drops λx from every
+    variable's update at build time, `LayerwiseMixin._decide`, which a variable's or a
+    callable's λ, 0 now and maybe not later, does not).
+
+    What is read so (`arguments.read_at_every_step`): LAMB's `beta_1`, `beta_2`, both
+    optimizers' `weight_decay_rate`, LARS' `momentum` and `eeta`. Called in `update_step`,
+    so inside a traced step a variable is read and a callable called at every run of the
+    step; a Python value that a callable reads is read once, when the step is traced."""
+    if arguments.read_at_every_step(value):
         tensor = tf.convert_to_tensor(value if hasattr(value, "assign") else value())
         return tensor if tensor.dtype.is_floating else tf.cast(tensor, tf.float32)
     return value
@@ -23,8 +30,9 @@ def read_now(value):
 
 def serialized(value):
     """A hyperparameter for `get_config`: a variable or a callable as its value now (as the
-    peers' `_serialize_hyperparameter`), a tuple as a list (JSON), else as it is."""
-    if hasattr(value, "assign") or callable(value):
+    peers' `_serialize_hyperparameter`), so `from_config` rebuilds the optimizer with that
+    number; a tuple as a list (JSON), else as it is."""
+    if arguments.read_at_every_step(value):
         return float(read_now(value).numpy())
     return list(value) if isinstance(value, tuple) else value
 
@@ -45,6 +53,10 @@ class _OwnArguments:
         super().__init__(name, learning_rate, weight_decay_rate, exclude_from_weight_decay,
                          exclude_from_layer_adaptation, keras_kwargs)
         self._set_checked(own)
+
+    def _now(self, *names):
+        """The hyperparameters `names` for this step's update, each through `read_now`."""
+        return tuple(read_now(getattr(self, name)) for name in names)
 
     def get_config(self):
         config = super().get_config()
@@ -67,7 +79,10 @@ class LambArguments(_OwnArguments):
         Garden's LAMB take them) scalar variables, read at every step, or zero-argument
         callables, called at every step; `get_config` holds their value then.
       epsilon: ε > 0, added outside the square root; None: 1e-7, as the peers (0 is refused).
-      weight_decay_rate: λ >= 0, added to the update direction inside the trust ratio.
+      weight_decay_rate: λ >= 0, added to the update direction inside the trust ratio: a
+        number, or (as Model Garden's LAMB takes it) a scalar variable, read at every step,
+        or a zero-argument callable, called at every step, as the betas; variables
+        excluded from weight decay get no λx whatever its value.
       exclude_from_weight_decay: regexes searched in each variable's full path
         (`layer/sublayer/kernel`); matching variables get no λx.
       exclude_from_layer_adaptation: regexes; matching variables get trust ratio 1. **None
@@ -99,10 +114,6 @@ class LambArguments(_OwnArguments):
         self._initialise(own, name, learning_rate, weight_decay_rate, exclude_from_weight_decay,
                          exclude_from_layer_adaptation, keras_kwargs)
 
-    def _betas_now(self):
-        """(β1, β2) for this step's update (`read_now`)."""
-        return read_now(self.beta_1), read_now(self.beta_2)
-
 
 class LarsArguments(_OwnArguments):
     """LARS with Model Garden's numerics; the maths is `lamb_tf.update_rules.lars_step`.
@@ -115,6 +126,11 @@ class LarsArguments(_OwnArguments):
       momentum: μ in [0, 1] (as Keras' SGD).
       weight_decay_rate: λ >= 0, added to the gradient (L2 decay inside the trust ratio).
       eeta: trust coefficient > 0: ratio = eeta · ‖x‖ / ‖g + λx‖.
+        Each of these three a number, a scalar variable (read at every step; its value at
+        construction checked as a number) or a zero-argument callable (called at every
+        step), as LAMB's betas and λ; `get_config` holds the value then. (Model Garden's
+        LARS keeps them as plain attributes: it takes a variable μ or eeta as it is, but
+        not a callable, nor a variable λ in a traced step.)
       nesterov: Nesterov momentum.
       classic_momentum: True: lr inside the momentum buffer, ratio from the gradient;
         False: lr after the momentum, ratio from the momentum update.
@@ -124,7 +140,8 @@ class LarsArguments(_OwnArguments):
       **keras_kwargs: as for LAMB; the same keywords are refused.
     """
 
-    _OWN_ARGUMENTS = {"momentum": arguments.unit_interval, "eeta": arguments.positive,
+    _OWN_ARGUMENTS = {"momentum": arguments.unit_interval_read_at_every_step,
+                      "eeta": arguments.positive_read_at_every_step,
                       "nesterov": arguments.boolean, "classic_momentum": arguments.boolean}
 
     def __init__(self, learning_rate=0.01, momentum=0.9, weight_decay_rate=0.0, eeta=0.001,

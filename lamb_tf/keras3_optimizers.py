@@ -182,11 +182,13 @@ class LAMB(hyperparameters.LambArguments, _LayerwiseOptimizer):
     def update_step(self, gradient, variable, learning_rate):
         i, gradient = self._prepare(gradient, variable)
         decay, adapt = self._decisions[i]
+        # a variable read, a callable called, a number as it is (`hyperparameters.read_now`)
+        beta_1, beta_2, weight_decay_rate = self._now("beta_1", "beta_2", "weight_decay_rate")
         self._compiled_update(
             _tf_variable(variable), gradient, _tf_variable(self._m[i]),
             _tf_variable(self._v[i]), _tf_variable(self._trust_ratio_variables[i]),
             self.applied_updates + 1, learning_rate,
-            *self._betas_now(), self.epsilon, self.weight_decay_rate,
+            beta_1, beta_2, self.epsilon, weight_decay_rate,
             decay, adapt, self.bias_correction, self.phi_bounds)
 
 
@@ -202,8 +204,9 @@ class LARS(hyperparameters.LarsArguments, _LayerwiseOptimizer):
     def update_step(self, gradient, variable, learning_rate):
         i, gradient = self._prepare(gradient, variable)
         decay, adapt = self._decisions[i]
+        momentum, weight_decay_rate, eeta = self._now("momentum", "weight_decay_rate", "eeta")
         self._compiled_update(
             _tf_variable(variable), gradient, _tf_variable(self._velocities[i]),
             _tf_variable(self._trust_ratio_variables[i]),
-            learning_rate, self.momentum, self.weight_decay_rate,
-            self.eeta, self.nesterov, self.classic_momentum, decay, adapt)
+            learning_rate, momentum, weight_decay_rate,
+            eeta, self.nesterov, self.classic_momentum, decay, adapt)

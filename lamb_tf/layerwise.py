@@ -13,6 +13,7 @@ import tensorflow as tf
 
 from lamb_tf import arguments
 from lamb_tf import exclusions
+from lamb_tf import hyperparameters
 from lamb_tf import update_rules
 
 
@@ -67,7 +68,9 @@ class LayerwiseMixin:
         learning_rate = arguments.learning_rate(learning_rate, self._SCHEDULE_CLASS,
                                                 self._VARIABLE_CLASSES)
         checked = {
-            "weight_decay_rate": arguments.non_negative("weight_decay_rate", weight_decay_rate),
+            # a number, or a variable or callable read at every step (`hyperparameters.read_now`)
+            "weight_decay_rate": arguments.non_negative_read_at_every_step(
+                "weight_decay_rate", weight_decay_rate),
             # validated before the base class creates any variable
             "_exclusions": exclusions.Exclusions(exclude_from_weight_decay,
                                                  exclude_from_layer_adaptation),
@@ -94,7 +97,7 @@ class LayerwiseMixin:
     def __setattr__(self, name, value):
         # a hyperparameter set after construction: checked as the constructor checks it,
         # and refused once built (the per-variable decisions and a traced step hold it)
-        checks = {"weight_decay_rate": arguments.non_negative,
+        checks = {"weight_decay_rate": arguments.non_negative_read_at_every_step,
                   **getattr(self, "_OWN_ARGUMENTS", {})}
         if name in checks:
             if hasattr(self, "_paths_and_shapes"):
@@ -103,7 +106,7 @@ class LayerwiseMixin:
                     f"per-variable decisions and any traced step use it; give {name}= to "
                     "the constructor of a new optimizer")
             value = checks[name](name, value)
-            if hasattr(value, "assign"):  # a variable hyperparameter (LAMB's betas)
+            if hasattr(value, "assign"):  # a variable hyperparameter (λ, LAMB's betas, ...)
                 # kept out of Keras 3's optimizer variables (a `.keras` file's list must be
                 # that of the optimizer `from_config` rebuilds, with a number), but in its
                 # checkpoints, as the peers' `_set_hyper` tracks it: a restore puts it back
@@ -189,6 +192,6 @@ class LayerwiseMixin:
         config = super().get_config()
         # the base's decoupled weight decay is refused; ours is weight_decay_rate
         config.pop("weight_decay", None)
-        config["weight_decay_rate"] = self.weight_decay_rate
+        config["weight_decay_rate"] = hyperparameters.serialized(self.weight_decay_rate)
         config.update(self._exclusions.get_config())
         return config

@@ -176,10 +176,12 @@ class LAMB(hyperparameters.LambArguments, _LayerwiseOptimizer):
     def update_step(self, gradient, variable):
         i, gradient = self._prepare(gradient, variable)
         decay, adapt = self._decisions[i]
+        # a variable read, a callable called, a number as it is (`hyperparameters.read_now`)
+        beta_1, beta_2, weight_decay_rate = self._now("beta_1", "beta_2", "weight_decay_rate")
         self._compiled_update(
             variable, gradient, self._m[i], self._v[i], self._trust_ratio_variables[i],
             self._applied_updates + 1, self.learning_rate,
-            *self._betas_now(), self.epsilon, self.weight_decay_rate,
+            beta_1, beta_2, self.epsilon, weight_decay_rate,
             decay, adapt, self.bias_correction, self.phi_bounds)
 
 
@@ -195,7 +197,8 @@ class LARS(hyperparameters.LarsArguments, _LayerwiseOptimizer):
     def update_step(self, gradient, variable):
         i, gradient = self._prepare(gradient, variable)
         decay, adapt = self._decisions[i]
+        momentum, weight_decay_rate, eeta = self._now("momentum", "weight_decay_rate", "eeta")
         self._compiled_update(
             variable, gradient, self._velocities[i], self._trust_ratio_variables[i],
-            self.learning_rate, self.momentum, self.weight_decay_rate,
-            self.eeta, self.nesterov, self.classic_momentum, decay, adapt)
+            self.learning_rate, momentum, weight_decay_rate,
+            eeta, self.nesterov, self.classic_momentum, decay, adapt)

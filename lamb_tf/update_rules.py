@@ -118,6 +118,13 @@ def dense_gradient(g, shape):
     return g
 
 
+def _in_dtype(value, dtype):
+    """A hyperparameter as the update uses it: a Python number as it is (a constant of the
+    traced update, converted to the dtype of the tensor it meets), a tensor (a variable's
+    or a callable's value, read at every step) cast to `dtype`."""
+    return tf.cast(value, dtype) if tf.is_tensor(value) else value
+
+
 def _complement(beta, dtype):
     """1 − β in `dtype`: for a Python β formed in float64, for a tensor β (a variable's or a
     callable's value, read at every step) in β's own dtype (exact for β ≥ 0.5)."""
@@ -128,7 +135,7 @@ def _complement(beta, dtype):
 
 def _rate_and_complement(beta, dtype):
     """(β, 1 − β) for a layer of `dtype` (a Python β stays a Python float; `_complement`)."""
-    return (tf.cast(beta, dtype) if tf.is_tensor(beta) else beta), _complement(beta, dtype)
+    return _in_dtype(beta, dtype), _complement(beta, dtype)
 
 
 def _one_minus_power(beta, t, dtype):
@@ -150,9 +157,10 @@ def lamb_step(x, g, m, v, t, eta, beta_1, beta_2, epsilon, weight_decay_rate, *,
       x, g, m, v: the parameters, the gradient and the first/second moments, same shape.
       t: scalar, 1-based count of this update (applied updates before it + 1).
       eta: scalar learning rate η_t.
-      beta_1, beta_2, epsilon, weight_decay_rate: β1, β2, ε, λ; the betas Python floats or
-        scalar float tensors (a variable's or callable's value at this step).
-      decay: add λx to the update direction (False: excluded from weight decay).
+      beta_1, beta_2, epsilon, weight_decay_rate: β1, β2, ε, λ; the betas and λ Python
+        floats or scalar float tensors (a variable's or callable's value at this step).
+      decay: add λx to the update direction (False: excluded from weight decay, or λ the
+        number 0; a tensor λ is added as it is, also when its value is 0).
       adapt: scale by the trust ratio (False: excluded from layer adaptation, ratio 1).
       bias_correction: divide m, v by (1 - β^t).
       phi_bounds: None or `(gamma_l, gamma_u)`, see `trust_ratio`.
@@ -165,6 +173,8 @@ def lamb_step(x, g, m, v, t, eta, beta_1, beta_2, epsilon, weight_decay_rate, *,
     # β and 1 - β: Python floats, or tensors read at this step (`_rate_and_complement`)
     rate_1, complement_1 = _rate_and_complement(beta_1, m.dtype)
     rate_2, complement_2 = _rate_and_complement(beta_2, v.dtype)
+    # λ: a Python float, or a tensor read at this step, in the layer's dtype
+    weight_decay_rate = _in_dtype(weight_decay_rate, dtype)
     # m_t = β1 m_{t-1} + (1 - β1) g_t
     m = rate_1 * m + complement_1 * g
     # v_t = β2 v_{t-1} + (1 - β2) g_t²
@@ -192,18 +202,25 @@ def lars_step(x, g, velocity, eta, momentum, weight_decay_rate, eeta, *,
     Args:
       x, g, velocity: the parameters, the gradient and the momentum buffer, same shape.
       eta: scalar learning rate η_t.
-      momentum, weight_decay_rate, eeta: μ, λ and the trust coefficient.
+      momentum, weight_decay_rate, eeta: μ, λ and the trust coefficient, each a Python
+        float or a scalar float tensor (a variable's or callable's value at this step).
       nesterov: Nesterov momentum.
       classic_momentum: True: the trust ratio uses ‖g + λx‖ and the learning rate goes into
         the momentum buffer; False ("popular" momentum): the ratio uses the momentum update
         and the learning rate is applied after the momentum.
-      decay: add λx to the gradient (False: excluded from weight decay).
+      decay: add λx to the gradient (False: excluded from weight decay, or λ the number 0;
+        a tensor λ is added as it is, also when its value is 0).
       adapt: scale by the trust ratio (False: excluded from layer adaptation, ratio 1).
 
     Returns:
       `(x_next, velocity_next, ratio)`.
     """
     eta = tf.cast(eta, wide_dtype(x.dtype))
+    # μ and λ in the layer's dtype, eeta in the trust ratio's: Python floats as they are,
+    # tensors read at this step cast
+    momentum = _in_dtype(momentum, velocity.dtype)
+    weight_decay_rate = _in_dtype(weight_decay_rate, x.dtype)
+    eeta = _in_dtype(eeta, eta.dtype)
     # g_t ← g_t + λ x_t (L2 weight decay enters the gradient)
     g = g + weight_decay_rate * x if decay else g
     if classic_momentum:

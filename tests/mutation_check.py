@@ -1065,6 +1065,27 @@ MUTATIONS = [
         "        if False:",
         ["tests/test_task_interface.py"],
         [r"test_training_data_that_ends_unannounced_is_one_line_and_so_is_the_rerun"]),
+    # ---- hyperparameters read at every step: λ (LAMB, LARS), LARS' μ and eeta ---------------
+    Mutation(
+        "variable_weight_decay_decided_at_build", "a variable λ's value at build decides which "
+        "variables are decayed (0 then: none ever is; a callable λ fails)",
+        "lamb_tf/exclusions.py",
+        "        decaying = arguments.read_at_every_step(weight_decay_rate) or weight_decay_rate > 0",
+        "        decaying = weight_decay_rate > 0",
+        ["tests/test_peer_hyperparameter_forms.py"],
+        [rf"test_{test}_read_at_every_step\[.*-{flavour}-.*-{form}\]"
+         for test in ("lamb_weight_decay_rate_is", "lars_decay_momentum_and_eeta_are")
+         for flavour in BOTH for form in ("variable", "callable")]),
+    Mutation(
+        "variable_hyperparameter_read_once", "a hyperparameter given as a variable is replaced "
+        "by its value at construction (assigning it changes nothing)",
+        "lamb_tf/arguments.py",
+        "            check(name, float(value.numpy()))",
+        "            return check(name, float(value.numpy()))",
+        ["tests/test_peer_hyperparameter_forms.py"],
+        [rf"test_{test}_read_at_every_step\[.*-{flavour}-.*-variable\]"
+         for test in ("lamb_weight_decay_rate_is", "lars_decay_momentum_and_eeta_are")
+         for flavour in BOTH]),
 ]
 
 
