@@ -861,6 +861,46 @@ def test_a_misspelt_metric_of_a_shipped_recipe_is_one_line_before_any_run(
     assert captured.out == "" and not study_dir.exists()
 
 
+@pytest.mark.parametrize("classes, metric, refused", [
+    (5, "top_5_accuracy", True), (6, "top_5_accuracy", False), (5, "top_1_accuracy", False)])
+def test_top_5_of_a_config_of_5_classes_or_fewer_is_one_line_before_any_run(
+        classes, metric, refused, tmp_path, monkeypatch, capsys):
+    """ResNet reports top-5 only above 5 classes: the check of --metric against the recipe's
+    list passed, the first run trained, and only its results.json stopped the study. Now the
+    config every run would load (config file, --params_override, defaults) is asked."""
+    for name, value in (("TF_USE_LEGACY_KERAS", "1"), ("TF_CPP_MIN_LOG_LEVEL", "2")):
+        monkeypatch.setenv(name, value)  # what the check sets, undone for the next tests
+    study_dir = tmp_path / "study"
+    # (no training files: a study that passes the metric check stops at the data check)
+    assert cli.main(TINY_GRID + [
+        f"--params_override=data.embedded_digits=false,data.num_classes={classes}",
+        f"--metric={metric}", f"--study_dir={study_dir}"]) == 2
+    captured = capsys.readouterr()
+    (line,) = captured.err.splitlines()
+    assert line == (
+        f"error: --metric={metric}: the config's data.num_classes is {classes} (<= 5), so "
+        "recipe resnet does not report top-5 accuracy (every label is among the top 5); give "
+        "--metric=top_1_accuracy, or a config of more than 5 classes" if refused
+        else "error: data.train_file_pattern is empty" + line.split("is empty", 1)[1])
+    assert captured.out == "" and not study_dir.exists()
+
+
+def test_the_study_asks_the_resnet_model_which_classes_get_top_5(monkeypatch):
+    """One place knows that top-k needs more than k classes (recipes/resnet/model.py): the
+    study's check follows it."""
+    from recipes.resnet import model as model_lib
+
+    config = types.SimpleNamespace(data=types.SimpleNamespace(num_classes=3))
+    with pytest.raises(UserError, match=r"data.num_classes is 3 \(<= 5\).*top-5 accuracy"):
+        adapter.check_metric_of_config("resnet", "top_5_accuracy", config)
+    adapter.check_metric_of_config("bert", "top_5_accuracy", config)  # (not a resnet's)
+    monkeypatch.setattr(model_lib, "TOP_K", 2)
+    adapter.check_metric_of_config("resnet", "top_2_accuracy", config)  # 3 > k=2
+    monkeypatch.setattr(model_lib, "TOP_K", 3)
+    with pytest.raises(UserError, match=r"data.num_classes is 3 \(<= 3\).*top-3 accuracy"):
+        adapter.check_metric_of_config("resnet", "top_3_accuracy", config)
+
+
 @pytest.mark.slow  # runs the fake recipe in a process
 def test_a_recipe_files_unknown_metric_stops_the_study_after_its_first_run(
         fake_recipe, tmp_path, capsys):
