@@ -615,6 +615,42 @@ def test_training_files_that_are_not_there_are_one_line_before_any_run(
     assert captured.out == "" and not study_dir.exists()
 
 
+def test_an_init_checkpoint_that_holds_none_is_one_line_before_any_run(
+        tmp_path, monkeypatch, capsys):
+    """The study checked the config and the data but not the driver's other checks before
+    work: a train.init_checkpoint holding no checkpoint started the first run, which
+    failed on it."""
+    for name, value in (("TF_USE_LEGACY_KERAS", "1"), ("TF_CPP_MIN_LOG_LEVEL", "2")):
+        monkeypatch.setenv(name, value)  # what the check sets, undone for the next tests
+    nowhere, study_dir = str(tmp_path / "nowhere"), tmp_path / "study"
+    assert cli.main(TINY_GRID + [f"--params_override=train.init_checkpoint={nowhere}",
+                                 f"--study_dir={study_dir}"]) == 2
+    captured = capsys.readouterr()
+    assert captured.err == (f"error: train.init_checkpoint={nowhere!r} holds no checkpoint; "
+                            "give phase 1's model_dir or a checkpoint path such as "
+                            "<model_dir>/checkpoints/ckpt-7038\n")
+    assert captured.out == "" and not study_dir.exists()
+
+
+@pytest.mark.slow  # starts TensorFlow in a process
+def test_a_check_of_the_loaded_config_is_one_line_on_the_console_too(tmp_path):
+    """TensorFlow's C++ start-up lines are kept off the console as in the recipes (they
+    came before the error line when a check imported the driver before the study had
+    quietened TensorFlow; in-process tests cannot see them: they bypass sys.stderr)."""
+    nowhere, study_dir = str(tmp_path / "nowhere"), tmp_path / "study"
+    env = {key: value for key, value in os.environ.items() if key != "TF_CPP_MIN_LOG_LEVEL"}
+    result = subprocess.run(
+        [sys.executable, "-m", "recipes.study", *TINY_GRID, f"--study_dir={study_dir}",
+         f"--params_override=train.init_checkpoint={nowhere}"],
+        cwd=REPO_ROOT, capture_output=True, text=True, timeout=600,
+        env={**env, "PYTHONPATH": REPO_ROOT})
+    assert result.returncode == 2
+    assert result.stderr == f"error: train.init_checkpoint={nowhere!r} holds no checkpoint; " \
+        "give phase 1's model_dir or a checkpoint path such as " \
+        "<model_dir>/checkpoints/ckpt-7038\n"
+    assert result.stdout == "" and not study_dir.exists()
+
+
 @pytest.mark.slow
 def test_tiny_grid_through_the_real_resnet_recipe(tmp_path):
     """2 batch sizes x 2 learning rates, 4 and 2 steps, the real CLI (two optimizers'
@@ -754,6 +790,27 @@ def test_a_recipe_file_needs_a_metric_and_one_task(tmp_path, capsys):
     assert capsys.readouterr().err == (
         "error: --metric=val_loss_accuracy: which way it is better is not known from its "
         "name; give --metric_mode=min (lower is better) or --metric_mode=max\n")
+
+
+def test_a_recipe_file_without_a_method_a_run_calls_is_one_line_before_any_run(
+        tmp_path, monkeypatch, capsys):
+    """A recipe file's Task without `evaluate` passed the study's checks; its first run
+    trained and then failed on the driver's own check of the methods it calls."""
+    _write_documented_recipe_file(tmp_path)
+    code = (tmp_path / "digits_mlp.py").read_text()
+    start = code.index("    def evaluate(")
+    end = code.index("    def ", start + 1)
+    (tmp_path / "digits_mlp.py").write_text(code[:start] + code[end:])
+    monkeypatch.chdir(tmp_path)
+    for name, value in (("TF_USE_LEGACY_KERAS", "1"), ("TF_CPP_MIN_LOG_LEVEL", "2")):
+        monkeypatch.setenv(name, value)
+    argv = [arg for arg in TINY_GRID if not arg.startswith(("--recipe=", "--config_file="))]
+    assert cli.main(["--recipe=digits_mlp.py", "--metric=accuracy", "--study_dir=study"]
+                    + argv) == 2
+    captured = capsys.readouterr()
+    assert captured.err == ("error: DigitsMLP does not implement evaluate, which "
+                            "--mode=train_and_eval calls: define it in DigitsMLP\n")
+    assert captured.out == "" and not (tmp_path / "study").exists()
 
 
 @pytest.mark.slow

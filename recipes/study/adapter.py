@@ -105,12 +105,17 @@ def loaded_tasks(recipe, config_files, runs, extra_overrides=""):
 
 def check_settings(recipe, config_files, runs, model_dir_of, extra_overrides="", metric=None):
     """Loads and validates the recipe config of every run, checks that it reports the
-    held-out `metric` (`check_metric_of_config`) and the data it reads into
-    `model_dir_of(run)`, in this process (nothing runs or is written); raises the recipe's
-    `UserError` for the first bad one."""
+    held-out `metric` (`check_metric_of_config`), and makes the driver's checks of a run
+    before any work (a recipe file's Task defines every method a run calls; a fresh run's
+    train.init_checkpoint holds a checkpoint of this program) and the check of the data it
+    reads into `model_dir_of(run)`, in this process (nothing runs or is written); raises the
+    recipe's `UserError` for the first bad one."""
     for run, task in loaded_tasks(recipe, config_files, runs, extra_overrides):
+        driver = importlib.import_module("recipes.common.driver")  # (after loaded_tasks: quiet)
         if metric is not None:
             check_metric_of_config(recipe, metric, task.config)
+        driver.check_task_methods(task, MODE)
+        driver.check_init_checkpoint(task.config, model_dir_of(run), MODE)
         task.check_data(MODE, model_dir_of(run))
 
 
