@@ -615,6 +615,42 @@ def test_training_files_that_are_not_there_are_one_line_before_any_run(
     assert captured.out == "" and not study_dir.exists()
 
 
+def test_an_init_checkpoint_that_holds_none_is_one_line_before_any_run(
+        tmp_path, monkeypatch, capsys):
+    """The study checked the config and the data but not the driver's other checks before
+    work: a train.init_checkpoint holding no checkpoint started the first run, which
+    failed on it."""
+    for name, value in (("TF_USE_LEGACY_KERAS", "1"), ("TF_CPP_MIN_LOG_LEVEL", "2")):
+        monkeypatch.setenv(name, value)  # what the check sets, undone for the next tests
+    nowhere, study_dir = str(tmp_path / "nowhere"), tmp_path / "study"
+    assert cli.main(TINY_GRID + [f"--params_override=train.init_checkpoint={nowhere}",
+                                 f"--study_dir={study_dir}"]) == 2
+    captured = capsys.readouterr()
+    assert captured.err == (f"error: train.init_checkpoint={nowhere!r} holds no checkpoint; "
+                            "give phase 1's model_dir or a checkpoint path such as "
+                            "<model_dir>/checkpoints/ckpt-7038\n")
+    assert captured.out == "" and not study_dir.exists()
+
+
+@pytest.mark.slow  # starts TensorFlow in a process
+def test_a_check_of_the_loaded_config_is_one_line_on_the_console_too(tmp_path):
+    """TensorFlow's C++ start-up lines are kept off the console as in the recipes (they
+    came before the error line when a check imported the driver before the study had
+    quietened TensorFlow; in-process tests cannot see them: they bypass sys.stderr)."""
+    nowhere, study_dir = str(tmp_path / "nowhere"), tmp_path / "study"
+    env = {key: value for key, value in os.environ.items() if key != "TF_CPP_MIN_LOG_LEVEL"}
+    result = subprocess.run(
+        [sys.executable, "-m", "recipes.study", *TINY_GRID, f"--study_dir={study_dir}",
+         f"--params_override=train.init_checkpoint={nowhere}"],
+        cwd=REPO_ROOT, capture_output=True, text=True, timeout=600,
+        env={**env, "PYTHONPATH": REPO_ROOT})
+    assert result.returncode == 2
+    assert result.stderr == f"error: train.init_checkpoint={nowhere!r} holds no checkpoint; " \
+        "give phase 1's model_dir or a checkpoint path such as " \
+        "<model_dir>/checkpoints/ckpt-7038\n"
+    assert result.stdout == "" and not study_dir.exists()
+
+
 @pytest.mark.slow
 def test_tiny_grid_through_the_real_resnet_recipe(tmp_path):
     """2 batch sizes x 2 learning rates, 4 and 2 steps, the real CLI (two optimizers'
@@ -756,6 +792,27 @@ def test_a_recipe_file_needs_a_metric_and_one_task(tmp_path, capsys):
         "name; give --metric_mode=min (lower is better) or --metric_mode=max\n")
 
 
+def test_a_recipe_file_without_a_method_a_run_calls_is_one_line_before_any_run(
+        tmp_path, monkeypatch, capsys):
+    """A recipe file's Task without `evaluate` passed the study's checks; its first run
+    trained and then failed on the driver's own check of the methods it calls."""
+    _write_documented_recipe_file(tmp_path)
+    code = (tmp_path / "digits_mlp.py").read_text()
+    start = code.index("    def evaluate(")
+    end = code.index("    def ", start + 1)
+    (tmp_path / "digits_mlp.py").write_text(code[:start] + code[end:])
+    monkeypatch.chdir(tmp_path)
+    for name, value in (("TF_USE_LEGACY_KERAS", "1"), ("TF_CPP_MIN_LOG_LEVEL", "2")):
+        monkeypatch.setenv(name, value)
+    argv = [arg for arg in TINY_GRID if not arg.startswith(("--recipe=", "--config_file="))]
+    assert cli.main(["--recipe=digits_mlp.py", "--metric=accuracy", "--study_dir=study"]
+                    + argv) == 2
+    captured = capsys.readouterr()
+    assert captured.err == ("error: DigitsMLP does not implement evaluate, which "
+                            "--mode=train_and_eval calls: define it in DigitsMLP\n")
+    assert captured.out == "" and not (tmp_path / "study").exists()
+
+
 @pytest.mark.slow
 def test_a_study_runs_a_recipe_file_of_ones_own(tmp_path):
     """docs/writing_a_recipe.md's recipe file through the real study CLI: 2 batch sizes."""
@@ -859,6 +916,46 @@ def test_a_misspelt_metric_of_a_shipped_recipe_is_one_line_before_any_run(
                             "held-out metric; give one of loss, top_1_accuracy, "
                             "top_5_accuracy\n")
     assert captured.out == "" and not study_dir.exists()
+
+
+@pytest.mark.parametrize("classes, metric, refused", [
+    (5, "top_5_accuracy", True), (6, "top_5_accuracy", False), (5, "top_1_accuracy", False)])
+def test_top_5_of_a_config_of_5_classes_or_fewer_is_one_line_before_any_run(
+        classes, metric, refused, tmp_path, monkeypatch, capsys):
+    """ResNet reports top-5 only above 5 classes: the check of --metric against the recipe's
+    list passed, the first run trained, and only its results.json stopped the study. Now the
+    config every run would load (config file, --params_override, defaults) is asked."""
+    for name, value in (("TF_USE_LEGACY_KERAS", "1"), ("TF_CPP_MIN_LOG_LEVEL", "2")):
+        monkeypatch.setenv(name, value)  # what the check sets, undone for the next tests
+    study_dir = tmp_path / "study"
+    # (no training files: a study that passes the metric check stops at the data check)
+    assert cli.main(TINY_GRID + [
+        f"--params_override=data.embedded_digits=false,data.num_classes={classes}",
+        f"--metric={metric}", f"--study_dir={study_dir}"]) == 2
+    captured = capsys.readouterr()
+    (line,) = captured.err.splitlines()
+    assert line == (
+        f"error: --metric={metric}: the config's data.num_classes is {classes} (<= 5), so "
+        "recipe resnet does not report top-5 accuracy (every label is among the top 5); give "
+        "--metric=top_1_accuracy, or a config of more than 5 classes" if refused
+        else "error: data.train_file_pattern is empty" + line.split("is empty", 1)[1])
+    assert captured.out == "" and not study_dir.exists()
+
+
+def test_the_study_asks_the_resnet_model_which_classes_get_top_5(monkeypatch):
+    """One place knows that top-k needs more than k classes (recipes/resnet/model.py): the
+    study's check follows it."""
+    from recipes.resnet import model as model_lib
+
+    config = types.SimpleNamespace(data=types.SimpleNamespace(num_classes=3))
+    with pytest.raises(UserError, match=r"data.num_classes is 3 \(<= 5\).*top-5 accuracy"):
+        adapter.check_metric_of_config("resnet", "top_5_accuracy", config)
+    adapter.check_metric_of_config("bert", "top_5_accuracy", config)  # (not a resnet's)
+    monkeypatch.setattr(model_lib, "TOP_K", 2)
+    adapter.check_metric_of_config("resnet", "top_2_accuracy", config)  # 3 > k=2
+    monkeypatch.setattr(model_lib, "TOP_K", 3)
+    with pytest.raises(UserError, match=r"data.num_classes is 3 \(<= 3\).*top-3 accuracy"):
+        adapter.check_metric_of_config("resnet", "top_3_accuracy", config)
 
 
 @pytest.mark.slow  # runs the fake recipe in a process

@@ -87,11 +87,18 @@ def examples_counted(model):
 TOP_K = 5  # the second accuracy reported, as Model Garden's evaluation.top_k default
 
 
+def reports_top_k(num_classes):
+    """Whether `num_classes` classes get the top-`TOP_K` accuracy: only above `TOP_K` (with
+    as few classes every label is among the top k: always 1.0). The study's --metric check
+    (recipes/study/adapter.py) asks this too."""
+    return num_classes > TOP_K
+
+
 def metrics(num_classes):
-    """Top-1 accuracy over integer labels and logits, and top-`TOP_K` when there are more
-    than `TOP_K` classes (with as few classes every label is among the top k: always 1.0)."""
+    """Top-1 accuracy over integer labels and logits, and top-`TOP_K` when
+    `reports_top_k(num_classes)`."""
     reported = [tf_keras.metrics.SparseTopKCategoricalAccuracy(k=1, name="top_1_accuracy")]
-    if num_classes > TOP_K:
+    if reports_top_k(num_classes):
         reported.append(tf_keras.metrics.SparseTopKCategoricalAccuracy(
             k=TOP_K, name=f"top_{TOP_K}_accuracy"))
     return reported

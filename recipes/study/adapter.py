@@ -103,11 +103,19 @@ def loaded_tasks(recipe, config_files, runs, extra_overrides=""):
         yield run, driver.load_task(task_class, options)
 
 
-def check_settings(recipe, config_files, runs, model_dir_of, extra_overrides=""):
-    """Loads and validates the recipe config of every run, and checks the data it reads
-    into `model_dir_of(run)`, in this process (nothing runs or is written); raises the
+def check_settings(recipe, config_files, runs, model_dir_of, extra_overrides="", metric=None):
+    """Loads and validates the recipe config of every run, checks that it reports the
+    held-out `metric` (`check_metric_of_config`), and makes the driver's checks of a run
+    before any work (a recipe file's Task defines every method a run calls; a fresh run's
+    train.init_checkpoint holds a checkpoint of this program) and the check of the data it
+    reads into `model_dir_of(run)`, in this process (nothing runs or is written); raises the
     recipe's `UserError` for the first bad one."""
     for run, task in loaded_tasks(recipe, config_files, runs, extra_overrides):
+        driver = importlib.import_module("recipes.common.driver")  # (after loaded_tasks: quiet)
+        if metric is not None:
+            check_metric_of_config(recipe, metric, task.config)
+        driver.check_task_methods(task, MODE)
+        driver.check_init_checkpoint(task.config, model_dir_of(run), MODE)
         task.check_data(MODE, model_dir_of(run))
 
 
@@ -177,6 +185,23 @@ def check_metric(recipe, metric):
     if known is not None and metric not in known:
         raise UserError(f"--metric={metric}: recipe {recipe} reports no such held-out "
                         f"metric; give one of {', '.join(known)}")
+
+
+def check_metric_of_config(recipe, metric, config):
+    """A `UserError`, before any run, if a shipped recipe run with `config` (a loaded task's:
+    its config files, overrides and defaults) leaves out the held-out `metric` it reports
+    with other configs: ResNet's top-k accuracy needs more than k classes
+    (recipes/resnet/model.py `reports_top_k`)."""
+    if recipe != "resnet":
+        return
+    model = importlib.import_module("recipes.resnet.model")  # (loaded with the task)
+    classes = config.data.num_classes
+    if metric == f"top_{model.TOP_K}_accuracy" and not model.reports_top_k(classes):
+        raise UserError(
+            f"--metric={metric}: the config's data.num_classes is {classes} (<= "
+            f"{model.TOP_K}), so recipe resnet does not report top-{model.TOP_K} accuracy "
+            f"(every label is among the top {model.TOP_K}); give --metric=top_1_accuracy, or "
+            f"a config of more than {model.TOP_K} classes")
 
 
 # Words of a metric's name (split at "_") that say which way it is better.

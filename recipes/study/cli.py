@@ -123,7 +123,8 @@ def _checked_plan(args):
     sweep_phase = [run for runs in sweeps.values() for run in runs]
     untuned_phase = [run for runs in untuned.values() for run in runs]
     adapter.check_settings(args.recipe, args.config_file, sweep_phase + untuned_phase,
-                           lambda run: runner.run_dir(args.study_dir, run), args.params_override)
+                           lambda run: runner.run_dir(args.study_dir, run), args.params_override,
+                           metric.name)
     storage.check_writable(f"--study_dir={args.study_dir}", args.study_dir)
     storage.check_not_a_run(f"--study_dir={args.study_dir}", args.study_dir,
                             "the study's runs, study.md and study.json")
