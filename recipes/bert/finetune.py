@@ -37,7 +37,6 @@ from recipes.common.errors import UserError  # noqa: E402,F401  (raised by the c
 
 class BertFinetuneTask(task_lib.Task):
     config_class = BertFinetuneConfig
-    export_subdir = "export"
     default_exclude_from_weight_decay = tuple(exclusions.BERT_EXCLUDE_PATTERNS)
     init_checkpoint_fits = ("give a fine-tuning run of this task and its labels (the pretrained "
                             "encoder comes from encoder.pretraining_dir)")
@@ -58,7 +57,8 @@ class BertFinetuneTask(task_lib.Task):
         self.seq_length = finetune_data.check_task_run(data, self.run)
 
     def check_data(self, mode, model_dir):  # the run's labels and input kind; init_checkpoint
-        self.examples = finetune_data.check_data(self.config, mode, model_dir, self.examples)
+        self.examples = finetune_data.check_data(self.config, mode, model_dir, self.examples,
+                                                 self.run)
 
     # ---- Data ---------------------------------------------------------------------------
 
