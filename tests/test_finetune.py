@@ -412,7 +412,8 @@ def test_comparison_says_what_it_does_with_each_encoder(mode, doing, tmp_path, m
     from recipes.common import flags as flags_lib
 
     monkeypatch.setattr(finetune_compare.driver, "load_task", lambda *_: types.SimpleNamespace(
-        config=types.SimpleNamespace(encoder=types.SimpleNamespace(init="pretrained"))))
+        config=types.SimpleNamespace(encoder=types.SimpleNamespace(init="pretrained")),
+        held_out_keys=()))
     monkeypatch.setattr(finetune_compare.driver, "run", lambda *_: {"accuracy": 0.5})
     options = flags_lib.RunOptions(
         config_files=(), params_override="", model_dir=str(tmp_path), mode=mode, tpu="",
@@ -477,7 +478,8 @@ def test_a_comparison_is_evaluated_and_exported_with_its_own_runs_config(mode, t
     loaded = []
     monkeypatch.setattr(finetune_compare.driver, "load_task", lambda _, options, mode=None: (
         loaded.append((options.model_dir, mode)) or types.SimpleNamespace(
-            config=types.SimpleNamespace(encoder=types.SimpleNamespace(init="pretrained")))))
+            config=types.SimpleNamespace(encoder=types.SimpleNamespace(init="pretrained")),
+            held_out_keys=())))
     monkeypatch.setattr(finetune_compare.driver, "run", lambda _, options: (
         {"accuracy": 0.5} if options.mode == "eval" else {}))
     for name in ("pretrained", "random_init"):
@@ -497,6 +499,27 @@ def test_a_comparison_is_evaluated_and_exported_with_its_own_runs_config(mode, t
     loaded.clear()
     finetune_compare.compare_inits(None, dataclasses.replace(options, config_files=(str(given),)))
     assert loaded == [(str(tmp_path), mode)]
+
+
+def test_a_comparison_evaluated_on_another_held_out_file_keeps_its_comparison(tmp_path,
+                                                                              monkeypatch):
+    """Each run's results of another data.eval_file go to its eval_<name>/; the comparison's
+    of both went over comparison.json, the comparison of the runs' own held-out data."""
+    from recipes.common import flags as flags_lib
+
+    monkeypatch.setattr(finetune_compare.driver, "load_task", lambda *_: types.SimpleNamespace(
+        config=types.SimpleNamespace(encoder=types.SimpleNamespace(init="pretrained"))))
+    monkeypatch.setattr(finetune_compare.driver, "other_held_out", lambda task, run, mode: (
+        ("data.eval_file", "/data/other.tsv"),) if run == str(tmp_path / "pretrained") else ())
+    monkeypatch.setattr(finetune_compare.driver, "run", lambda *_: {"accuracy": 0.25})
+    (tmp_path / "comparison.json").write_text('{"pretrained": {"accuracy": 0.75}}\n')
+    options = flags_lib.RunOptions(
+        config_files=(), params_override="", model_dir=str(tmp_path), mode="eval", tpu="",
+        strategy="", communication="auto", deterministic=False)
+    finetune_compare.compare_inits(None, options)
+    assert (tmp_path / "comparison.json").read_text() == '{"pretrained": {"accuracy": 0.75}}\n'
+    assert json.loads((tmp_path / "eval_other" / "comparison.json").read_text()) == {
+        "pretrained": {"accuracy": 0.25}, "random_init": {"accuracy": 0.25}}
 
 
 def test_both_runs_of_a_comparison_name_their_variables_alike(tmp_path, monkeypatch):
@@ -586,6 +609,42 @@ def test_the_stdlib_tasks_seed_is_kept_by_a_resumed_or_evaluated_run(task, refus
         f"train.seed was 1 in the run in {tmp_path}, now 7: a run keeps train.seed from its "
         "first step to its last (they define what it trains); keep train.seed=1 to evaluate "
         "the run (without --config_file, its own config.yaml is the config)")
+
+
+def test_only_an_evaluation_or_export_reads_another_held_out_file(tmp_path):
+    """A Model Garden user scores a trained model on any held-out data; `--mode=eval` of a
+    fine-tuning run with another data.eval_file was refused as a change of its data.* keys.
+    Training it further on other data still is (its results go to eval_<the file's name>/
+    of the run, tests/test_finetune_modes.py)."""
+    import tensorflow as tf
+
+    from recipes.common import checkpoints
+    from recipes.common import config as config_lib
+    from recipes.common import driver
+
+    files = "encoder.pretraining_dir=/runs/bert,data.task=classification,data.train_file=t.tsv"
+    config_lib.save_config(config_lib.load_config(
+        finetune.BertFinetuneConfig, (), files + ",data.eval_file=/data/dev.tsv"), str(tmp_path))
+    tf.train.Checkpoint(step=tf.Variable(1)).save(
+        str(tmp_path / checkpoints.CHECKPOINT_SUBDIR / "ckpt"))
+    other = finetune.BertFinetuneTask(config_lib.load_config(
+        finetune.BertFinetuneConfig, (), files + ",data.eval_file=/data/other_dev.tsv"))
+    for mode, doing in (("eval", "evaluating"), ("export", "exporting")):
+        assert driver.compare_with_saved_config(other, str(tmp_path), mode) == [
+            f"config: data.eval_file '/data/dev.tsv' -> '/data/other_dev.tsv' ({doing} the run "
+            f"in {tmp_path})"]
+    held_out = driver.other_held_out(other, str(tmp_path), "eval")
+    assert held_out == (("data.eval_file", "/data/other_dev.tsv"),)
+    assert driver.held_out_subdir(held_out) == "eval_other_dev"
+    assert driver.other_held_out(other, str(tmp_path), "export") == ()  # nothing evaluated
+    for mode in ("train", "train_and_eval"):
+        with pytest.raises(finetune.UserError) as error:
+            driver.compare_with_saved_config(other, str(tmp_path), mode)
+        assert str(error.value) == (
+            f"data.eval_file was '/data/dev.tsv' in the run in {tmp_path}, now "
+            "'/data/other_dev.tsv': a run keeps its data.* keys from its first step to its last "
+            "(they define what it trains); keep data.eval_file='/data/dev.tsv' or use a new "
+            "--model_dir")
 
 
 @pytest.mark.slow  # exports a pretraining run's encoder (SavedModels)

@@ -73,10 +73,15 @@ def _finetune(cwd, *args):
 def test_a_run_is_evaluated_and_exported_without_its_training_file(pretraining_dir,  # noqa: F811
                                                                    tmp_path, task):
     """`--mode=eval` and `--mode=export` of a run (its config.yaml naming data.train_file)
-    read the training file anyway: deleted or moved, they were refused."""
+    read the training file anyway: deleted or moved, they were refused. And an evaluation
+    on another held-out file (data.eval_file given) was refused as a change of the run's
+    data.* keys (`_evaluate_on_another_held_out_file`)."""
     if task == "squad":
         shutil.copy(TINY_SQUAD, tmp_path / "train.json")
         shutil.copy(TINY_SQUAD, tmp_path / "dev.json")
+        with open(TINY_SQUAD) as f:  # its first article only
+            tiny = json.load(f)
+        (tmp_path / "other.json").write_text(json.dumps({**tiny, "data": tiny["data"][:1]}))
         files = ["data.task=squad", f"data.train_file={tmp_path / 'train.json'}",
                  f"data.eval_file={tmp_path / 'dev.json'}", "data.doc_stride=12",
                  "data.max_query_length=16"]
@@ -101,6 +106,9 @@ def test_a_run_is_evaluated_and_exported_without_its_training_file(pretraining_d
         "training questions not read (--mode=eval)" in evaluated.stdout)
     scores = json.loads((run / "results.json").read_text())["eval"]
     assert set(scores) == ({"exact_match", "f1"} if task == "squad" else {"accuracy"})
+    if task == "squad":  # another held-out file, once (SQuAD: its predictions.json too)
+        _evaluate_on_another_held_out_file(run, tmp_path / "other.json", tiny["data"][0],
+                                           set(scores))
     dev = tmp_path / ("dev.json" if task == "squad" else "dev.tsv")
     os.remove(dev)
     missing = _finetune(tmp_path, f"--model_dir={run}", "--mode=eval")
@@ -117,6 +125,23 @@ def test_a_run_is_evaluated_and_exported_without_its_training_file(pretraining_d
         served = serve_in_fresh_process(str(run / "export"), {
             "sentence1": ["the cat"], "sentence2": ["sat"]})
         assert set(served["label"]) <= {"feline", "canine"}
+
+
+def _evaluate_on_another_held_out_file(run, other, article, metrics):
+    """`--mode=eval` of the SQuAD `run` on `other`, a file of the one `article`: its
+    results, TensorBoard scalars and answers in <run>/eval_other/, the run's own untouched."""
+    own = {name: (run / name).read_bytes()
+           for name in ("results.json", "config.yaml", "predictions.json")}
+    evaluated = _finetune(run.parent, f"--model_dir={run}", "--mode=eval",
+                          f"--params_override=data.eval_file={other}")
+    assert evaluated.returncode == 0, evaluated.stderr[-3000:]
+    assert {name: (run / name).read_bytes() for name in own} == own
+    results = json.loads((run / "eval_other" / "results.json").read_text())
+    assert set(results["eval"]) == metrics and results["mode"] == "eval"
+    assert results["held_out"] == {"data.eval_file": str(other)}
+    assert os.listdir(run / "eval_other" / "eval")  # its TensorBoard scalars
+    answers = json.loads((run / "eval_other" / "predictions.json").read_text())
+    assert len(answers) == sum(len(p["qas"]) for p in article["paragraphs"])
 
 
 def test_an_export_of_a_run_without_inputs_json_says_what_to_write(tmp_path):

@@ -37,10 +37,10 @@ from recipes.common.errors import UserError  # noqa: E402,F401  (raised by the c
 
 class BertFinetuneTask(task_lib.Task):
     config_class = BertFinetuneConfig
-    export_subdir = "export"
     default_exclude_from_weight_decay = tuple(exclusions.BERT_EXCLUDE_PATTERNS)
     init_checkpoint_fits = ("give a fine-tuning run of this task and its labels (the pretrained "
                             "encoder comes from encoder.pretraining_dir)")
+    held_out_keys = ("data.eval_file",)  # evaluated on another file: docs/finetune.md
 
     @property
     def fixed_on_resume(self):
@@ -58,13 +58,13 @@ class BertFinetuneTask(task_lib.Task):
         self.seq_length = finetune_data.check_task_run(data, self.run)
 
     def check_data(self, mode, model_dir):  # the run's labels and input kind; init_checkpoint
-        self.examples = finetune_data.check_data(self.config, mode, model_dir, self.examples)
+        self.examples = finetune_data.check_data(self.config, mode, model_dir, self.examples,
+                                                 self.run)
 
     # ---- Data ---------------------------------------------------------------------------
 
     def prepare(self, model_dir, mode):
         data = self.config.data
-        self.model_dir = model_dir
         if data.task == "squad":
             self.data = finetune_data.prepare_squad(data, self.run, self.seq_length,
                                                      self.questions, mode)
@@ -118,7 +118,7 @@ class BertFinetuneTask(task_lib.Task):
                 self.data.eval_examples, self.data.eval_features, outputs["start_logits"],
                 outputs["end_logits"], self.data.eval_dataset_json,
                 self.config.data.n_best_size, self.config.data.max_answer_length)
-            squad.write_predictions(self.model_dir, self.predictions)
+            squad.write_predictions(self.evaluation_dir, self.predictions)
             return squad.squad_scores(questions, self.predictions)
         logits = outputs["logits"]
         labels = self.data.eval_arrays[1]["logits"][:len(logits)]

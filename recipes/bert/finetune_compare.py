@@ -27,7 +27,8 @@ def with_init(params_override, init):
 
 def compare_inits(task_class, options):
     """Fine-tunes the pretrained encoder and a random one with the same config into
-    <model_dir>/pretrained and <model_dir>/random_init; prints both held-out results."""
+    <model_dir>/pretrained and <model_dir>/random_init; prints both held-out results (into
+    comparison.json; an evaluation of other held-out data: eval_<name>/comparison.json)."""
     # every config error before any work; without --config_file, a comparison's own runs
     # are the config (as a run's config.yaml is its own): --mode=eval needs no other flag
     first = os.path.join(options.model_dir, COMPARED_INITS[0][0])
@@ -43,6 +44,7 @@ def compare_inits(task_class, options):
             "--compare_with_random_init writes its two runs into "
             f"{' and '.join(f'{name}/' for name, _ in COMPARED_INITS)} of a directory of their "
             "own: give a new --model_dir")
+    held_out = driver.other_held_out(task, first, options.mode)  # other held-out data
     results = {}
     for name, init in COMPARED_INITS:
         doing = {"eval": "evaluating", "export": "exporting"}.get(options.mode, "fine-tuning")
@@ -59,7 +61,9 @@ def compare_inits(task_class, options):
     for name, values in results.items():
         line = " ".join(f"{metric}={value:.4f}" for metric, value in sorted(values.items()))
         print(f"  {name.replace('_', ' ') + ' encoder:':26s} {line}", flush=True)
-    with tf.io.gfile.GFile(os.path.join(options.model_dir, "comparison.json"), "w") as f:
+    into = os.path.join(options.model_dir, driver.held_out_subdir(held_out) if held_out else "")
+    tf.io.gfile.makedirs(into)  # other held-out data: in eval_<name>/, as each run's results
+    with tf.io.gfile.GFile(os.path.join(into, "comparison.json"), "w") as f:
         f.write(json.dumps(results, indent=2, sort_keys=True) + "\n")
     return results
 

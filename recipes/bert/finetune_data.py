@@ -50,7 +50,8 @@ class PretrainingRun:
         self.encoder_config = _encoder_config(self.directory, fix)
         self.vocab_file = os.path.join(self.directory, "vocab.txt")
         _check_vocabulary(self.vocab_file, self.encoder_config, fix)
-        _check_checkpoint(self.checkpoint, self.encoder_config, fix)
+        # {path in a checkpoint: (shape, name)} of the encoder fine-tuning builds
+        self.encoder_variables = _check_checkpoint(self.checkpoint, self.encoder_config, fix)
         # What the embedded task needs: the corpus, where it was prepared, the split's seed.
         self.corpus = "" if data.get("train_files") else data.get("corpus")
         self.data_seed = data.get("seed")
@@ -169,17 +170,33 @@ def _check_vocabulary(vocab_file, encoder_config, fix):
             f"no embedding; {fix}")
 
 
-def _encoder_shapes(encoder_config):
-    """The sorted variable shapes of the encoder `encoder_config` builds (in a graph of its
-    own: nothing is computed)."""
+def encoder_variables(encoder_config):
+    """{path: (shape, variable name)} of each variable of the encoder `encoder_config` builds
+    (in a graph of its own: nothing is computed), by its path in the encoder's checkpoint
+    (`tf.train.Checkpoint(encoder=...)` keeps it under encoder/<path>/; a fine-tuning run's
+    under its model's path to the encoder): the saver's breadth-first walk, each variable
+    under the first path that reaches it, the names escaped as the saver escapes them."""
     with tf.Graph().as_default():
         encoder = ecosystem_export.create_weights(encoders.build_encoder(encoder_config), 2)
-        return sorted(tuple(variable.shape.as_list()) for variable in encoder.variables)
+        found, seen, queue = {}, {id(encoder)}, [(encoder, "")]
+        while queue:
+            node, path = queue.pop(0)
+            for name, child in tf.train.TrackableView.children(node).items():
+                if id(child) in seen:
+                    continue
+                seen.add(id(child))
+                child_path = path + name.replace(".", "..").replace("/", ".S")
+                if isinstance(child, tf.Variable):
+                    found[child_path] = (child.shape.as_list(), child.name.removesuffix(":0"))
+                else:
+                    queue.append((child, child_path + "/"))
+        return found
 
 
 def _check_checkpoint(checkpoint, encoder_config, fix):
     """The encoder checkpoint is whole (its data files hold at least its tensors' bytes)
-    and holds a variable of each shape of the encoder of `encoder_config`."""
+    and holds a variable of each shape of the encoder of `encoder_config`; returns that
+    encoder's variables (`encoder_variables`)."""
     where = f"encoder.pretraining_dir: {checkpoint}"
     try:
         reader = tf.train.load_checkpoint(checkpoint)
@@ -196,10 +213,11 @@ def _check_checkpoint(checkpoint, encoder_config, fix):
                         f"variables need {needed} (a copy that stopped early?); {fix}")
     found = sorted(tuple(shape) for name, shape in shapes.items() if name.startswith("encoder/"))
     try:
-        expected = _encoder_shapes(encoder_config)
+        variables = encoder_variables(encoder_config)
     except (ValueError, TypeError, tf.errors.OpError) as error:
         raise UserError(f"encoder.pretraining_dir: its model_garden/encoder.yaml gives no "
                         f"encoder ({str(error).splitlines()[0][:120]}); {fix}") from None
+    expected = sorted(tuple(shape) for shape, _ in variables.values())
     if found != expected:
         extra = collections.Counter(expected) - collections.Counter(found)
         lacking = collections.Counter(found) - collections.Counter(expected)
@@ -208,6 +226,7 @@ def _check_checkpoint(checkpoint, encoder_config, fix):
             f"{where} does not fit the encoder of its model_garden/encoder.yaml (the encoder has "
             f"{len(expected)} variables, the checkpoint {len(found)}; shape {shape} is in "
             f"{'the encoder' if extra else 'the checkpoint'} only); {fix}")
+    return variables
 
 
 @dataclasses.dataclass
@@ -408,49 +427,111 @@ def of_run(data, mode, model_dir, examples):
     return labels_of_run(data, mode, model_dir, examples and examples.evaluation)
 
 
-def check_data(config, mode, model_dir, examples):
-    """`of_run`, then `check_init_checkpoint`: the task's `check_data`."""
+def check_data(config, mode, model_dir, examples, run):
+    """`of_run`, then `check_init_checkpoint`: the task's `check_data` (`run`: the
+    `PretrainingRun` of encoder.pretraining_dir)."""
     examples = of_run(config.data, mode, model_dir, examples)
-    check_init_checkpoint(config, mode, model_dir, examples and examples.labels)
+    check_init_checkpoint(config, mode, model_dir, examples and examples.labels, run)
     return examples
 
 
 FINETUNED_PREFIX = "model/inner_model/"  # where a run of the driver keeps its weights
+VALUE_SUFFIX = "/.ATTRIBUTES/VARIABLE_VALUE"  # a variable's value, in a checkpoint's names
 
 
-def check_init_checkpoint(config, mode, model_dir, labels):
+def check_init_checkpoint(config, mode, model_dir, labels, run):
     """A UserError, before any work, for a train.init_checkpoint that a fresh training run
     (`mode`) would restore into the fine-tuning model and that cannot fit it: no run's
     weights (a Model Garden encoder checkpoint: the pretrained encoder is
-    encoder.pretraining_dir's), or a fine-tuning run of another task or number of `labels`.
-    (A misfit found only by the restore is refused after the model is built.)"""
+    encoder.pretraining_dir's), a fine-tuning run of an encoder of another shape than
+    `run`'s (the `PretrainingRun`: hidden size, layers, vocabulary, position embeddings),
+    or of another task or number of `labels`. (A misfit found only by the restore is
+    refused after the model is built.)"""
     given = config.train.init_checkpoint
     if (not given or mode not in flags.TRAIN_MODES
             or checkpoints.latest_checkpoint(model_dir) is not None):
         return
     path = checkpoints.init_checkpoint_path(given)
-    names = [name for name, _ in tf.train.list_variables(path)
-             if "/" in name and not name.startswith("save_counter/")]
+    shapes = {name: shape for name, shape in tf.train.list_variables(path)
+              if "/" in name and not name.startswith("save_counter/")}
     where = f"train.init_checkpoint={given!r}"
     fits = ("give a fine-tuning run of this task and its labels, or none; the pretrained "
             "encoder comes from encoder.pretraining_dir (give its pretraining run there)")
-    if not any(name.startswith(FINETUNED_PREFIX) for name in names):
-        top = sorted({name.split("/")[0] + "/" for name in names})[:3]
+    if not any(name.startswith(FINETUNED_PREFIX) for name in shapes):
+        top = sorted({name.split("/")[0] + "/" for name in shapes})[:3]
         raise UserError(f"{where}: {path} holds no weights of a fine-tuning run (its "
                         f"variables are under {', '.join(top) or 'nothing'}, not "
                         f"{FINETUNED_PREFIX}: a Model Garden encoder checkpoint?); {fits}")
     saved = os.path.join(given, "config.yaml")
-    if not tf.io.gfile.isdir(given) or not tf.io.gfile.exists(saved):
+    other = {}
+    if tf.io.gfile.isdir(given) and tf.io.gfile.exists(saved):
+        with tf.io.gfile.GFile(saved) as f:
+            other = yaml.safe_load(f) or {}
+    _check_init_encoder(where, path, shapes, config.encoder.pretraining_dir, run,
+                        (other.get("encoder") or {}).get("pretraining_dir"))
+    if not other:
         return
-    with tf.io.gfile.GFile(saved) as f:
-        other = (yaml.safe_load(f) or {}).get("data") or {}
-    other_labels = _saved(given, LABELS_FILE, lambda v: isinstance(v, list))
-    if other.get("task", "stdlib") != config.data.task:
-        raise UserError(f"{where} is a fine-tuning run of data.task={other.get('task', 'stdlib')}, "
-                        f"this run's is data.task={config.data.task}; {fits}")
+    other_data, other_labels = other.get("data") or {}, _saved(given, LABELS_FILE,
+                                                                lambda v: isinstance(v, list))
+    if other_data.get("task", "stdlib") != config.data.task:
+        raise UserError(f"{where} is a fine-tuning run of data.task="
+                        f"{other_data.get('task', 'stdlib')}, this run's is data.task="
+                        f"{config.data.task}; {fits}")
     if labels is not None and other_labels is not None and len(other_labels) != len(labels):
         raise UserError(f"{where} is a run of {len(other_labels)} labels ({given}/{LABELS_FILE}), "
                         f"this one has {len(labels)}; {fits}")
+
+
+def _check_init_encoder(where, path, shapes, pretraining_dir, run, its_pretraining_dir):
+    """A UserError if the encoder in the fine-tuning checkpoint `path` (`shapes`: {name:
+    shape} of its variables) is not of the shape of `run`'s, the `PretrainingRun` of this
+    run's `pretraining_dir` (its model_garden/encoder.yaml); `its_pretraining_dir`: the
+    encoder.pretraining_dir the checkpoint's run names in its config.yaml, if known."""
+    this_encoder = (f"this run's encoder (encoder.pretraining_dir={pretraining_dir}, by its "
+                    "model_garden/encoder.yaml)")
+    misfit = encoder_misfit(encoder_in_checkpoint(shapes, run.encoder_variables),
+                            run.encoder_variables, this_encoder)
+    if not misfit:
+        return
+    source = ("" if not its_pretraining_dir or its_pretraining_dir == pretraining_dir
+              else f" ({its_pretraining_dir}, by its config.yaml)")
+    raise UserError(
+        f"{where}: {path} was fine-tuned from an encoder of another shape: {misfit}; give a "
+        "fine-tuning run of an encoder of this shape, or, as encoder.pretraining_dir, the "
+        f"pretraining run that the checkpoint's run was fine-tuned from{source}")
+
+
+def encoder_in_checkpoint(shapes, expected):
+    """{path: shape} of the encoder's variables in a fine-tuning run's checkpoint (`shapes`:
+    {name: shape} of its variables), those under the path to which most of the paths of
+    `expected` (`encoder_variables`) are added; {} where none is."""
+    values = {name.removesuffix(VALUE_SUFFIX): shape for name, shape in shapes.items()
+              if name.startswith(FINETUNED_PREFIX) and name.endswith(VALUE_SUFFIX)}
+    prefixes = collections.Counter(name[:-len(path)] for name in values for path in expected
+                                   if name.endswith("/" + path))
+    if not prefixes:
+        return {}
+    prefix = prefixes.most_common(1)[0][0]
+    return {name[len(prefix):]: shape for name, shape in values.items()
+            if name.startswith(prefix)}
+
+
+def encoder_misfit(found, expected, this_encoder="this run's encoder"):
+    """Where the encoder variables of a checkpoint (`found`: {path: shape}) and those of
+    the encoder a run builds (`expected`: `encoder_variables`; `this_encoder` names it)
+    differ, in a few words, or None (the same, or no encoder found)."""
+    if not found:
+        return None
+    for path, (shape, name) in expected.items():
+        if path in found and list(found[path]) != shape:
+            return f"its {name} has shape {list(found[path])}, {this_encoder} makes {shape}"
+    missing = [name for path, (_, name) in expected.items() if path not in found]
+    extra = [path for path in found if path not in expected]
+    if not missing and not extra:
+        return None
+    return (f"its encoder has {len(found)} variables, {this_encoder} makes {len(expected)}, "
+            + (f"among them {missing[0]}, which the checkpoint lacks" if missing
+               else f"but not its {extra[0]}"))
 
 
 def prepare_classification(data, run, seq_length, model_dir, seed, examples=None,

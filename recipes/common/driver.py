@@ -356,6 +356,8 @@ def compare_with_saved_config(task, model_dir, mode):
                 f"holds no loss scale, which mixed_float16 restores; {_keep(key, old, mode)}")
         fixed = [f for f in task.fixed_on_resume
                  if key == f or (f.endswith(".") and key.startswith(f))]
+        if mode in ("eval", "export") and key in task.held_out_keys:
+            fixed = []  # other held-out data to evaluate on (an export reads none)
         if fixed:  # model.dropout_rate too: no variable, but another model to go on with
             keys = f"its {fixed[0]}* keys" if fixed[0].endswith(".") else fixed[0]
             raise UserError(
@@ -365,6 +367,24 @@ def compare_with_saved_config(task, model_dir, mode):
         lines.append(f"config: {key} {old!r} -> {new!r} ({_WITH_THE_RUN[mode][1]} the run "
                      f"in {model_dir})")
     return lines
+
+
+def other_held_out(task, model_dir, mode):
+    """((key, value), ...) of the keys of `task.held_out_keys` that --mode=eval (`mode`) of
+    the run in `model_dir` changes from its config.yaml: it evaluates the run on other
+    held-out data than its own; else ()."""
+    if (mode != "eval" or not task.held_out_keys
+            or checkpoints.latest_checkpoint(model_dir) is None):
+        return ()
+    return tuple((key, new) for key, _, new in saved_config_changes(task, model_dir)
+                 if key in task.held_out_keys)
+
+
+def held_out_subdir(held_out):
+    """The subdirectory of a run that takes an evaluation of other held-out data
+    (`other_held_out`): eval_<the first key's file name without its extension>."""
+    name = os.path.basename(str(held_out[0][1]).rstrip("/"))
+    return "eval_" + (os.path.splitext(name)[0] or name)
 
 
 def saved_config_changes(task, model_dir):
@@ -428,6 +448,11 @@ def run(task_class, options):
               "--config_file given)", flush=True)
     for line in changes:
         print(line, flush=True)
+    held_out = other_held_out(task, options.model_dir, options.mode)
+    if held_out:
+        print(f"evaluation: of other held-out data than the run's ({held_out[0][0]}), into "
+              f"{os.path.join(options.model_dir, held_out_subdir(held_out))}/ (the run's own "
+              "outputs and config.yaml stay as they are)", flush=True)
     strategy = strategy_lib.make_strategy(options.strategy, options.tpu, options.communication,
                                           options.cpu_replicas)
     plan = plan_batch(task.config, strategy.num_replicas_in_sync)
@@ -442,7 +467,7 @@ def run(task_class, options):
         try:
             with strategy_lib.WorkerDirectory(options.model_dir, strategy) as work_dir, \
                     native_log.to_file(work_dir.path, options.verbose):  # C++ log: to a file
-                return _Run(task, options, strategy, plan, work_dir.path).execute()
+                return _Run(task, options, strategy, plan, work_dir.path, held_out).execute()
         except UserError:  # found in task.prepare: the chief leaves no new --model_dir behind
             if new_model_dir and strategy_lib.is_chief(strategy):
                 native_log.remove_if_only_log(options.model_dir)
@@ -523,14 +548,29 @@ class _Run:
     """One process's run, writing to `model_dir` (the chief's --model_dir, or a worker's
     private directory); checkpoints are always read from --model_dir."""
 
-    def __init__(self, task, options, strategy, plan, model_dir):
+    # An evaluation of other held-out data (`other_held_out`): (key, value) pairs, and the
+    # subdirectory of `model_dir` that takes its outputs (`evaluation_dir`).
+    held_out, evaluation_subdir = (), ""
+
+    def __init__(self, task, options, strategy, plan, model_dir, held_out=()):
         self.task, self.config, self.options = task, task.config, options
         self.strategy, self.plan, self.model_dir = strategy, plan, model_dir
+        if held_out:
+            self.held_out, self.evaluation_subdir = held_out, held_out_subdir(held_out)
         self.start = time.perf_counter()
         self.model, self.layer_adaptation, self.pattern_lines = None, True, []
 
+    @property
+    def evaluation_dir(self):
+        """Where the evaluation writes results.json and eval/: the process's model_dir, or
+        its subdirectory for other held-out data (`held_out_subdir`)."""
+        if not self.evaluation_subdir:
+            return self.model_dir
+        return os.path.join(self.model_dir, self.evaluation_subdir)
+
     def execute(self):
         mode = self.options.mode
+        self.task.evaluation_dir = self.evaluation_dir
         training.set_up_randomness(self.config.train.seed, self.options.deterministic)
         tf_keras.mixed_precision.set_global_policy(self.config.runtime.precision)
         with errors.doing("while preparing the data"):
@@ -576,8 +616,9 @@ class _Run:
             print(f"outputs in {self.options.model_dir}, the chief's (this worker's copies, in "
                   f"{self.model_dir}, are removed as it exits)", flush=True)
         else:
-            print(f"outputs in {self.model_dir}: {', '.join(outputs_present(self.model_dir))}",
-                  flush=True)
+            present = outputs_present(self.model_dir) + (
+                [f"{self.evaluation_subdir} (this evaluation's)"] if self.held_out else [])
+            print(f"outputs in {self.model_dir}: {', '.join(present)}", flush=True)
         return results
 
     def export_dir(self):
@@ -640,7 +681,8 @@ class _Run:
         results = metric_values(self.task, results)
         step = int(self.model.optimizer.iterations.numpy())
         callbacks_lib.write_scalars(
-            tf.summary.create_file_writer(os.path.join(self.model_dir, "eval")), step, results)
+            tf.summary.create_file_writer(os.path.join(self.evaluation_dir, "eval")), step,
+            results)
         if not math.isfinite(results.get("loss", 0.0)):
             raise TrainingDiverged(f"eval loss is {results['loss']}; the model diverged")
         print(f"held-out {self.task.describe_evaluation(results)}  [{when}]", flush=True)
@@ -662,7 +704,8 @@ class _Run:
         """Writes `results.json` (atomically), what a study tool reads from a run, and
         returns what it holds. A training writes it twice: when trained (`eval` empty) and at
         the end. An evaluation without training (`--mode=eval`, or a rerun of a run stopped
-        after its training) replaces its `eval` and keeps the rest."""
+        after its training) replaces its `eval` and keeps the rest; one of other held-out
+        data writes its own in `evaluation_dir`, with those data's keys (`held_out`)."""
         results = {
             "mode": self.options.mode,
             "global_batch_size": self.plan.global_batch_size,
@@ -674,7 +717,10 @@ class _Run:
             "eval": eval_results,
             "train": train_logs,
         }
-        path = os.path.join(self.model_dir, RESULTS_FILE)
+        if self.held_out:
+            results["held_out"] = dict(self.held_out)
+            tf.io.gfile.makedirs(self.evaluation_dir)
+        path = os.path.join(self.evaluation_dir, RESULTS_FILE)
         if not train_logs and tf.io.gfile.exists(path):  # --mode=eval: the training's stays
             with tf.io.gfile.GFile(path) as f:
                 trained = json.load(f)

@@ -14,6 +14,8 @@ The driver calls, in order (a method the task does not need keeps the default):
     task.check_config()                 # before anything is printed or written
     task.check_data(mode, model_dir)    # the data mode reads is there (nothing written
                                         # yet; a study checks every run's first)
+    task.evaluation_dir = ...           # where the evaluation writes: model_dir, or its
+                                        # eval_<name>/ for other held-out data
     task.prepare(model_dir, mode)       # find / prepare data (no model yet)
     with strategy.scope():
         network = task.build_model()    # the tf_keras model to train
@@ -53,12 +55,21 @@ class Task:
     # Config keys (or prefixes ending in ".") a resumed run may not change: the checkpoint
     # would not mean the same model or data any more. Other changes are printed.
     fixed_on_resume = ("model.",)
+    # Keys of `fixed_on_resume` that name held-out data only (fine-tuning's data.eval_file):
+    # --mode=eval may change them, to evaluate the run on other data (its results go to
+    # <model_dir>/eval_<the file's name>/, `evaluation_dir`; the run's own results.json and
+    # config.yaml stay as they were), and --mode=export, which reads no held-out data too.
+    held_out_keys = ()
     # What a train.init_checkpoint that does not fit the model needs, for its error line.
     init_checkpoint_fits = ("both runs need the same model.* shape and vocabulary / number of "
                             "classes")
     # The --mode the driver runs the task in (train | eval | train_and_eval | export), set
     # before `check_config`; None outside the driver (a study's checks): check as for training.
     mode = None
+    # Where the evaluation writes (its results.json, eval/ summaries and any file of the
+    # task's own, as SQuAD's predictions.json): the process's model_dir, or for other
+    # held-out data (`held_out_keys`) its eval_<name>/; set by the driver before `prepare`.
+    evaluation_dir = None
 
     def __init__(self, config):
         self.config = config
