@@ -10,6 +10,7 @@ import os
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
+import fcntl  # noqa: E402
 import shutil  # noqa: E402
 import tempfile  # noqa: E402
 
@@ -88,3 +89,24 @@ def two_cpu_strategy():
     import tensorflow as tf
 
     return tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+
+
+def built_once(tmp_path_factory, name, build):
+    """The directory `name` that `build(directory)` fills, built once per test session for
+    every test file that asks (a read-only fixture several files import): pytest-xdist's
+    workers share the session's temporary root, and the first to ask builds it under a lock
+    while the others wait; one process (`-n 0`) builds it in its own temporary root."""
+    if "PYTEST_XDIST_WORKER" not in os.environ:
+        directory = tmp_path_factory.mktemp(name)
+        build(directory)
+        return str(directory)
+    shared = tmp_path_factory.getbasetemp().parent  # the session's, above each worker's
+    directory, done = shared / name, shared / f"{name}.built"
+    with open(shared / f"{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        if not done.exists():
+            shutil.rmtree(directory, ignore_errors=True)  # a build that failed part-way
+            directory.mkdir()
+            build(directory)
+            done.write_text("")
+    return str(directory)

@@ -23,7 +23,7 @@ import tf_keras
 import yaml
 
 import tensorboard_events
-from conftest import REPO_ROOT
+from conftest import REPO_ROOT, built_once
 from recipes.bert import ecosystem_export
 from recipes.bert import finetune, finetune_compare, finetune_data
 from recipes.bert import model as model_lib
@@ -40,7 +40,15 @@ CLASSIFICATION_WORDS = ["cat", "dog", "sat", "ran", "on", "mat", "far", "away", 
 
 @pytest.fixture(scope="module")
 def pretraining_dir(tmp_path_factory):
-    root = tmp_path_factory.mktemp("pretraining_run")
+    """A tiny pretraining run's exports (read only), built once for the files that import
+    this fixture (`conftest.built_once`: its SavedModels take most of a minute)."""
+    tf_keras.utils.set_random_seed(5)  # (as when this process builds it)
+    return built_once(tmp_path_factory, "pretraining_run", _write_pretraining_run)
+
+
+def _write_pretraining_run(root):
+    """What fine-tuning reads of a pretraining run, in `root`: its encoder exports
+    (model_garden/, hub/, with a vocabulary of the tests' words) and a config.yaml."""
     words = set(CLASSIFICATION_WORDS)
     with open(TINY_SQUAD) as f:
         for article in json.load(f)["data"]:
@@ -57,7 +65,6 @@ def pretraining_dir(tmp_path_factory):
     ecosystem_export.export_for_ecosystem(str(root), encoder, TINY_MODEL, vocab_file, SEQ_LENGTH)
     with open(root / "config.yaml", "w") as f:
         yaml.safe_dump({"data": {"corpus": "my_texts", "seq_length": SEQ_LENGTH, "seed": 1}}, f)
-    return str(root)
 
 
 def run_finetune(model_dir, override, *extra):
