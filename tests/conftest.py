@@ -94,13 +94,10 @@ def two_cpu_strategy():
 def built_once(tmp_path_factory, name, build):
     """The directory `name` that `build(directory)` fills, built once per test session for
     every test file that asks (a read-only fixture several files import): pytest-xdist's
-    workers share the session's temporary root, and the first to ask builds it under a lock
-    while the others wait; one process (`-n 0`) builds it in its own temporary root."""
-    if "PYTEST_XDIST_WORKER" not in os.environ:
-        directory = tmp_path_factory.mktemp(name)
-        build(directory)
-        return str(directory)
-    shared = tmp_path_factory.getbasetemp().parent  # the session's, above each worker's
+    workers share the session's temporary root (above each worker's), and the first to ask
+    builds it under a lock while the others wait; one process (`-n 0`) builds it there once."""
+    root = tmp_path_factory.getbasetemp()
+    shared = root.parent if "PYTEST_XDIST_WORKER" in os.environ else root
     directory, done = shared / name, shared / f"{name}.built"
     with open(shared / f"{name}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes

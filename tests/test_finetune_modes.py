@@ -132,16 +132,31 @@ def _evaluate_on_another_held_out_file(run, other, article, metrics):
     results, TensorBoard scalars and answers in <run>/eval_other/, the run's own untouched."""
     own = {name: (run / name).read_bytes()
            for name in ("results.json", "config.yaml", "predictions.json")}
+    own_events = sorted(os.listdir(run / "eval"))
     evaluated = _finetune(run.parent, f"--model_dir={run}", "--mode=eval",
                           f"--params_override=data.eval_file={other}")
     assert evaluated.returncode == 0, evaluated.stderr[-3000:]
     assert {name: (run / name).read_bytes() for name in own} == own
+    assert sorted(os.listdir(run / "eval")) == own_events  # its scalars went elsewhere
     results = json.loads((run / "eval_other" / "results.json").read_text())
     assert set(results["eval"]) == metrics and results["mode"] == "eval"
     assert results["held_out"] == {"data.eval_file": str(other)}
     assert os.listdir(run / "eval_other" / "eval")  # its TensorBoard scalars
     answers = json.loads((run / "eval_other" / "predictions.json").read_text())
     assert len(answers) == sum(len(p["qas"]) for p in article["paragraphs"])
+    # another file of that name would replace them: refused before any work
+    (run.parent / "elsewhere").mkdir()
+    namesake = run.parent / "elsewhere" / other.name
+    shutil.copy(other, namesake)
+    kept = (run / "eval_other" / "results.json").read_bytes()
+    refused = _finetune(run.parent, f"--model_dir={run}", "--mode=eval",
+                        f"--params_override=data.eval_file={namesake}")
+    assert refused.returncode == 2 and "Traceback" not in refused.stderr
+    assert [line for line in refused.stderr.splitlines() if line.startswith("error:")] == [
+        f"error: data.eval_file={namesake}: {run / 'eval_other'}/ holds the evaluation of "
+        f"{other}, which this one would replace; move or remove eval_other/, or give the "
+        "file another name"]
+    assert (run / "eval_other" / "results.json").read_bytes() == kept
 
 
 def test_an_export_of_a_run_without_inputs_json_says_what_to_write(tmp_path):

@@ -196,7 +196,7 @@ def encoder_variables(encoder_config):
 def _check_checkpoint(checkpoint, encoder_config, fix):
     """The encoder checkpoint is whole (its data files hold at least its tensors' bytes)
     and holds a variable of each shape of the encoder of `encoder_config`; returns that
-    encoder's variables (`encoder_variables`)."""
+    encoder's variables (`encoder_variables`, by the paths the checkpoint has them under)."""
     where = f"encoder.pretraining_dir: {checkpoint}"
     try:
         reader = tf.train.load_checkpoint(checkpoint)
@@ -226,6 +226,10 @@ def _check_checkpoint(checkpoint, encoder_config, fix):
             f"{where} does not fit the encoder of its model_garden/encoder.yaml (the encoder has "
             f"{len(expected)} variables, the checkpoint {len(found)}; shape {shape} is in "
             f"{'the encoder' if extra else 'the checkpoint'} only); {fix}")
+    saved = {name[len("encoder/"):-len(VALUE_SUFFIX)]: shape for name, shape in shapes.items()
+             if name.startswith("encoder/") and name.endswith(VALUE_SUFFIX)}
+    if set(saved) != set(variables):  # the walk missed the saver's paths: those, unnamed
+        variables = {path: (list(shape), path) for path, shape in saved.items()}
     return variables
 
 

@@ -376,8 +376,31 @@ def other_held_out(task, model_dir, mode):
     if (mode != "eval" or not task.held_out_keys
             or checkpoints.latest_checkpoint(model_dir) is None):
         return ()
-    return tuple((key, new) for key, _, new in saved_config_changes(task, model_dir)
-                 if key in task.held_out_keys)
+    held_out = tuple((key, new) for key, _, new in saved_config_changes(task, model_dir)
+                     if key in task.held_out_keys)
+    if held_out:
+        _check_held_out_subdir(model_dir, held_out)
+    return held_out
+
+
+def _check_held_out_subdir(model_dir, held_out):
+    """A UserError if `held_out_subdir(held_out)` of the run in `model_dir` holds the
+    evaluation of other held-out data (another file of that name): it would be replaced."""
+    subdir = held_out_subdir(held_out)
+    path = os.path.join(model_dir, subdir, RESULTS_FILE)
+    if not tf.io.gfile.exists(path):
+        return
+    try:
+        with tf.io.gfile.GFile(path) as f:
+            earlier = dict(json.load(f).get("held_out") or {})
+    except (ValueError, AttributeError, TypeError):  # damaged: what it held is unknown
+        earlier = {}
+    key, value = held_out[0]
+    if earlier.get(key) != value:
+        raise UserError(
+            f"{key}={value}: {os.path.join(model_dir, subdir)}/ holds the evaluation of "
+            f"{earlier.get(key) or 'other held-out data'}, which this one would replace; "
+            f"move or remove {subdir}/, or give the file another name")
 
 
 def held_out_subdir(held_out):
@@ -423,36 +446,45 @@ def plan_batch(config, num_replicas):
     return plan
 
 
+def check_before_work(task, model_dir, mode):
+    """Every check of a run of `task` into `model_dir` before any work (nothing written, no
+    strategy made), a mistake one UserError; returns the `compare_with_saved_config` lines
+    and the `other_held_out` pairs. (The batch-size study makes the ones that apply to a run
+    it has not started: recipes/study/adapter.py `check_settings`.)"""
+    check_task_methods(task, mode)
+    check_model_dir(model_dir, mode)
+    # Ctrl-C and SIGTERM outside training name the checkpoint a rerun goes on from
+    errors.name_newest_checkpoint(lambda: checkpoints.latest_checkpoint(model_dir))
+    # before what would be said of its run
+    check_same_program(task, model_dir, mode)
+    if exports(task.config, mode):
+        check_export_dir(task, model_dir)
+    if mode in TRAIN_MODES:
+        check_steps_left(task.config, model_dir)
+    check_init_checkpoint(task.config, model_dir, mode)
+    changes = compare_with_saved_config(task, model_dir, mode)
+    held_out = other_held_out(task, model_dir, mode)
+    with errors.doing("while checking the data"):  # before a TPU is connected: fails fast
+        task.check_data(mode, model_dir)
+    return changes, held_out
+
+
 def run(task_class, options):
     """The whole program for `options` (a `flags.RunOptions`); returns held-out results."""
     if not options.verbose:  # TensorFlow's INFO chatter (TPU set-up, export internals, ...)
         absl_logging.set_verbosity(absl_logging.WARNING)
         tf.get_logger().setLevel("WARNING")
     task = load_task(task_class, options, options.mode)
-    check_task_methods(task, options.mode)
-    check_model_dir(options.model_dir, options.mode)
-    # Ctrl-C and SIGTERM outside training name the checkpoint a rerun goes on from
-    errors.name_newest_checkpoint(lambda: checkpoints.latest_checkpoint(options.model_dir))
-    # before what would be said of its run
-    check_same_program(task, options.model_dir, options.mode)
-    if exports(task.config, options.mode):
-        check_export_dir(task, options.model_dir)
-    if options.mode in TRAIN_MODES:
-        check_steps_left(task.config, options.model_dir)
-    check_init_checkpoint(task.config, options.model_dir, options.mode)
-    changes = compare_with_saved_config(task, options.model_dir, options.mode)
-    with errors.doing("while checking the data"):  # before a TPU is connected: fails fast
-        task.check_data(options.mode, options.model_dir)
+    changes, held_out = check_before_work(task, options.model_dir, options.mode)
     if runs_own_config(task_class, options):  # (after the checks: a refusal is one line)
         print(f"config: the run's own {os.path.join(options.model_dir, 'config.yaml')} (no "
               "--config_file given)", flush=True)
     for line in changes:
         print(line, flush=True)
-    held_out = other_held_out(task, options.model_dir, options.mode)
     if held_out:
         print(f"evaluation: of other held-out data than the run's ({held_out[0][0]}), into "
               f"{os.path.join(options.model_dir, held_out_subdir(held_out))}/ (the run's own "
-              "outputs and config.yaml stay as they are)", flush=True)
+              "results.json, eval/, predictions and config.yaml stay as they are)", flush=True)
     strategy = strategy_lib.make_strategy(options.strategy, options.tpu, options.communication,
                                           options.cpu_replicas)
     plan = plan_batch(task.config, strategy.num_replicas_in_sync)

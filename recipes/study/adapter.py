@@ -105,11 +105,13 @@ def loaded_tasks(recipe, config_files, runs, extra_overrides=""):
 
 def check_settings(recipe, config_files, runs, model_dir_of, extra_overrides="", metric=None):
     """Loads and validates the recipe config of every run, checks that it reports the
-    held-out `metric` (`check_metric_of_config`), and makes the driver's checks of a run
-    before any work (a recipe file's Task defines every method a run calls; a fresh run's
-    train.init_checkpoint holds a checkpoint of this program) and the check of the data it
-    reads into `model_dir_of(run)`, in this process (nothing runs or is written); raises the
-    recipe's `UserError` for the first bad one."""
+    held-out `metric` (`check_metric_of_config`), and makes those of the driver's checks
+    before any work (`driver.check_before_work`) that apply to a run not started yet (a
+    recipe file's Task defines every method a run calls; a fresh run's
+    train.init_checkpoint holds a checkpoint of this program; the data it reads into
+    `model_dir_of(run)`), in this process (nothing runs or is written; a finished run is
+    skipped and an unfinished one resumed, which its own run checks); raises the recipe's
+    `UserError` for the first bad one."""
     for run, task in loaded_tasks(recipe, config_files, runs, extra_overrides):
         driver = importlib.import_module("recipes.common.driver")  # (after loaded_tasks: quiet)
         if metric is not None:
