@@ -31,20 +31,13 @@ REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if REPO_ROOT not in sys.path:
     sys.path.insert(0, REPO_ROOT)
 
-from recipes.common import startup  # noqa: E402,F401  (legacy Keras, quiet C++)
-
-import tensorflow as tf  # noqa: E402
-
-from benchmarks import alternation, recipe_throughput  # noqa: E402
-from recipes.common import errors  # noqa: E402
-
-SLOW_S = 1.0  # a deletion slower than this is counted as a wait
+from benchmarks import alternation, recipe_flags  # noqa: E402  (no TensorFlow)
 
 
 def _parse_arguments(argv):
     parser = alternation.argument_parser(__doc__)
-    recipe_throughput.add_recipe_flags(parser, "input_teardown",
-                                       json_help="write every deletion time here")
+    recipe_flags.add_recipe_flags(parser, "input_teardown",
+                                  json_help="write every deletion time here")
     parser.add_argument("--seconds", type=float, default=25.0,
                         help="how long each iterator is read before it is deleted")
     parser.add_argument("--step_ms", type=float, default=300.0,
@@ -64,6 +57,19 @@ def _bad_arguments(args):
         return (f"--step_ms={args.step_ms:g} must be at least 0 and finite; give milliseconds, "
                 "e.g. 20")
     return alternation.output_file_problem("--json", args.json)
+
+
+if __name__ == "__main__":  # --help and flag mistakes answered before TensorFlow loads
+    recipe_flags.check_command_line(_parse_arguments, _bad_arguments)
+
+from recipes.common import startup  # noqa: E402,F401  (legacy Keras, quiet C++)
+
+import tensorflow as tf  # noqa: E402
+
+from benchmarks import recipe_throughput  # noqa: E402
+from recipes.common import errors  # noqa: E402
+
+SLOW_S = 1.0  # a deletion slower than this is counted as a wait
 
 
 def _distributed_dataset(task, plan, strategy, autotune):

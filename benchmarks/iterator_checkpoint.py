@@ -42,26 +42,13 @@ REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if REPO_ROOT not in sys.path:
     sys.path.insert(0, REPO_ROOT)
 
-from recipes.common import startup  # noqa: E402,F401  (legacy Keras, quiet C++)
-
-import numpy as np  # noqa: E402
-import tensorflow as tf  # noqa: E402
-
-from benchmarks import alternation, recipe_throughput  # noqa: E402
-from recipes.common import errors  # noqa: E402
-
-BATCHES_COMPARED = 3  # batches read after a restore and compared with the saved iterator's
-BATCHES_BEFORE_SAVE = 3  # so that the saved iterator is mid-stream, its buffers full
-SAVE, RESTORE, FRESH = ("save the iterator", "restore it, first batch",
-                        "a chunk's pipeline afresh, first batch")  # the timed jobs
-POLICIES = {"fail": tf.data.experimental.ExternalStatePolicy.FAIL,  # tf.data's default
-            "ignore": tf.data.experimental.ExternalStatePolicy.IGNORE}
+from benchmarks import alternation, recipe_flags  # noqa: E402  (no TensorFlow)
 
 
 def _parse_arguments(argv):
     parser = alternation.argument_parser(__doc__)
-    recipe_throughput.add_recipe_flags(parser, "iterator_checkpoint",
-                                       json_help="write every measurement here")
+    recipe_flags.add_recipe_flags(parser, "iterator_checkpoint",
+                                  json_help="write every measurement here")
     parser.add_argument("--rounds", type=int, default=9,
                         help="timed rounds of the three jobs (one more is warm-up)")
     return parser.parse_args(argv)
@@ -72,6 +59,25 @@ def _bad_arguments(args):
     if args.rounds < 1:
         return f"--rounds={args.rounds} must be at least 1"
     return alternation.output_file_problem("--json", args.json)
+
+
+if __name__ == "__main__":  # --help and flag mistakes answered before TensorFlow loads
+    recipe_flags.check_command_line(_parse_arguments, _bad_arguments)
+
+from recipes.common import startup  # noqa: E402,F401  (legacy Keras, quiet C++)
+
+import numpy as np  # noqa: E402
+import tensorflow as tf  # noqa: E402
+
+from benchmarks import recipe_throughput  # noqa: E402
+from recipes.common import errors  # noqa: E402
+
+BATCHES_COMPARED = 3  # batches read after a restore and compared with the saved iterator's
+BATCHES_BEFORE_SAVE = 3  # so that the saved iterator is mid-stream, its buffers full
+SAVE, RESTORE, FRESH = ("save the iterator", "restore it, first batch",
+                        "a chunk's pipeline afresh, first batch")  # the timed jobs
+POLICIES = {"fail": tf.data.experimental.ExternalStatePolicy.FAIL,  # tf.data's default
+            "ignore": tf.data.experimental.ExternalStatePolicy.IGNORE}
 
 
 def _strategies():

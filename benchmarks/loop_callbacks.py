@@ -34,25 +34,14 @@ REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if REPO_ROOT not in sys.path:
     sys.path.insert(0, REPO_ROOT)
 
-from recipes.common import startup  # noqa: E402,F401  (legacy Keras, quiet C++)
-
-import tensorflow as tf  # noqa: E402
-import tf_keras  # noqa: E402
-
-from benchmarks import alternation, recipe_throughput, threads  # noqa: E402
-from recipes.common import callbacks as callbacks_lib  # noqa: E402
-from recipes.common import errors  # noqa: E402
-from recipes.common import training  # noqa: E402
-
-HOOKS = ("on_train_begin", "on_epoch_begin", "on_train_batch_begin", "on_train_batch_end",
-         "on_epoch_end", "on_train_end")
+from benchmarks import alternation, recipe_flags, threads  # noqa: E402  (no TensorFlow)
 
 
 def _parse_arguments(argv):
     parser = alternation.argument_parser(__doc__)
-    recipe_throughput.add_recipe_flags(
+    recipe_flags.add_recipe_flags(
         parser, "loop_callbacks", json_help="write every round's times here",
-        work_dir_help=recipe_throughput.DATA_REUSED + ", and the checkpoints written")
+        work_dir_help=recipe_flags.DATA_REUSED + ", and the checkpoints written")
     parser.add_argument("--steps", type=int, default=10, help="steps per checkpoint chunk")
     parser.add_argument("--chunks", type=int, default=3, help="checkpoint chunks per round")
     parser.add_argument("--rounds", type=int, default=3, help="timed rounds after one warm-up")
@@ -63,6 +52,31 @@ def _parse_arguments(argv):
                              "background thread")
     threads.add_flag(parser)
     return parser.parse_args(argv)
+
+
+def _bad_arguments(args):
+    """One line naming the first bad flag, or None."""
+    for flag in ("steps", "chunks", "rounds", "log_every"):
+        if getattr(args, flag) < 1:
+            return f"--{flag}={getattr(args, flag)} must be at least 1"
+    return threads.refusal(args) or alternation.output_file_problem("--json", args.json)
+
+
+if __name__ == "__main__":  # --help and flag mistakes answered before TensorFlow loads
+    recipe_flags.check_command_line(_parse_arguments, _bad_arguments)
+
+from recipes.common import startup  # noqa: E402,F401  (legacy Keras, quiet C++)
+
+import tensorflow as tf  # noqa: E402
+import tf_keras  # noqa: E402
+
+from benchmarks import recipe_throughput  # noqa: E402
+from recipes.common import callbacks as callbacks_lib  # noqa: E402
+from recipes.common import errors  # noqa: E402
+from recipes.common import training  # noqa: E402
+
+HOOKS = ("on_train_begin", "on_epoch_begin", "on_train_batch_begin", "on_train_batch_end",
+         "on_epoch_end", "on_train_end")
 
 
 def _time_every_hook(callbacks, spent):
@@ -99,12 +113,9 @@ def _time_rounds(loop, dataset, args):
 
 def main(argv=None):
     args = _parse_arguments(argv)
-    for flag in ("steps", "chunks", "rounds", "log_every"):
-        if getattr(args, flag) < 1:  # one line and exit status 2, through exit_status
-            raise errors.UserError(f"--{flag}={getattr(args, flag)} must be at least 1")
-    refusal = threads.refusal(args) or alternation.output_file_problem("--json", args.json)
-    if refusal:
-        raise errors.UserError(refusal)
+    problem = _bad_arguments(args)
+    if problem:  # one line and exit status 2, through recipe_throughput.exit_status
+        raise errors.UserError(problem)
     threads.apply(args)
     task_class, _, config = recipe_throughput.load_recipe_config(args)
     config.train.global_batch_size = config.train.micro_batch_size  # k = 1

@@ -72,6 +72,39 @@ REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if REPO_ROOT not in sys.path:
     sys.path.insert(0, REPO_ROOT)
 
+from benchmarks import alternation, recipe_flags  # noqa: E402  (no TensorFlow)
+from benchmarks.recipe_flags import DATA_REUSED, add_recipe_flags  # noqa: E402
+
+
+def _parse_arguments(argv):
+    parser = alternation.argument_parser(__doc__)
+    add_recipe_flags(parser, "recipe_throughput",
+                     work_dir_help=DATA_REUSED + ", and where each timed training-loop run "
+                     "writes its summaries (chunk_boundaries/; its checkpoints are deleted "
+                     "after the run)")
+    parser.add_argument("--params_override", default="",
+                        help="recipe config overrides, as the recipe's flag")
+    parser.add_argument("--steps", type=int, default=20, help="training steps per round")
+    parser.add_argument("--rounds", type=int, default=4,
+                        help="timed rounds of each side, after one warm-up round")
+    parser.add_argument("--chunks", type=int, default=4,
+                        help="checkpoint chunks (of --steps steps) per training-loop run")
+    parser.add_argument("--boundary_rounds", type=int, default=3,
+                        help="timed training-loop runs of each loop, after one warm-up")
+    return parser.parse_args(argv)
+
+
+def _bad_arguments(args):
+    """One line naming the first bad flag, or None (the config's checks: `_incomparable`)."""
+    for flag in ("steps", "rounds", "chunks", "boundary_rounds"):
+        if getattr(args, flag) < 1:
+            return f"--{flag}={getattr(args, flag)} must be at least 1"
+    return alternation.output_file_problem("--json", args.json)
+
+
+if __name__ == "__main__":  # --help and flag mistakes answered before TensorFlow loads
+    recipe_flags.check_command_line(_parse_arguments, _bad_arguments)
+
 from recipes.common import startup  # noqa: E402,F401  (legacy Keras, quiet C++)
 
 import tensorflow as tf  # noqa: E402
@@ -80,7 +113,7 @@ from recipes.bert import pretrain  # noqa: E402
 from recipes.common import config as config_lib  # noqa: E402
 from recipes.common import driver, errors, schema, storage, training  # noqa: E402
 from recipes.resnet import train as resnet_train  # noqa: E402
-from benchmarks import alternation, chunk_boundaries, model_garden_loops  # noqa: E402
+from benchmarks import chunk_boundaries, model_garden_loops  # noqa: E402
 
 # --recipe: (its Task, its default config, Model Garden's side for it)
 RECIPES = {
@@ -90,7 +123,7 @@ RECIPES = {
                os.path.join(REPO_ROOT, "configs", "resnet", "tiny_cpu.yaml"),
                model_garden_loops.resnet_side),
 }
-DATA_REUSED = "where the recipe's data are prepared or reused"  # --work_dir's help, at least
+assert tuple(RECIPES) == recipe_flags.RECIPE_NAMES  # (--recipe's choices, before TensorFlow)
 
 
 def prepare_recipe(task_class, config, work_dir):
@@ -164,19 +197,6 @@ def _summary(samples):
             "max": max(samples), "samples": samples}
 
 
-def add_recipe_flags(parser, name, work_dir_help=DATA_REUSED,
-                     json_help="write every sample here"):
-    """--recipe, --config_file, --work_dir (default /tmp/<name>) and, given `json_help`,
-    --json, as every benchmark of a recipe takes them."""
-    parser.add_argument("--recipe", choices=sorted(RECIPES), default="bert",
-                        help="the recipe measured, on its tiny config by default")
-    parser.add_argument("--config_file",
-                        help="the recipe's config (default: configs/<recipe>/tiny_cpu.yaml)")
-    parser.add_argument("--work_dir", default=f"/tmp/{name}", help=work_dir_help)
-    if json_help:
-        parser.add_argument("--json", help=json_help)
-
-
 def write_json(path, report):
     """Writes `report` to --json's `path` when one was given (checked before the measurement
     by `alternation.output_file_problem`)."""
@@ -229,29 +249,8 @@ def exit_status(main, argv=None):
         return errors.EXIT_USER_ERROR
 
 
-def _parse_arguments(argv):
-    parser = alternation.argument_parser(__doc__)
-    add_recipe_flags(parser, "recipe_throughput",
-                     work_dir_help=DATA_REUSED + ", and where each timed training-loop run "
-                     "writes its summaries (chunk_boundaries/; its checkpoints are deleted "
-                     "after the run)")
-    parser.add_argument("--params_override", default="",
-                        help="recipe config overrides, as the recipe's flag")
-    parser.add_argument("--steps", type=int, default=20, help="training steps per round")
-    parser.add_argument("--rounds", type=int, default=4,
-                        help="timed rounds of each side, after one warm-up round")
-    parser.add_argument("--chunks", type=int, default=4,
-                        help="checkpoint chunks (of --steps steps) per training-loop run")
-    parser.add_argument("--boundary_rounds", type=int, default=3,
-                        help="timed training-loop runs of each loop, after one warm-up")
-    return parser.parse_args(argv)
-
-
 def _incomparable(args, config):
     """One line saying why the two sides would not train alike, or None."""
-    for flag in ("steps", "rounds", "chunks", "boundary_rounds"):
-        if getattr(args, flag) < 1:
-            return f"--{flag}={getattr(args, flag)} must be at least 1"
     if args.steps % config.train.steps_per_execution:
         return (f"--steps={args.steps} is not a multiple of train.steps_per_execution="
                 f"{config.train.steps_per_execution}")
@@ -370,10 +369,13 @@ def _print_report(report):
 
 def main(argv=None):
     args = _parse_arguments(argv)
+    problem = _bad_arguments(args)
+    if problem:  # one line and exit status 2, through exit_status
+        raise errors.UserError(problem)
     task_class, config_file, config = load_recipe_config(args, args.params_override)
     model_garden_side = RECIPES[args.recipe][2]
-    problem = _incomparable(args, config) or alternation.output_file_problem("--json", args.json)
-    if problem:  # one line and exit status 2, through exit_status
+    problem = _incomparable(args, config)
+    if problem:
         raise errors.UserError(problem)
     config.train.global_batch_size = config.train.micro_batch_size  # k = 1
     config.train.checkpoint_every = args.steps  # the chunks of the training-loop runs

@@ -40,17 +40,12 @@ REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if REPO_ROOT not in sys.path:
     sys.path.insert(0, REPO_ROOT)
 
-from recipes.common import startup  # noqa: E402,F401  (legacy Keras, quiet C++)
-
-import tensorflow as tf  # noqa: E402
-
-from benchmarks import alternation, recipe_throughput  # noqa: E402
-from recipes.common import errors  # noqa: E402
+from benchmarks import alternation, recipe_flags  # noqa: E402  (no TensorFlow)
 
 
 def _parse_arguments(argv):
     parser = alternation.argument_parser(__doc__)
-    recipe_throughput.add_recipe_flags(parser, "step_after_pause")
+    recipe_flags.add_recipe_flags(parser, "step_after_pause")
     parser.add_argument("--pauses", default="0.05,0.3",
                         help="seconds of each pause, comma-separated (no pause is always run)")
     parser.add_argument("--steps_before", type=int, default=20,
@@ -81,6 +76,17 @@ def _bad_arguments(args):
     if _pauses(args.pauses) is None:
         return f"--pauses={args.pauses}: give seconds above 0, comma-separated, e.g. 0.05,0.3"
     return alternation.output_file_problem("--json", args.json)
+
+
+if __name__ == "__main__":  # --help and flag mistakes answered before TensorFlow loads
+    recipe_flags.check_command_line(_parse_arguments, _bad_arguments)
+
+from recipes.common import startup  # noqa: E402,F401  (legacy Keras, quiet C++)
+
+import tensorflow as tf  # noqa: E402
+
+from benchmarks import recipe_throughput  # noqa: E402
+from recipes.common import errors  # noqa: E402
 
 
 def _after_pause(step, steps_before, pause_s, steps_after):

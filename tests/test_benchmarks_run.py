@@ -381,8 +381,8 @@ def test_recipe_benchmark_reports_a_bad_config_file_in_one_line_with_status_2(
     shared = module if script == "recipe_throughput" else module.recipe_throughput
     missing = str(tmp_path / "no_such.yaml")
     argv = ["--config_file", missing, "--work_dir", str(tmp_path / "work")]
-    with open(module.__file__, encoding="utf-8") as f:  # its __main__ runs main through it
-        assert "exit_status(main))" in f.read().split('if __name__ == "__main__":')[1]
+    with open(module.__file__, encoding="utf-8") as f:  # its (last) __main__ runs main through it
+        assert "exit_status(main))" in f.read().split('if __name__ == "__main__":')[-1]
     assert shared.exit_status(module.main, argv) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "Traceback" not in err

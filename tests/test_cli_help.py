@@ -317,6 +317,24 @@ def test_argparse_programs_take_helpfull_as_help(program):
     assert result.stdout.startswith("usage: ") and "-h, --help" in result.stdout, result.stdout
 
 
+@pytest.mark.parametrize("program", [p for p in argparse_programs() if p[0] != "-m"],
+                         ids=lambda program: program[-1])
+def test_benchmark_scripts_answer_help_and_a_flag_mistake_before_tensorflow_loads(
+        program, without_tensorflow):
+    """Five of them imported TensorFlow (and the recipes) first: --help took 6-9 s."""
+    def run(*args):
+        return subprocess.run([sys.executable, *program, *args], cwd=REPO_ROOT,
+                              env=without_tensorflow, capture_output=True, text=True, timeout=60)
+
+    result = run("--help")
+    assert result.returncode == 0 and result.stderr == "", result.stderr[-2000:]
+    assert result.stdout.startswith("usage: "), result.stdout[:500]
+    result = run("--no_such_flag")
+    assert result.returncode == 2 and result.stdout == "", result.stderr[-2000:]
+    assert len(result.stderr.splitlines()) == 1, result.stderr  # one line
+    assert result.stderr.startswith("error: --no_such_flag is not a flag of this program")
+
+
 def benchmark_parser():
     sys.path.insert(0, os.path.join(REPO_ROOT, "benchmarks"))
     try:
