@@ -4,10 +4,12 @@ Expected values come from the source arrays/files and from the ImageNet TFRecord
 itself (label = class index + 1), never from the converter's own output.
 """
 
+import io
 import os
 import subprocess
 import sys
 import types
+import zipfile
 
 import numpy as np
 import pytest
@@ -15,7 +17,7 @@ import tensorflow as tf
 
 from conftest import REPO_ROOT
 from recipes.common.errors import UserError
-from recipes.resnet import convert, convert_flags
+from recipes.resnet import convert, convert_checks, convert_flags
 from recipes.resnet import digits
 
 FEATURES = {
@@ -119,7 +121,7 @@ def test_holdout_is_stratified_and_disjoint(tmp_path):
     (0.3, 10, 3),
 ])
 def test_held_out_count_rounds_the_share_of_a_class(fraction, class_size, held_out):
-    assert convert.held_out_count(fraction, class_size) == held_out
+    assert convert_checks.held_out_count(fraction, class_size) == held_out
 
 
 def test_a_validation_fraction_of_one_is_refused_before_writing(tmp_path):
@@ -471,6 +473,75 @@ def test_cli_an_empty_or_truncated_npz_is_one_line_naming_it(tmp_path):
         (line,) = stderr
         assert line.startswith(message), line
         assert "np.savez(path, images=..., labels=...)" in line
+    assert not (tmp_path / "out").exists()
+
+
+# The pre-TensorFlow check of the program, run as `python -m recipes.resnet.convert ARGS` does
+# (runpy: its `__main__` path), then what it left imported.
+_RUN_CONVERT_THEN_LIST_TENSORFLOW = """
+import runpy, sys
+sys.argv = ["recipes.resnet.convert", *sys.argv[1:]]
+try:
+    runpy.run_module("recipes.resnet.convert", run_name="__main__", alter_sys=True)
+except SystemExit as stop:
+    print(stop.code, "tensorflow" in sys.modules, "official" in sys.modules)
+"""
+
+
+@pytest.mark.slow  # a fresh process
+def test_cli_a_bad_npz_is_refused_before_tensorflow_loads(tmp_path):
+    """Every mistake in the --npz file was found after TensorFlow and Model Garden loaded
+    (about 7 s of CPU each): the flags' check now reads the archive (its images' header)."""
+    npz = tmp_path / "input.npz"
+    np.savez(npz, images=np.zeros((2, 4, 4), np.float32), labels=[0, 1])
+    completed = subprocess.run(
+        [sys.executable, "-c", _RUN_CONVERT_THEN_LIST_TENSORFLOW, f"--npz={npz}",
+         f"--output_dir={tmp_path / 'records'}"],
+        cwd=REPO_ROOT, capture_output=True, text=True, timeout=300,
+        env={**{k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"},
+             "PYTHONPATH": REPO_ROOT})
+    status, tensorflow_loaded, model_garden_loaded = completed.stdout.split()
+    assert (tensorflow_loaded, model_garden_loaded) == ("False", "False")
+    assert status == "2", completed.stderr[-2000:]
+    assert completed.stderr.strip().splitlines() == [
+        f"error: --npz='{npz}': images must be uint8 (0..255), got dtype float32; convert with "
+        "np.clip(images, 0, 255).astype(np.uint8)"]
+    assert not (tmp_path / "records").exists()
+
+
+def test_the_check_of_an_npz_reads_the_header_of_its_images_not_their_data(tmp_path):
+    """The images array can be large: `check_npz` judges it from its .npy header (an archive
+    whose images data is cut short passes it; reading it is refused as damaged)."""
+    header = io.BytesIO()
+    np.lib.format.write_array(header, np.zeros((3, 4, 4), np.uint8))
+    labels = io.BytesIO()
+    np.lib.format.write_array(labels, np.array([0, 1, 1]))
+    npz = tmp_path / "input.npz"
+    with zipfile.ZipFile(npz, "w") as archive:
+        archive.writestr("images.npy", header.getvalue()[:-40])  # 8 of 48 pixels
+        archive.writestr("labels.npy", labels.getvalue())
+    convert_checks.check_npz(str(npz), validation_fraction=0.4)
+    with pytest.raises(UserError, match=r"^--npz='.*' is a truncated or damaged .npz archive"):
+        convert_checks.read_npz(str(npz))
+    with pytest.raises(UserError) as caught:  # 0.4 held out 1 of class 1 (of 2); 0.2: none
+        convert_checks.check_npz(str(npz), validation_fraction=0.2)
+    assert str(caught.value).startswith("validation_fraction=0.2 holds out no image")
+
+
+@pytest.mark.parametrize("fraction, labels, message", [
+    (0.01, np.repeat([0, 1], 10), "validation_fraction=0.01 holds out no image (each class "
+                                  "holds out its share, rounded; the smallest class has 10)"),
+    (0.6, [0, 1, 1, 1], "validation_fraction=0.6 holds out every image of class 'a' (1 "
+                        "class(es) in all)"),
+])
+def test_a_library_conversion_refuses_a_hold_out_of_no_image_or_a_whole_class(
+        tmp_path, fraction, labels, message):
+    # the command line finds these before TensorFlow loads; convert_arrays, the same
+    with pytest.raises(UserError) as caught:
+        convert.convert_arrays(np.zeros((len(labels), 4, 4), np.uint8), labels,
+                               str(tmp_path / "out"), class_names=["a", "b"],
+                               validation_fraction=fraction)
+    assert str(caught.value).startswith(message)
     assert not (tmp_path / "out").exists()
 
 

@@ -41,7 +41,6 @@ import json
 import os
 import sys
 import uuid
-import zipfile
 
 import numpy as np
 import tensorflow as tf
@@ -49,7 +48,7 @@ from official.vision.data import tf_example_builder
 
 from recipes.common import corrupt_data, storage
 from recipes.common.errors import UserError, doing
-from recipes.resnet import convert_flags, digits
+from recipes.resnet import convert_checks, convert_flags, digits
 
 LABEL_OFFSET = 1  # labels are class index + 1; 0 = background (ImageNet conversion scripts)
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".gif")
@@ -125,11 +124,6 @@ def list_image_folder(image_dir):
     return class_names, files
 
 
-# The fewest pixels an image has across: Model Garden's central crop (0.875 of the shorter
-# side) of 1 pixel is empty, and training stopped at its first whole-image draw.
-MIN_SIDE = 2
-
-
 def read_image_file(path, label):
     """A `Source` for one image file; UserError when it cannot be decoded."""
     with open(path, "rb") as f:
@@ -141,9 +135,10 @@ def read_image_file(path, label):
             f"image {path!r} cannot be decoded ({corrupt_data.first_line(error)}); replace or "
             "delete the file"
         ) from None
-    if min(pixels.shape[:2]) < MIN_SIDE:
+    min_side = convert_checks.MIN_SIDE
+    if min(pixels.shape[:2]) < min_side:
         raise UserError(f"image {path!r} is {pixels.shape[0]} x {pixels.shape[1]} pixels; images "
-                        f"must be at least {MIN_SIDE} x {MIN_SIDE} (a central crop of 1 pixel is "
+                        f"must be at least {min_side} x {min_side} (a central crop of 1 pixel is "
                         "empty): replace or delete the file")
     is_rgb_jpeg = (
         contents.startswith(JPEG_MAGIC) and int(tf.image.extract_jpeg_shape(contents)[2]) == 3
@@ -155,38 +150,9 @@ def read_image_file(path, label):
     return Source(label=label, filename=os.path.basename(path), pixels=pixels)
 
 
-def check_arrays(images, labels):
-    """UserError unless `images` is uint8 [N, H, W] or [N, H, W, 1|3] and `labels` holds N
-    integer class indices."""
-    images = np.asarray(images)
-    labels = np.asarray(labels)
-    if images.dtype != np.uint8:
-        raise UserError(
-            f"images must be uint8 (0..255), got dtype {images.dtype}; convert with "
-            "np.clip(images, 0, 255).astype(np.uint8)"
-        )
-    if images.ndim == 3:
-        images = images[..., np.newaxis]
-    if images.ndim != 4 or images.shape[-1] not in (1, 3):
-        raise UserError(
-            f"images must have shape [N, H, W] or [N, H, W, 1 or 3], got " f"{list(images.shape)}"
-        )
-    if not len(images) or min(images.shape[1:3]) < MIN_SIDE:
-        raise UserError(f"images must hold at least one image of at least {MIN_SIDE} x "
-                        f"{MIN_SIDE} pixels (a central crop of 1 pixel is empty), got shape "
-                        f"{list(images.shape)}")
-    if labels.ndim != 1 or len(labels) != len(images):
-        raise UserError(f"labels must have shape [N] = [{len(images)}], got {list(labels.shape)}")
-    if not np.issubdtype(labels.dtype, np.integer) or (len(labels) and labels.min() < 0):
-        raise UserError(
-            "labels must be integers >= 0 (class indices), got "
-            f"dtype {labels.dtype}" + (f", min {labels.min()}" if len(labels) else "")
-        )
-
-
 def sources_from_arrays(images, labels):
     """`Source`s from uint8 images [N, H, W] or [N, H, W, 1|3] and integer labels [N]."""
-    check_arrays(images, labels)
+    convert_checks.check_arrays(images, labels)
     images = np.asarray(images)
     if images.ndim == 3:
         images = images[..., np.newaxis]
@@ -266,11 +232,6 @@ def write_split(sources, output_dir, split, num_shards, class_names, image_forma
     return paths
 
 
-def held_out_count(validation_fraction, class_size):
-    """Examples of a class of `class_size` that `split_holdout` holds out."""
-    return int(round(validation_fraction * class_size))
-
-
 def split_holdout(sources, validation_fraction, seed):
     """(train, validation): a shuffled, per-class (stratified) hold-out of `validation_fraction`."""
     rng = np.random.default_rng(seed)
@@ -281,7 +242,7 @@ def split_holdout(sources, validation_fraction, seed):
     for label in sorted(by_class):
         members = by_class[label]
         order = rng.permutation(len(members))
-        held_out = held_out_count(validation_fraction, len(members))
+        held_out = convert_checks.held_out_count(validation_fraction, len(members))
         validation.extend(members[i] for i in order[:held_out])
         train.extend(members[i] for i in order[held_out:])
     # interleave classes inside each shard, as the ImageNet scripts do
@@ -325,20 +286,9 @@ def convert(
             "names were given; pass one name per class"
         )
     if validation_fraction > 0:
+        convert_checks.check_holdout(validation_fraction, [s.label for s in sources],
+                                     class_names)
         train, validation = split_holdout(sources, validation_fraction, seed)
-        if not validation:  # each class holds out round(fraction x its size) images
-            raise UserError(
-                f"validation_fraction={validation_fraction} holds out no image (each class "
-                f"holds out its share, rounded; the smallest class has "
-                f"{min(collections.Counter(s.label for s in sources).values())}); give a "
-                "larger fraction, or 0 for no validation split")
-        untrained = sorted(set(s.label for s in sources) - set(s.label for s in train))
-        if untrained:  # a class of one image at 0.6: all of it held out
-            raise UserError(
-                f"validation_fraction={validation_fraction} holds out every image of class "
-                f"{class_names[untrained[0]]!r} ({len(untrained)} class(es) in all), which "
-                "training would then never see; give a smaller fraction, or more images of "
-                "each class")
         splits = {"train": train, "validation": validation}
     else:
         order = np.random.default_rng(seed).permutation(len(sources))
@@ -383,7 +333,7 @@ def convert_arrays(images, labels, output_dir, class_names=None, **kwargs):
     """`convert` for uint8 arrays; class names default to "0", "1", ..."""
     sources = sources_from_arrays(images, labels)
     if class_names is None:
-        class_names = [str(i) for i in range(int(np.max(labels)) + 1)]
+        class_names = convert_checks.default_class_names(labels)
     return convert(sources, list(class_names), output_dir, **kwargs)
 
 
@@ -600,7 +550,7 @@ def main(argv):
         if FLAGS.image_dir:
             info = convert_image_folder(FLAGS.image_dir, FLAGS.output_dir, **options)
         elif FLAGS.npz:
-            images, labels, names = _read_npz(FLAGS.npz)
+            images, labels, names = convert_checks.read_npz(FLAGS.npz)
             info = convert_arrays(images, labels, FLAGS.output_dir, class_names=names,
                                   **options)
         else:
@@ -681,67 +631,6 @@ def _holds_a_record(path):
         return bool(list(tf.data.TFRecordDataset(path).take(1)))
     except tf.errors.DataLossError:  # something is there: the scan reports its damage
         return True
-
-
-def _open_npz(path):
-    """The `np.load` of `--npz`, an archive holding `images` and `labels`; else a UserError."""
-    if not os.path.exists(path):
-        raise UserError(f"--npz={path!r} does not exist")
-    try:
-        arrays = np.load(path)  # allow_pickle=False: object arrays are refused
-    except (ValueError, OSError):  # (numpy's words for a text file: "pickled data")
-        raise UserError(f"--npz={path!r} is not a NumPy .npz archive; save it with "
-                        "np.savez(path, images=..., labels=...)") from None
-    except EOFError:  # numpy's words for an empty file
-        raise UserError(f"--npz={path!r} is empty (0 bytes), not a NumPy .npz archive; save "
-                        "it with np.savez(path, images=..., labels=...)") from None
-    except zipfile.BadZipFile as error:  # a zip's start, but not its end: cut short in a copy
-        raise UserError(f"--npz={path!r} is a truncated or damaged .npz archive ({error}); "
-                        "save or copy it again with np.savez(path, images=..., labels=...)"
-                        ) from None
-    if not isinstance(arrays, np.lib.npyio.NpzFile):
-        raise UserError(f"--npz={path!r} holds one array, not an .npz archive of named "
-                        "arrays; save it with np.savez(path, images=..., labels=...)")
-    missing = {"images", "labels"} - set(arrays.files)
-    if missing:
-        arrays.close()
-        raise UserError(
-            f"--npz={path!r} lacks array(s) {sorted(missing)}; save it with "
-            "np.savez(path, images=..., labels=..., class_names=... optional)")
-    return arrays
-
-
-def _read_npz(path):
-    """`images`, `labels` and `class_names` (None when absent) of the `--npz` archive, checked
-    before anything is written; errors name the file."""
-    with _open_npz(path) as archive:
-        arrays = {}
-        for key in ("images", "labels", "class_names"):
-            try:
-                arrays[key] = archive[key] if key in archive.files else None
-            except ValueError:  # allow_pickle=False: np.load refuses object arrays
-                raise UserError(
-                    f"--npz={path!r}: {key} is an array of Python objects, which NumPy "
-                    "loads only by unpickling; save it as numbers or strings (np.array(..., "
-                    "dtype=str))") from None
-    images, labels, names = arrays["images"], arrays["labels"], arrays["class_names"]
-    try:
-        check_arrays(images, labels)
-    except UserError as error:
-        raise UserError(f"--npz={path!r}: {error}") from None
-    if names is None:
-        return images, labels, None
-    needed = int(labels.max()) + 1 if len(labels) else 0
-    if names.ndim != 1 or len(names) < needed:
-        raise UserError(
-            f"--npz={path!r}: class_names must be a list of at least {needed} names (labels go "
-            f"up to {needed - 1}), got shape {list(names.shape)}")
-    names = [str(name) for name in names]
-    repeated = sorted({name for name in names if names.count(name) > 1})
-    if repeated:  # two class ids of one name in labels.txt and the export's answers
-        raise UserError(f"--npz={path!r}: class_names holds {repeated[0]!r} more than once; "
-                        "give each class its own name")
-    return images, labels, names
 
 
 if __name__ == "__main__":

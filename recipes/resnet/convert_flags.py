@@ -1,7 +1,8 @@
 """The command line of `python -m recipes.resnet.convert`, in a module without TensorFlow:
-the program defines and checks its flags before TensorFlow loads
-(`recipes.common.startup.check_program_flags`), so that `--help` and a flag mistake are
-answered at once instead of after about 5 s."""
+the program defines and checks its flags, and the `--npz` file they name
+(`convert_checks.check_npz`), before TensorFlow loads
+(`recipes.common.startup.check_program_flags`), so that `--help`, a flag mistake and a
+mistake in the archive are answered at once instead of after about 5 s."""
 
 import re
 
@@ -11,6 +12,7 @@ from recipes.common import errors
 from recipes.common import flags as flags_lib
 from recipes.common import storage
 from recipes.common.errors import UserError
+from recipes.resnet import convert_checks
 
 IMAGE_FORMATS = ("jpeg", "png")
 
@@ -61,8 +63,9 @@ def _define_flags():
 
 def check_flags(values, arguments):
     """A `UserError` (one line: what, where, what to do) for a mistake the flags alone show,
-    before anything is read or written (the converter's own checks name its arguments,
-    without the `--`). `arguments`: what absl's parse left of the command line."""
+    or the `--npz` archive (read without its images array), before anything is written (the
+    converter's own checks name its arguments, without the `--`). `arguments`: what absl's
+    parse left of the command line."""
     if flags_lib.unknown_flags(arguments):  # the full parse, after TensorFlow's, names them
         return
     if arguments:
@@ -108,3 +111,5 @@ def check_flags(values, arguments):
             f"--output_dir={values.output_dir} is within --image_dir={values.image_dir}: the "
             "records would sit among the class folders (a folder of them read as a class by "
             "the next conversion); give a directory outside it")
+    if values.npz:
+        convert_checks.check_npz(values.npz, values.validation_fraction)

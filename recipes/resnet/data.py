@@ -11,7 +11,7 @@ from google.protobuf import message as message_lib  # tf.train.Example's DecodeE
 
 from recipes.common import corrupt_data
 from recipes.common.errors import UserError
-from recipes.resnet import convert, digits
+from recipes.resnet import convert, convert_checks, digits
 from recipes.resnet import export as export_lib
 from recipes.resnet import input as input_lib
 
@@ -88,7 +88,7 @@ def check_digits_config(data):
             f"data.digits_validation_fraction={fraction} must be above 0 and below 1: the "
             "share of the embedded digits held out for the evaluation; give e.g. 0.2"
         )
-    held_out = convert.held_out_count(fraction, digits.PER_CLASS)
+    held_out = convert_checks.held_out_count(fraction, digits.PER_CLASS)
     if not 0 < held_out < digits.PER_CLASS:
         raise UserError(
             f"data.digits_validation_fraction={fraction} holds out {held_out} of the "
