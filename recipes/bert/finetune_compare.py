@@ -8,7 +8,7 @@ import tensorflow as tf
 import tf_keras
 
 from recipes.common import config as config_lib
-from recipes.common import driver
+from recipes.common import driver, storage
 from recipes.bert import finetune_flags
 from recipes.common.errors import UserError
 
@@ -44,7 +44,6 @@ def compare_inits(task_class, options):
             "--compare_with_random_init writes its two runs into "
             f"{' and '.join(f'{name}/' for name, _ in COMPARED_INITS)} of a directory of their "
             "own: give a new --model_dir")
-    held_out = driver.other_held_out(task, first, options.mode)  # other held-out data
     results = {}
     for name, init in COMPARED_INITS:
         doing = {"eval": "evaluating", "export": "exporting"}.get(options.mode, "fine-tuning")
@@ -61,10 +60,11 @@ def compare_inits(task_class, options):
     for name, values in results.items():
         line = " ".join(f"{metric}={value:.4f}" for metric, value in sorted(values.items()))
         print(f"  {name.replace('_', ' ') + ' encoder:':26s} {line}", flush=True)
+    held_out = driver.other_held_out(task, first, options.mode)  # (the runs checked it)
     into = os.path.join(options.model_dir, driver.held_out_subdir(held_out) if held_out else "")
     tf.io.gfile.makedirs(into)  # other held-out data: in eval_<name>/, as each run's results
-    with tf.io.gfile.GFile(os.path.join(into, "comparison.json"), "w") as f:
-        f.write(json.dumps(results, indent=2, sort_keys=True) + "\n")
+    storage.write_text(os.path.join(into, "comparison.json"),  # whole, as each run's results
+                       json.dumps(results, indent=2, sort_keys=True) + "\n")
     return results
 
 
