@@ -1027,7 +1027,8 @@ def test_the_driver_s_divergence_lines_are_recorded_as_diverged(tmp_path):
     weights.set_model(_stub_model(4, [tf.Variable([float("inf")], name="dense/kernel")]))
     weights_line = _driver_error_line(lambda: weights.on_epoch_end(0))
     stub_run = type("Run", (), {
-        "model": _stub_model(5), "model_dir": str(tmp_path), "strategy": None,
+        "model": _stub_model(5), "model_dir": str(tmp_path), "evaluation_dir": str(tmp_path),
+        "strategy": None,
         "task": type("Task", (), {"evaluate": lambda self, model, strategy:
                                   {"loss": float("nan")}})()})()
     eval_line = _driver_error_line(lambda: driver._Run._evaluate(stub_run, "end"))
