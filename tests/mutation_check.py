@@ -851,14 +851,14 @@ MUTATIONS = [
          "test_a_signal_once_main_runs_cleans_up_then_one_line"],
         [r"test_a_signal_once_main_runs_cleans_up_then_one_line\[SIGINT-.*after-the-first"]),
     Mutation(
-        "finetune_paths_kept_relative", "fine-tuning saves a relative encoder.pretraining_dir "
-        "as given (the run cannot be evaluated from another directory)",
-        "recipes/bert/finetune.py",
-        "        finetune_config.make_paths_absolute(self.config)",
-        "        pass",
-        ["tests/test_finetune.py::"
-         "test_a_run_given_relative_paths_is_evaluated_and_resumed_from_any_directory"],
-        [r"test_a_run_given_relative_paths_is_evaluated_and_resumed_from_any_directory"]),
+        "paths_kept_relative", "a run saves its relative paths (fine-tuning's "
+        "encoder.pretraining_dir, ResNet's file patterns) as given (the run cannot be "
+        "evaluated from another directory)",
+        "recipes/common/driver.py",
+        "    config_lib.make_paths_absolute(config)",
+        "    pass",
+        ["tests/test_absolute_paths.py::test_the_saved_config_holds_absolute_paths"],
+        [r"test_the_saved_config_holds_absolute_paths\[resnet\]"]),
     Mutation(
         "ecosystem_export_deletes_users_files", "the Model Garden and TF-Hub export replaces "
         "model_garden/ and hub/ whatever they hold",

@@ -10,6 +10,7 @@ every key with the same words.
 import dataclasses
 
 from recipes.common import schema
+from recipes.common.config import path_field
 
 
 @dataclasses.dataclass
@@ -17,19 +18,19 @@ class DataConfig:
     """Where the pretraining examples come from and their shape."""
     # Text to prepare when `train_files` is empty: "stdlib" (the embedded corpus built from
     # the Python standard library's docstrings) or a directory of .txt files.
-    corpus: str = "stdlib"
+    corpus: str = path_field("stdlib", names=("stdlib",))
     # Where prepared TFRecords and the vocabulary go; "" = <model_dir>/data. Preparation is
     # skipped when this directory already holds a finished preparation, which must have been
     # made from these data.* values (else a one-line error).
-    data_dir: str = ""
+    data_dir: str = path_field("")
     # Glob of already prepared training TFRecords (Google BERT / Model Garden format).
     # "" = prepare them from `corpus`. When set, `eval_files` and `vocab_file` must be set too.
     # Globs are listed once when a run starts: the run reads the files they matched then.
-    train_files: str = ""
+    train_files: str = path_field("", comma_separated=True)
     # Glob of held-out TFRecords used by evaluation.
-    eval_files: str = ""
+    eval_files: str = path_field("", comma_separated=True)
     # WordPiece vocabulary, one token per line; "" = learn one from the corpus.
-    vocab_file: str = ""
+    vocab_file: str = path_field("")
     # Size of the WordPiece vocabulary learned from the corpus (ignored with `vocab_file`).
     vocab_size: int = 2048
     # Tokens per example, [CLS] and [SEP]s included (BERT: 128 in phase 1, 512 in phase 2).

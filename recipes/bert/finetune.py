@@ -51,7 +51,6 @@ class BertFinetuneTask(task_lib.Task):
     def check_config(self):
         """Keys, the task files `self.mode` reads (whole) and the pretraining run, first."""
         finetune_config.check(self.config, self.mode)
-        finetune_config.make_paths_absolute(self.config)
         data = self.config.data
         self.examples, self.questions = finetune_data.read_task_files(data, self.mode)
         self.run = finetune_data.PretrainingRun(self.config.encoder.pretraining_dir)

@@ -6,10 +6,10 @@ the defaults below are the embedded task on AdamW (learning rate 1e-4), what run
 its reason (LAMB at 0.01), configs/bert/finetune_squad_v1.yaml carries BERT's SQuAD recipe.
 """
 import dataclasses
-import os
 from typing import Optional
 
 from recipes.common import schema
+from recipes.common.config import path_field
 from recipes.common.errors import UserError
 
 TASKS = ("stdlib", "classification", "squad")
@@ -33,7 +33,7 @@ class EncoderConfig:
     # A pretraining run's model_dir. Its `model_garden/` export gives the encoder's shape
     # (encoder.yaml), the vocabulary (vocab.txt) and the weights; its config.yaml the
     # sequence length pretraining used.
-    pretraining_dir: str = ""
+    pretraining_dir: str = path_field("")
     # pretrained: start from the run's encoder weights; none: an encoder of the same shape
     # and vocabulary with random weights (the comparison without pretraining).
     init: str = "pretrained"
@@ -50,8 +50,8 @@ class DataConfig:
     # classification: `train_file` / `eval_file` in .tsv or .jsonl (sentence or
     # sentence1 + sentence2, label); squad: SQuAD v1.1 JSON files.
     task: str = "stdlib"
-    train_file: str = ""
-    eval_file: str = ""
+    train_file: str = path_field("")
+    eval_file: str = path_field("")
     # classification: the label order (the model's class ids); null = the sorted labels of
     # the training file.
     labels: Optional[list[str]] = None
@@ -122,19 +122,6 @@ def check(config, mode=None):
         if getattr(data, key) <= 0:
             raise UserError(f"data.{key}={getattr(data, key)} must be positive")
     schema.check_rates("encoder", encoder, ("dropout_rate", "attention_dropout_rate"))
-
-
-def make_paths_absolute(config):
-    """`encoder.pretraining_dir`, `data.train_file` and `data.eval_file`, when relative local
-    paths, made absolute from the current directory: the run's config.yaml keeps them so,
-    and a resumed run keeps them (`fixed_on_resume`), so that it is evaluated, exported or
-    resumed from any directory (with a relative path saved, only from the one it started
-    in, the key refusing the same path spelled from elsewhere)."""
-    for section, key in (("encoder", "pretraining_dir"), ("data", "train_file"),
-                         ("data", "eval_file")):
-        value = getattr(getattr(config, section), key)
-        if value and "://" not in value:
-            setattr(getattr(config, section), key, os.path.abspath(value))
 
 
 def check_task_keys(data):

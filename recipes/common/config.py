@@ -25,8 +25,8 @@ from recipes.common import errors, storage
 from recipes.common.errors import UserError
 
 _SCALARS = (int, float, bool, str)
-# Keys that hold paths (a file, directory, glob or checkpoint), as every schema names them.
-_PATH_KEY = re.compile(r"(dir|_file|_files|_pattern|checkpoint|corpus)(\[\d+\])?$")
+# The metadata key of a `path_field`: (values that name no path, comma-separated globs?).
+_PATH = "recipes.path"
 
 
 def load_config(schema_cls, config_files=(), params_override="", renamed_keys=None):
@@ -125,12 +125,64 @@ def save_config(config, model_dir):
     return path
 
 
-def same_local_path(key, old, new):
-    """Whether `old` and `new`, values of the path key `key`, name the same local path from
-    the current directory, spelled differently (relative and absolute, `a/../b` and `b`)."""
-    return (bool(_PATH_KEY.search(key)) and isinstance(old, str) and isinstance(new, str)
-            and bool(old) and bool(new) and "://" not in old + new
-            and os.path.abspath(old) == os.path.abspath(new))
+def path_field(default="", *, names=(), comma_separated=False):
+    """A schema field (a `str`) that holds a path: a local file, directory, glob or
+    checkpoint, or a remote one (`gs://`, any `://`). The driver makes a relative local one
+    absolute from the current directory before anything reads it or the run's config.yaml
+    keeps it (`make_paths_absolute`), so a run is evaluated, exported, resumed or used as an
+    init_checkpoint from any directory; a saved one spelled otherwise is no change
+    (`same_local_path`); one starting with '~' is refused. `names`: values that name no path,
+    kept as given (data.corpus's "stdlib"); `comma_separated`: several paths or globs, joined
+    by commas, each made absolute."""
+    return dataclasses.field(default=default, metadata={_PATH: (tuple(names), comma_separated)})
+
+
+def path_keys(schema_cls, prefix=""):
+    """{dotted key: (names, comma_separated)} of the `path_field`s of `schema_cls`, its
+    sections' too (the shared train.init_checkpoint and export.dir in every recipe)."""
+    keys, types_ = {}, schema_fields(schema_cls)
+    for field in dataclasses.fields(schema_cls):
+        field_type = types_[field.name]
+        if dataclasses.is_dataclass(field_type):
+            keys.update(path_keys(field_type, f"{prefix}{field.name}."))
+        elif _PATH in field.metadata:
+            keys[f"{prefix}{field.name}"] = field.metadata[_PATH]
+    return keys
+
+
+def absolute_path(value, names=(), comma_separated=False):
+    """`value` of a path key with its relative local path (each, `comma_separated`) made
+    absolute from the current directory (`os.path.abspath`: `a/../b` as `b`, a glob's `*`
+    kept); "", a remote path (`gs://`, any `://`) and a value of `names` as given."""
+    if not isinstance(value, str) or value in names:
+        return value
+    parts = value.split(",") if comma_separated else [value]
+    return ",".join(
+        part if not part.strip() or "://" in part
+        else os.path.abspath(part.strip() if comma_separated else part) for part in parts)
+
+
+def make_paths_absolute(config):
+    """Makes the relative local paths of `config`'s path keys (`path_field`) absolute from
+    the current directory, in place (`absolute_path`); returns `config`."""
+    for key, (names, comma_separated) in path_keys(type(config)).items():
+        *sections, name = key.split(".")
+        section = config
+        for part in sections:
+            section = getattr(section, part)
+        setattr(section, name, absolute_path(getattr(section, name), names, comma_separated))
+    return config
+
+
+def same_local_path(schema_cls, key, old, new):
+    """Whether `old` and `new`, values of `key` of `schema_cls`, name the same local paths
+    from the current directory, spelled differently (relative and absolute, `a/../b` and
+    `b`): a run's config.yaml saved by a version that kept relative paths is resumed from
+    the directory it started in as if saved absolute."""
+    marker = path_keys(schema_cls).get(key)
+    return (marker is not None and isinstance(old, str) and isinstance(new, str)
+            and bool(old) and bool(new) and old != new
+            and absolute_path(old, *marker) == absolute_path(new, *marker))
 
 
 def changed_keys(old, new, prefix=""):
@@ -342,6 +394,13 @@ def _merge(values, updates, schema_cls, source, prefix, renamed):
             _merge(values[key], value, field_type, source, f"{dotted}.", renamed)
         else:
             values[key] = _check_type(value, field_type, dotted, source)
+            if isinstance(values[key], str) and _PATH in _field(schema_cls, key).metadata:
+                storage.refuse_unexpanded_home(f"{source}: config key {dotted}", values[key])
+
+
+def _field(schema_cls, name):
+    """The `dataclasses.Field` called `name` of `schema_cls`."""
+    return next(field for field in dataclasses.fields(schema_cls) if field.name == name)
 
 
 def _check_type(value, field_type, dotted, source):
@@ -368,8 +427,6 @@ def _check_type(value, field_type, dotted, source):
         ]
     if field_type is float and isinstance(value, int) and not isinstance(value, bool):
         return float(value)
-    if field_type is str and isinstance(value, str) and _PATH_KEY.search(dotted):
-        storage.refuse_unexpanded_home(f"{source}: config key {dotted}", value)
     if (
         field_type in _SCALARS
         and isinstance(value, field_type)

@@ -85,7 +85,10 @@ def run_from_flags(task_class, argv, extra_flags=(), run_options=None):
 
 def load_task(task_class, options, mode=None):
     """The task over its loaded and wholly validated config, for --mode `mode` (its
-    `Task.mode`; None: a study's check, as for training); nothing printed or written."""
+    `Task.mode`; None: a study's check, as for training); nothing printed or written. The
+    config's relative local paths (its schema's `path_field`s: train.init_checkpoint,
+    export.dir, a recipe's data files) are absolute from the current directory from here
+    on: the task reads them so, and the run's config.yaml keeps them so."""
     if task_class.config_class is None:
         raise UserError(f"{task_class.__name__}.config_class is not set: give the recipe's "
                         "config schema, a dataclass with the sections of recipes.common.schema")
@@ -95,6 +98,7 @@ def load_task(task_class, options, mode=None):
         options.params_override, renamed_keys=schema.RENAMED_KEYS,
     )
     schema.check(config)
+    config_lib.make_paths_absolute(config)
     task = task_class(config)
     task.mode = mode  # what check_config may read depends on it (eval: no training data)
     task.check_config()
@@ -363,7 +367,7 @@ def compare_with_saved_config(task, model_dir, mode):
             raise UserError(
                 f"{key} was {old!r} in the run in {model_dir}, now {new!r}: a run keeps "
                 f"{keys} from its first step to its last (they define what it trains); "
-                f"{_keep(key, old, mode)}")
+                f"{_keep(key, old, mode)}{_saved_relative(task, key, old)}")
         lines.append(f"config: {key} {old!r} -> {new!r} ({_WITH_THE_RUN[mode][1]} the run "
                      f"in {model_dir})")
     return lines
@@ -413,13 +417,25 @@ def held_out_subdir(held_out):
 def saved_config_changes(task, model_dir):
     """[(key, saved value, value now)] of the keys `task.config` changes from the
     config.yaml in `model_dir` (none without one); a path spelled otherwise (`runs/a`
-    saved, `/work/runs/a` now) is no change."""
+    saved, `/work/runs/a` now) is no change: a run saved with relative paths (before
+    `load_task` made them absolute) goes on from the directory it started in."""
     saved_path = os.path.join(model_dir, "config.yaml")
     if not tf.io.gfile.exists(saved_path):
         return []
     saved = config_lib.load_config(type(task.config), [saved_path])
     return [(key, old, new) for key, old, new in config_lib.changed_keys(saved, task.config)
-            if not config_lib.same_local_path(key, old, new)]
+            if not config_lib.same_local_path(type(task.config), key, old, new)]
+
+
+def _saved_relative(task, key, old):
+    """The end of a refusal of a change to the path key `key` whose saved value `old` is a
+    relative local path (a config.yaml of a version that kept them so): it means a place
+    from the directory the run started in."""
+    marker = config_lib.path_keys(type(task.config)).get(key)
+    if marker and isinstance(old, str) and old and config_lib.absolute_path(old, *marker) != old:
+        return (f" ({old!r} is relative, saved so by an older version: run from the "
+                "directory the run started in)")
+    return ""
 
 
 def _keep(key, old, mode):

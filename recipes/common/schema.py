@@ -10,6 +10,7 @@ import dataclasses
 import math
 from typing import Optional
 
+from recipes.common.config import path_field
 from recipes.common.errors import UserError
 
 OPTIMIZERS = ("lamb", "lars", "adamw", "momentum")
@@ -51,7 +52,7 @@ class TrainConfig:
     seed: int = 1
     # Weights-only initialisation from another run (a model_dir or a checkpoint path),
     # used only when model_dir has no checkpoint; optimizer state and step start fresh.
-    init_checkpoint: str = ""
+    init_checkpoint: str = path_field("")
 
 
 @dataclasses.dataclass
@@ -123,7 +124,7 @@ class ExportConfig:
     # Export after training (--mode=export always exports).
     enabled: bool = True
     # Where; "" = <model_dir>/<the recipe's export directory name>.
-    dir: str = ""
+    dir: str = path_field("")
 
 
 # The train section's counts that must be above 0 (`check`).

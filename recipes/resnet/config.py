@@ -10,6 +10,7 @@ recipe's own.
 import dataclasses
 
 from recipes.common import schema
+from recipes.common.config import path_field
 
 
 @dataclasses.dataclass
@@ -20,9 +21,9 @@ class DataConfig:
     digits_validation_fraction: float = 0.2  # held-out share of each digit class
     # ImageNet-format TFRecords (see recipes/resnet/convert.py), local or gs:// globs,
     # listed once when a run starts: the run reads the files they matched then.
-    train_file_pattern: str = ""
+    train_file_pattern: str = path_field("")
     # The held-out files, as train_file_pattern.
-    eval_file_pattern: str = ""
+    eval_file_pattern: str = path_field("")
     # Examples in the eval files (0: count the records once); a number above what they hold
     # evaluates those and says so, one below evaluates that many.
     eval_num_examples: int = 0
