@@ -125,8 +125,8 @@ CASES = {
          "preparation is written there)"]),
     # what a preparation would read, checked before the strategy line (they were after it)
     "misspelled-corpus": (BERT, FRESH, ["--params_override=data.corpus=stdlibb,data.train_files=''"],
-                          ["data.corpus: stdlibb matches no files: give 'stdlib' (the embedded "
-                           "corpus), a directory of .txt files or a glob"]),
+                          [f"data.corpus: {cli.REPO_ROOT}/stdlibb matches no files: give 'stdlib' (the "
+                           "embedded corpus), a directory of .txt files or a glob"]),
     "missing-vocabulary-to-prepare-with": (
         BERT, FRESH, ["--params_override=data.vocab_file=/nonexistent/vocab.txt,"
                       "data.corpus=stdlib,data.train_files=''"],
