@@ -54,7 +54,7 @@ PARALLEL = 2
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 STARTUP_SECONDS = 600  # a server's imports, before its first answer (on a loaded machine)
 ANSWER_SECONDS = 60  # past a job's timeout: the server kills the child and answers
-MAX_SERVERS = 1  # one server's imports hold ~1 GB: another environment's replaces it
+MAX_SERVERS = 2  # each holds its imports (~0.8 GB); a third environment replaces the oldest
 _PR_SET_PDEATHSIG = 1
 
 
@@ -242,11 +242,22 @@ class Server:
 _SERVERS = {}  # environment (sorted items) -> Server, the most recently used last
 
 
+def server_environment(env=None):
+    """The environment of the server that runs a job given `env` (None: this process's)."""
+    env = dict(os.environ if env is None else env)
+    env.pop("PYTEST_CURRENT_TEST", None)  # (pytest's name of the test: one server for all)
+    return env
+
+
+def server_of(env=None):
+    """The server (a `Server`) of the jobs given `env`, if one has started."""
+    return _SERVERS.get(tuple(sorted(server_environment(env).items())))
+
+
 def run(module, args, *, cwd, env=None, timeout):
     """`subprocess.run([sys.executable, "-m", module, *args], cwd=cwd, env=env,
     capture_output=True, text=True, timeout=timeout)`, through this environment's server."""
-    env = dict(os.environ if env is None else env)
-    env.pop("PYTEST_CURRENT_TEST", None)  # (pytest's name of the test: one server for all)
+    env = server_environment(env)
     if "--verbose" in args and "TF_CPP_MIN_LOG_LEVEL" not in env:
         raise ValueError("--verbose sets TensorFlow's log level at import, before the job: "
                          "run it with subprocess, or set TF_CPP_MIN_LOG_LEVEL in env")
