@@ -12,6 +12,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import fcntl  # noqa: E402
 import shutil  # noqa: E402
+import sys  # noqa: E402
 import tempfile  # noqa: E402
 
 import pytest  # noqa: E402
@@ -51,6 +52,8 @@ def pytest_configure(config):
 
 
 def pytest_unconfigure(config):
+    if "preloaded_cli" in sys.modules:  # its servers (sequential mode), before their files go
+        sys.modules["preloaded_cli"].close_all()
     if _SCRATCH:
         shutil.rmtree(_SCRATCH, ignore_errors=True)
 

@@ -15,6 +15,7 @@ import pytest
 import tensorflow as tf
 import yaml
 
+import preloaded_cli
 import tensorboard_events
 import tiny_bert_data
 
@@ -43,11 +44,11 @@ def config_file(tiny_data, tmp_path_factory):
 
 
 def run_pretrain(*args, timeout=300):
-    """Runs the program; returns the CompletedProcess (stdout and stderr as text)."""
+    """Runs the program; returns the CompletedProcess (stdout and stderr as text), through
+    tests/preloaded_cli.py (TensorFlow imported once for the test process's runs)."""
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
-    return subprocess.run(
-        [sys.executable, "-m", "recipes.bert.pretrain", *args], cwd=REPO_ROOT, env=env,
-        capture_output=True, text=True, timeout=timeout)
+    return preloaded_cli.run("recipes.bert.pretrain", args, cwd=REPO_ROOT, env=env,
+                             timeout=timeout)
 
 
 def checkpoint_values(model_dir):

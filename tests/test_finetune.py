@@ -22,6 +22,7 @@ import pytest
 import tf_keras
 import yaml
 
+import preloaded_cli
 import tensorboard_events
 from conftest import REPO_ROOT, built_once
 from recipes.bert import ecosystem_export
@@ -67,13 +68,16 @@ def _write_pretraining_run(root):
         yaml.safe_dump({"data": {"corpus": "my_texts", "seq_length": SEQ_LENGTH, "seed": 1}}, f)
 
 
+def finetune_cli(cwd, *args):
+    """`python -m recipes.bert.finetune *args` in `cwd` (its CompletedProcess, text), through
+    tests/preloaded_cli.py: TensorFlow imported once for the test process's runs."""
+    return preloaded_cli.run("recipes.bert.finetune", args, cwd=cwd, timeout=900,
+                             env={**os.environ, "PYTHONPATH": REPO_ROOT})
+
+
 def run_finetune(model_dir, override, *extra):
-    return subprocess.run(
-        [sys.executable, "-m", "recipes.bert.finetune", f"--model_dir={model_dir}",
-         f"--params_override={override}", *extra],
-        cwd=REPO_ROOT, capture_output=True, text=True, timeout=900,
-        env={**os.environ, "PYTHONPATH": REPO_ROOT},
-    )
+    return finetune_cli(REPO_ROOT, f"--model_dir={model_dir}", f"--params_override={override}",
+                        *extra)
 
 
 def serve_in_fresh_process(export_dir, inputs):
@@ -234,21 +238,16 @@ def test_a_run_given_relative_paths_is_evaluated_and_resumed_from_any_directory(
         "data.seq_length=16", "train.steps=2", "train.checkpoint_every=2",
         "train.global_batch_size=8", "train.micro_batch_size=8", "optimizer.warmup_steps=1",
         "eval.global_batch_size=8", "export.enabled=false"])
-    command = [sys.executable, "-m", "recipes.bert.finetune", "--model_dir=run",
-               f"--params_override={relative}"]
-    env = {**os.environ, "PYTHONPATH": REPO_ROOT}
-    first = subprocess.run(command, cwd=work, env=env, capture_output=True, text=True,
-                           timeout=900)
+    command = ["--model_dir=run", f"--params_override={relative}"]
+    first = finetune_cli(work, *command)
     assert first.returncode == 0, first.stderr[-3000:]
     saved = yaml.safe_load((work / "run" / "config.yaml").read_text())
     assert saved["encoder"]["pretraining_dir"] == pretraining_dir
     assert saved["data"]["train_file"] == saved["data"]["eval_file"] == str(work / "train.tsv")
-    elsewhere = subprocess.run(  # the run's own config.yaml, from the repository's root
-        [sys.executable, "-m", "recipes.bert.finetune", f"--model_dir={work / 'run'}",
-         "--mode=eval"], cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=900)
+    # the run's own config.yaml, from the repository's root
+    elsewhere = finetune_cli(REPO_ROOT, f"--model_dir={work / 'run'}", "--mode=eval")
     assert elsewhere.returncode == 0, elsewhere.stderr[-3000:]
-    again = subprocess.run(command, cwd=work, env=env, capture_output=True, text=True,
-                           timeout=900)  # the first command again: no key changed
+    again = finetune_cli(work, *command)  # the first command again: no key changed
     assert again.returncode == 0, again.stderr[-3000:]
     assert "already trained to step 2" in again.stdout
     assert "config: encoder" not in again.stdout and "config: data" not in again.stdout

@@ -5,8 +5,6 @@ the data was prepared (labels.json written into a new --model_dir) and the model
 line, exit 2, nothing written."""
 import os
 import shutil
-import subprocess
-import sys
 import types
 
 import pytest
@@ -15,7 +13,7 @@ import yaml
 from conftest import REPO_ROOT
 from recipes.bert import ecosystem_export, finetune_data
 from recipes.bert import model as model_lib
-from test_finetune import SEQ_LENGTH, TINY_MODEL
+from test_finetune import SEQ_LENGTH, TINY_MODEL, finetune_cli
 from test_finetune import pretraining_dir  # noqa: F401  (the tiny run, a fixture)
 
 SETTINGS = ["data.task=classification", "data.seq_length=16", "train.steps=1",
@@ -26,10 +24,8 @@ SETTINGS = ["data.task=classification", "data.seq_length=16", "train.steps=1",
 def _train(model_dir, data, pretraining, *more):
     override = ",".join([f"encoder.pretraining_dir={pretraining}", f"data.train_file={data}",
                          f"data.eval_file={data}", *SETTINGS, *more])
-    return subprocess.run(
-        [sys.executable, "-m", "recipes.bert.finetune", f"--model_dir={model_dir}",
-         "--mode=train", f"--params_override={override}"], cwd=REPO_ROOT, capture_output=True,
-        text=True, timeout=900, env={**os.environ, "PYTHONPATH": REPO_ROOT})
+    return finetune_cli(REPO_ROOT, f"--model_dir={model_dir}", "--mode=train",
+                        f"--params_override={override}")
 
 
 def _error_lines(done):

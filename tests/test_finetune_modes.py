@@ -5,8 +5,6 @@ training reads them; export needs no held-out windows either."""
 import json
 import os
 import shutil
-import subprocess
-import sys
 import types
 
 import pytest
@@ -14,7 +12,7 @@ import pytest
 from conftest import REPO_ROOT
 from recipes.bert import finetune_data
 from test_finetune import SEQ_LENGTH, pretraining_dir  # noqa: F401  (the tiny run, a fixture)
-from test_finetune import serve_in_fresh_process
+from test_finetune import finetune_cli, serve_in_fresh_process
 
 TINY_SQUAD = os.path.join(REPO_ROOT, "tests", "data", "tiny_squad.json")
 
@@ -62,12 +60,6 @@ def test_classification_packs_the_training_examples_only_to_train(pretraining_di
     assert prepared.labels == ["canine", "feline"]
 
 
-def _finetune(cwd, *args):
-    return subprocess.run([sys.executable, "-m", "recipes.bert.finetune", *args], cwd=cwd,
-                          capture_output=True, text=True, timeout=900,
-                          env={**os.environ, "PYTHONPATH": REPO_ROOT})
-
-
 @pytest.mark.slow  # command-line runs
 @pytest.mark.parametrize("task", ["classification", "squad"])
 def test_a_run_is_evaluated_and_exported_without_its_training_file(pretraining_dir,  # noqa: F811
@@ -92,15 +84,15 @@ def test_a_run_is_evaluated_and_exported_without_its_training_file(pretraining_d
         files = ["data.task=classification", f"data.train_file={tmp_path / 'train.tsv'}",
                  f"data.eval_file={tmp_path / 'dev.tsv'}", "data.seq_length=16"]
     run = tmp_path / "run"
-    trained = _finetune(REPO_ROOT, f"--model_dir={run}", "--mode=train", "--params_override="
-                        + ",".join([f"encoder.pretraining_dir={pretraining_dir}", *files,
-                                    "train.steps=1", "train.checkpoint_every=1",
-                                    "train.global_batch_size=2", "train.micro_batch_size=2",
-                                    "optimizer.warmup_steps=0", "eval.global_batch_size=2",
-                                    "export.enabled=false"]))
+    trained = finetune_cli(REPO_ROOT, f"--model_dir={run}", "--mode=train", "--params_override="
+                           + ",".join([f"encoder.pretraining_dir={pretraining_dir}", *files,
+                                       "train.steps=1", "train.checkpoint_every=1",
+                                       "train.global_batch_size=2", "train.micro_batch_size=2",
+                                       "optimizer.warmup_steps=0", "eval.global_batch_size=2",
+                                       "export.enabled=false"]))
     assert trained.returncode == 0, trained.stderr[-3000:]
     os.remove(tmp_path / ("train.json" if task == "squad" else "train.tsv"))
-    evaluated = _finetune(tmp_path, f"--model_dir={run}", "--mode=eval")
+    evaluated = finetune_cli(tmp_path, f"--model_dir={run}", "--mode=eval")
     assert evaluated.returncode == 0, evaluated.stderr[-3000:]
     assert "training examples not read (--mode=eval)" in evaluated.stdout or (
         "training questions not read (--mode=eval)" in evaluated.stdout)
@@ -111,13 +103,13 @@ def test_a_run_is_evaluated_and_exported_without_its_training_file(pretraining_d
                                            set(scores))
     dev = tmp_path / ("dev.json" if task == "squad" else "dev.tsv")
     os.remove(dev)
-    missing = _finetune(tmp_path, f"--model_dir={run}", "--mode=eval")
+    missing = finetune_cli(tmp_path, f"--model_dir={run}", "--mode=eval")
     assert missing.returncode == 2 and "Traceback" not in missing.stderr
     assert [line for line in missing.stderr.splitlines() if line.startswith("error:")] == [
         f"error: data.eval_file={dev} does not exist; check the path " + (
             "(a SQuAD v1.1 JSON file)" if task == "squad"
             else "(a .tsv file with a header row, or .jsonl)")]
-    exported = _finetune(tmp_path, f"--model_dir={run}", "--mode=export")
+    exported = finetune_cli(tmp_path, f"--model_dir={run}", "--mode=export")
     assert exported.returncode == 0, exported.stderr[-3000:]
     assert "no examples read (--mode=export)" in exported.stdout or (
         "no questions read (--mode=export)" in exported.stdout)
@@ -133,8 +125,8 @@ def _evaluate_on_another_held_out_file(run, other, article, metrics):
     own = {name: (run / name).read_bytes()
            for name in ("results.json", "config.yaml", "predictions.json")}
     own_events = sorted(os.listdir(run / "eval"))
-    evaluated = _finetune(run.parent, f"--model_dir={run}", "--mode=eval",
-                          f"--params_override=data.eval_file={other}")
+    evaluated = finetune_cli(run.parent, f"--model_dir={run}", "--mode=eval",
+                             f"--params_override=data.eval_file={other}")
     assert evaluated.returncode == 0, evaluated.stderr[-3000:]
     assert {name: (run / name).read_bytes() for name in own} == own
     assert sorted(os.listdir(run / "eval")) == own_events  # its scalars went elsewhere
@@ -149,8 +141,8 @@ def _evaluate_on_another_held_out_file(run, other, article, metrics):
     namesake = run.parent / "elsewhere" / other.name
     shutil.copy(other, namesake)
     kept = (run / "eval_other" / "results.json").read_bytes()
-    refused = _finetune(run.parent, f"--model_dir={run}", "--mode=eval",
-                        f"--params_override=data.eval_file={namesake}")
+    refused = finetune_cli(run.parent, f"--model_dir={run}", "--mode=eval",
+                           f"--params_override=data.eval_file={namesake}")
     assert refused.returncode == 2 and "Traceback" not in refused.stderr
     assert [line for line in refused.stderr.splitlines() if line.startswith("error:")] == [
         f"error: data.eval_file={namesake}: {run / 'eval_other'}/ holds the evaluation of "

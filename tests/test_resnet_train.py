@@ -13,6 +13,7 @@ import pytest
 import tensorflow as tf
 import tf_keras
 
+import preloaded_cli
 import tensorboard_events
 from lamb_tf import accumulation
 from recipes.common import config as config_lib
@@ -63,19 +64,17 @@ def overrides(data_dir, **extra):
 
 
 def run_cli(model_dir, params_override, *extra_flags):
-    return subprocess.run(
+    """`python -m recipes.resnet.train` from the tiny config (tests/preloaded_cli.py:
+    TensorFlow imported once for the test process's runs)."""
+    return preloaded_cli.run(
+        "recipes.resnet.train",
         [
-            sys.executable,
-            "-m",
-            "recipes.resnet.train",
             f"--config_file={TINY_CONFIG}",
             f"--model_dir={model_dir}",
             f"--params_override={params_override}",
             *extra_flags,
         ],
         cwd=REPO_ROOT,
-        capture_output=True,
-        text=True,
         timeout=300,
         env=ENV,
     )

@@ -1,0 +1,72 @@
+"""tests/preloaded_cli.py's sequential mode: a job through the server (TensorFlow and the
+recipes imported once, a forked child per job) answers as `python -m` run directly does."""
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+import preloaded_cli
+from conftest import REPO_ROOT
+
+PROBE = '''import json, os, sys, time
+print(json.dumps({"name": __name__, "cwd": os.getcwd(), "argv": sys.argv,
+                  "path0": sys.path[0], "stdin": sys.stdin.read()}))
+if sys.argv[1:2] == ["--sleep"]:
+    with open("pid", "w") as f:
+        f.write(str(os.getpid()))
+    time.sleep(600)
+sys.exit(sys.argv[1] if sys.argv[1:] else 0)
+'''
+
+
+def _direct(module, args, cwd, env):
+    return subprocess.run([sys.executable, "-m", module, *args], cwd=cwd, env=env,
+                          capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
+
+
+def _as_run(done):
+    return done.returncode, done.stdout, done.stderr
+
+
+@pytest.mark.slow  # a server's imports (TensorFlow, Model Garden)
+def test_jobs_answer_as_direct_runs_in_their_directory_and_are_killed_at_their_timeout(
+        tmp_path, monkeypatch):
+    monkeypatch.setenv("PYTEST_CURRENT_TEST", "a test")  # (pytest's: changes every test)
+    env = {**os.environ, "PYTHONPATH": REPO_ROOT}
+    (tmp_path / "probe.py").write_text(PROBE)
+    # a recipe's flag mistake: exit status 2, one line on stderr (before TensorFlow runs)
+    bad = ["recipes.bert.prepare_data", ["--no_such_flag=1"], tmp_path, env]
+    served = preloaded_cli.run(*bad[:2], cwd=tmp_path, env=env, timeout=120)
+    server = preloaded_cli.server_of(env)  # (one an earlier test file started, maybe)
+    answered = server.answered
+    assert served.returncode == 2 and served.stderr.startswith("error: --no_such_flag=1")
+    assert _as_run(served) == _as_run(_direct(*bad))
+    # a module found in its directory (the current one: first on sys.path), its exit status
+    # (a message: status 1) and its stdin empty, as `python -m probe` there
+    for args in ([], ["3"], ["a message"]):
+        served = preloaded_cli.run("probe", args, cwd=tmp_path, env=env, timeout=60)
+        assert _as_run(served) == _as_run(_direct("probe", args, tmp_path, env))
+    assert served.returncode == 1 and served.stderr == "a message\n"
+    assert f'"cwd": "{tmp_path}"' in served.stdout
+    # past its timeout: killed, subprocess.run's TimeoutExpired with what it printed
+    start = time.monotonic()
+    with pytest.raises(subprocess.TimeoutExpired) as expired:
+        preloaded_cli.run("probe", ["--sleep"], cwd=tmp_path, env=env, timeout=2)
+    assert time.monotonic() - start < 30 and '"--sleep"' in expired.value.stdout
+    with pytest.raises(ProcessLookupError):
+        os.kill(int((tmp_path / "pid").read_text()), 0)
+    monkeypatch.setenv("PYTEST_CURRENT_TEST", "the next test")
+    env = {**os.environ, "PYTHONPATH": REPO_ROOT}
+    assert preloaded_cli.run("probe", [], cwd=tmp_path, env=env, timeout=60).returncode == 0
+    assert preloaded_cli.server_of(env) is server and server.answered == answered + 5
+    preloaded_cli.close_all()  # (conftest.py's pytest_unconfigure)
+    assert server.process.returncode == 0 and not os.path.exists(server.directory)
+
+
+def test_verbose_is_refused_where_it_would_change_the_log_level_set_at_import():
+    env = {name: value for name, value in os.environ.items() if name != "TF_CPP_MIN_LOG_LEVEL"}
+    with pytest.raises(ValueError, match="--verbose sets TensorFlow's log level at import"):
+        preloaded_cli.run("recipes.bert.finetune", ["--verbose"], cwd=REPO_ROOT, env=env,
+                          timeout=60)
