@@ -19,8 +19,9 @@ again), from a test: `run(module, args, cwd=..., env=..., timeout=...)` (below) 
 capture_output=True, text=True, ...)` would, or raises `subprocess.TimeoutExpired`. It
 sends the job to a server (`python tests/preloaded_cli.py --serve`: the same imports once,
 then one JSON line a job on stdin, one answer line on stdout, each job a forked child in its
-`cwd`, its stdin /dev/null), started on first use for each environment (one per test
-process: each pytest-xdist worker has its own). The environment is the server's: variables
+`cwd`, its stdin /dev/null), started on first use for each environment (one server at a
+time per test process, each pytest-xdist worker its own: a job of another environment
+replaces it). The environment is the server's: variables
 read at import (TF_CPP_MIN_LOG_LEVEL, TF_USE_LEGACY_KERAS, ...) cannot differ per job, so
 another `env` gets another server, and `--verbose` (which lowers TensorFlow's log level at
 import) is refused unless `env` sets TF_CPP_MIN_LOG_LEVEL; PYTEST_CURRENT_TEST, which
@@ -54,7 +55,7 @@ PARALLEL = 2
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 STARTUP_SECONDS = 600  # a server's imports, before its first answer (on a loaded machine)
 ANSWER_SECONDS = 60  # past a job's timeout: the server kills the child and answers
-MAX_SERVERS = 2  # each holds its imports (~0.8 GB); a third environment replaces the oldest
+MAX_SERVERS = 1  # each holds its imports (~0.8 GB): another environment's replaces it
 _PR_SET_PDEATHSIG = 1
 
 
@@ -89,7 +90,7 @@ def _child(job):
 
 def _preload():
     os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
-    sys.path.insert(0, os.getcwd())
+    sys.path[0] = os.getcwd()  # (not tests/, this file's): as `python -m` from there
     for module in MODULES:
         __import__(module)
     # The imports' objects out of the children's garbage collections: each full collection
@@ -144,15 +145,8 @@ def serve():
 def _serve_one(job, parent):
     server = os.getpid()
     pid = os.fork()
-    if pid == 0:  # dies with the server (a server killed itself leaves no job behind)
-        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
-        if os.getppid() != server:
-            os._exit(1)
-        null = os.open(os.devnull, os.O_RDONLY)
-        os.dup2(null, 0)  # not the server's jobs
-        os.chdir(job["cwd"])
-        sys.path[0] = os.getcwd()  # as `python -m` puts the current directory first
-        _child(job)
+    if pid == 0:
+        _start_child(job, server)
     start = time.monotonic()
     timed_out = False
     while True:
@@ -168,6 +162,26 @@ def _serve_one(job, parent):
         time.sleep(0.05)
     return {"returncode": os.waitstatus_to_exitcode(status), "timed_out": timed_out,
             "seconds": round(time.monotonic() - start, 1)}
+
+
+def _start_child(job, server):
+    """In a forked child of the server: its set-up, then the job (`_child`); a set-up that
+    fails writes its traceback to the job's stderr file and exits with status 1."""
+    try:  # dies with the server (a server killed itself leaves no job behind)
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+        if os.getppid() != server:
+            os._exit(1)
+        null = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(null, 0)  # not the server's jobs
+        os.chdir(job["cwd"])
+        sys.path[0] = os.getcwd()  # as `python -m` puts the current directory first
+    except BaseException:
+        import traceback
+
+        with open(job["stderr"], "w") as f:
+            traceback.print_exc(file=f)
+        os._exit(1)
+    _child(job)
 
 
 class Server:
@@ -186,24 +200,30 @@ class Server:
 
     def run(self, module, args, cwd, timeout):
         out, err = (os.path.join(self.directory, name) for name in ("stdout", "stderr"))
+        for path in (out, err):  # (not the previous job's, should this one not write them)
+            if os.path.exists(path):
+                os.remove(path)
         job = {"module": module, "args": list(args), "cwd": os.fspath(cwd), "stdout": out,
                "stderr": err, "timeout": timeout}
         try:
             self.process.stdin.write((json.dumps(job) + "\n").encode())
             self.process.stdin.flush()
-            answer = json.loads(self._answer(
-                timeout + ANSWER_SECONDS + (0 if self.answered else STARTUP_SECONDS)))
+            line = self._answer(
+                timeout + ANSWER_SECONDS + (0 if self.answered else STARTUP_SECONDS))
         except BrokenPipeError:
-            answer = None
-        if answer is None:
+            line = None
+        except BaseException:  # (Ctrl-C): its answer would be taken for the next job's
             self.close()
+            raise
+        if line is None:
             with open(self.log, errors="replace") as f:
-                raise RuntimeError(f"tests/preloaded_cli.py --serve ended or hung "
-                                   f"(exit status {self.process.returncode}); its log:\n"
-                                   + f.read()[-3000:])
+                log = f.read()[-3000:]
+            self.close()  # (the next job gets a new server)
+            raise RuntimeError(f"tests/preloaded_cli.py --serve ended or hung (exit status "
+                               f"{self.process.returncode}); its log:\n{log}")
+        answer = json.loads(line)
         self.answered += 1
-        stdout, stderr = (open(path, encoding="utf-8", errors="replace").read()
-                          for path in (out, err))
+        stdout, stderr = (_read(path) for path in (out, err))
         argv = [sys.executable, "-m", module, *args]
         if answer["timed_out"]:
             raise subprocess.TimeoutExpired(argv, timeout, stdout, stderr)
@@ -239,6 +259,14 @@ class Server:
         shutil.rmtree(self.directory, ignore_errors=True)
 
 
+def _read(path):
+    """The text of the job's output file `path` ("" if the job never opened it)."""
+    if not os.path.exists(path):
+        return ""
+    with open(path, encoding="utf-8", errors="replace") as f:
+        return f.read()
+
+
 _SERVERS = {}  # environment (sorted items) -> Server, the most recently used last
 
 
@@ -257,6 +285,8 @@ def server_of(env=None):
 def run(module, args, *, cwd, env=None, timeout):
     """`subprocess.run([sys.executable, "-m", module, *args], cwd=cwd, env=env,
     capture_output=True, text=True, timeout=timeout)`, through this environment's server."""
+    if timeout is None or not os.path.isdir(cwd):  # (subprocess.run: no limit; an OSError)
+        raise ValueError(f"a job needs a timeout and an existing cwd, not {timeout}, {cwd}")
     env = server_environment(env)
     if "--verbose" in args and "TF_CPP_MIN_LOG_LEVEL" not in env:
         raise ValueError("--verbose sets TensorFlow's log level at import, before the job: "

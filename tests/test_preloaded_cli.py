@@ -13,6 +13,9 @@ from conftest import REPO_ROOT
 PROBE = '''import json, os, sys, time
 print(json.dumps({"name": __name__, "cwd": os.getcwd(), "argv": sys.argv,
                   "path0": sys.path[0], "stdin": sys.stdin.read()}))
+if sys.argv[1:2] == ["--kill-server"]:
+    os.kill(os.getppid(), 9)
+    time.sleep(600)
 if sys.argv[1:2] == ["--sleep"]:
     with open("pid", "w") as f:
         f.write(str(os.getpid()))
@@ -63,6 +66,17 @@ def test_jobs_answer_as_direct_runs_in_their_directory_and_are_killed_at_their_t
     assert preloaded_cli.server_of(env) is server and server.answered == answered + 5
     preloaded_cli.close_all()  # (conftest.py's pytest_unconfigure)
     assert server.process.returncode == 0 and not os.path.exists(server.directory)
+    # a server that dies under a job: an error with its log, and the next job a new server
+    with pytest.raises(RuntimeError, match=r"--serve ended or hung \(exit status -9\)"):
+        preloaded_cli.run("probe", ["--kill-server"], cwd=tmp_path, env=env, timeout=60)
+    assert preloaded_cli.run("probe", [], cwd=tmp_path, env=env, timeout=60).returncode == 0
+    assert preloaded_cli.server_of(env).answered == 1
+
+
+def test_a_job_without_a_timeout_or_in_a_missing_directory_is_refused(tmp_path):
+    for timeout, cwd in ((None, tmp_path), (60, tmp_path / "gone")):
+        with pytest.raises(ValueError, match="a job needs a timeout and an existing cwd"):
+            preloaded_cli.run("probe", [], cwd=cwd, timeout=timeout)
 
 
 def test_verbose_is_refused_where_it_would_change_the_log_level_set_at_import():
