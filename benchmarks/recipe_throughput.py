@@ -222,7 +222,7 @@ def make_work_dir(path):
 def load_recipe_config(args, params_override=""):
     """(task class, config file, config) of --recipe and --config_file, the config checked
     whole as the recipe checks it before it trains (recipes/common/driver.py `load_task`:
-    `schema.check`, then the task's `check_config`), before any timing: a bad key or value
+    `schema.check`, its relative paths made absolute, then the task's `check_config`), before any timing: a bad key or value
     (`train.steps_per_execution=0`, `optimizer.beta_1=2`, `model.hidden_size=0`, ...) is a
     UserError, one line; so is a config the recipe would refuse to train as given (e.g.
     optimizer.warmup_steps not below train.steps): the benchmarks then only raise
@@ -234,6 +234,7 @@ def load_recipe_config(args, params_override=""):
     config = config_lib.load_config(task_class.config_class, [config_file], params_override,
                                     renamed_keys=schema.RENAMED_KEYS)
     schema.check(config)
+    config_lib.make_paths_absolute(config)
     task_class(config).check_config()
     return task_class, config_file, config
 

@@ -5,13 +5,15 @@ saved with relative paths still goes on from the directory it started in."""
 import dataclasses
 import json
 import os
+import re
 import types
+import typing
 
 import pytest
 import tensorflow as tf
 import yaml
 
-from recipes.bert import finetune_config
+from recipes.bert import finetune, finetune_config
 from recipes.bert import pretrain
 from recipes.common import checkpoints, driver, schema, task
 from recipes.common import config as config_lib
@@ -159,7 +161,60 @@ def test_an_old_relative_path_refused_from_elsewhere_says_where_to_run(tmp_path,
         driver.compare_with_saved_config(loaded, str(tmp_path / "run"), "train")
     assert str(error.value).endswith(
         "keep data.train_file='data/t.tsv' or use a new --model_dir ('data/t.tsv' is relative, "
-        "saved so by an older version: run from the directory the run started in)")
+        "saved so by an older version: if the run started in another directory, run from "
+        "there)")
+
+
+def test_a_saved_absolute_path_spelled_unnormalised_is_not_called_relative(tmp_path,
+                                                                           monkeypatch):
+    _old_run(tmp_path / "run", f"data.train_file={tmp_path}/x/../t.tsv")
+    monkeypatch.chdir(tmp_path)
+    loaded = driver.load_task(_Task, _options("data.train_file=other.tsv", str(tmp_path / "run")),
+                              "train")
+    with pytest.raises(UserError) as error:
+        driver.compare_with_saved_config(loaded, str(tmp_path / "run"), "train")
+    assert str(error.value).endswith("or use a new --model_dir"), str(error.value)
+
+
+def test_an_old_runs_own_relative_path_read_from_elsewhere_is_said(tmp_path, monkeypatch):
+    """Without --config_file, an old run's relative key is read from the current directory
+    and nothing refuses it (no key is given): a `config:` line says where it is read; none
+    for a key given anew, nor for an absolute one spelled unnormalised."""
+    (tmp_path / "elsewhere").mkdir()
+    _old_run(tmp_path / "run", f"data.train_file=data/t.tsv,export.dir={tmp_path}/a/../out")
+    monkeypatch.chdir(tmp_path / "elsewhere")
+    run = str(tmp_path / "run")
+    own = _options("", run)
+    assert driver.saved_relative_paths(driver.load_task(_Task, own, "eval"), own) == [
+        f"config: data.train_file='data/t.tsv' in {run}/config.yaml is relative (saved so by "
+        f"an older version): read as '{tmp_path}/elsewhere/data/t.tsv', from the current "
+        "directory; run from the directory the run started in if that is another"]
+    given = _options(f"data.train_file={tmp_path}/data/t.tsv", run)
+    assert driver.saved_relative_paths(driver.load_task(_Task, given, "eval"), given) == []
+
+
+# What the schemas' path keys were found by before they were declared: their names.
+NAMED_AS_A_PATH = re.compile(r"(dir|_file|_files|_pattern|checkpoint|corpus)$")
+
+
+def _string_keys(schema_cls, prefix=""):
+    hints = typing.get_type_hints(schema_cls)
+    for field in dataclasses.fields(schema_cls):
+        if dataclasses.is_dataclass(hints[field.name]):
+            yield from _string_keys(hints[field.name], f"{prefix}{field.name}.")
+        elif hints[field.name] is str:
+            yield f"{prefix}{field.name}"
+
+
+@pytest.mark.parametrize("task_class", [pretrain.BertPretraining,
+                                        resnet_train.ResNetClassification,
+                                        finetune.BertFinetuneTask])
+def test_every_key_named_as_a_path_is_declared_a_path_field(task_class):
+    """A path key declared a plain `str` loses the absolute path, the `~` refusal and the
+    comparison by place on resume, silently."""
+    named = {key for key in _string_keys(task_class.config_class) if NAMED_AS_A_PATH.search(key)}
+    assert named and named <= set(config_lib.path_keys(task_class.config_class)), (
+        named - set(config_lib.path_keys(task_class.config_class)))
 
 
 @pytest.mark.parametrize("value, names, several, expected", [

@@ -174,8 +174,9 @@ def check_preparation_inputs(data_config, data_dir, metadata, compare_inputs=Tru
     both learn the vocabulary. The arguments no data.* key sets (lower_case, masked_lm_prob,
     num_shards, ...) are not compared: a preparation of `python -m recipes.bert.prepare_data`
     with its own may be reused. With `compare_inputs` False, only the lengths are (the data
-    its records hold: an evaluation of a run from another working directory, whose relative
-    data.corpus names another path there, reads the preparation as it is)."""
+    its records hold: an evaluation of a run an older version saved with a relative
+    data.corpus, from another working directory where it names another path, reads the
+    preparation as it is)."""
     for key, recorded, configured in _recorded_and_configured(data_config, data_dir, metadata):
         if recorded != configured and (compare_inputs or key in _LENGTHS):
             shown = _SHOWN.get(key, lambda value: value)

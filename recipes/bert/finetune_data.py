@@ -84,9 +84,9 @@ class PretrainingRun:
 
 def resolve_data_dir(model_dir, given):
     """(the pretraining run's data directory, None) or (None, why it is not found): its
-    config.yaml's data.data_dir ("": <model_dir>/data), which a run saves as given, so
-    relative to the directory it ran in: found from the current directory or, failing that,
-    from the run's directory or one above it."""
+    config.yaml's data.data_dir ("": <model_dir>/data), which a run saves absolute; one an
+    older version saved relative (to the directory it ran in) is found from the current
+    directory or, failing that, from the run's directory or one above it."""
     if not given or "://" in given or os.path.isabs(given):
         return given or os.path.join(model_dir, "data"), None
     tried, ancestor = [os.path.abspath(given)], os.path.abspath(model_dir)

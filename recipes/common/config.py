@@ -162,14 +162,36 @@ def absolute_path(value, names=(), comma_separated=False):
         else os.path.abspath(part.strip() if comma_separated else part) for part in parts)
 
 
+def names_relative_path(value, names=(), comma_separated=False):
+    """Whether `value` of a path key holds a relative local path (one of its parts,
+    `comma_separated`), which `absolute_path` would change."""
+    if not isinstance(value, str) or value in names:
+        return False
+    parts = value.split(",") if comma_separated else [value]
+    return any(part.strip() and "://" not in part and not os.path.isabs(part.strip())
+               for part in parts)
+
+
+def section_and_name(config, key):
+    """(the section object of `config` holding the dotted `key`, the key's last name)."""
+    *sections, name = key.split(".")
+    for part in sections:
+        config = getattr(config, part)
+    return config, name
+
+
+def relative_paths(config):
+    """{dotted key: value} of `config`'s path keys that hold a relative local path."""
+    values = {key: getattr(*section_and_name(config, key)) for key in path_keys(type(config))}
+    return {key: value for key, value in values.items()
+            if names_relative_path(value, *path_keys(type(config))[key])}
+
+
 def make_paths_absolute(config):
     """Makes the relative local paths of `config`'s path keys (`path_field`) absolute from
     the current directory, in place (`absolute_path`); returns `config`."""
     for key, (names, comma_separated) in path_keys(type(config)).items():
-        *sections, name = key.split(".")
-        section = config
-        for part in sections:
-            section = getattr(section, part)
+        section, name = section_and_name(config, key)
         setattr(section, name, absolute_path(getattr(section, name), names, comma_separated))
     return config
 

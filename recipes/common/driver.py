@@ -432,10 +432,30 @@ def _saved_relative(task, key, old):
     relative local path (a config.yaml of a version that kept them so): it means a place
     from the directory the run started in."""
     marker = config_lib.path_keys(type(task.config)).get(key)
-    if marker and isinstance(old, str) and old and config_lib.absolute_path(old, *marker) != old:
-        return (f" ({old!r} is relative, saved so by an older version: run from the "
-                "directory the run started in)")
+    if marker and config_lib.names_relative_path(old, *marker):
+        return (f" ({old!r} is relative, saved so by an older version: if the run started "
+                "in another directory, run from there)")
     return ""
+
+
+def saved_relative_paths(task, options):
+    """The `config:` lines of the path keys the run's own config.yaml (used without
+    --config_file) holds relative, saved so by an older version, and the run reads (no
+    --params_override changed them): read from the current directory, which may not be the
+    one the run started in (nothing refuses a key that file alone gives)."""
+    saved = runs_own_config(type(task), options)
+    if not saved:
+        return []
+    config = config_lib.load_config(type(task.config), saved, renamed_keys=schema.RENAMED_KEYS)
+    markers, lines = config_lib.path_keys(type(config)), []
+    for key, value in config_lib.relative_paths(config).items():
+        now = config_lib.absolute_path(value, *markers[key])
+        if now == getattr(*config_lib.section_and_name(task.config, key)):
+            lines.append(f"config: {key}={value!r} in {saved[0]} is relative (saved so by an "
+                         f"older version): read as {now!r}, from the current directory; run "
+                         "from the directory the run started in if that is another")
+    return lines
+
 
 
 def _keep(key, old, mode):
@@ -495,7 +515,7 @@ def run(task_class, options):
     if runs_own_config(task_class, options):  # (after the checks: a refusal is one line)
         print(f"config: the run's own {os.path.join(options.model_dir, 'config.yaml')} (no "
               "--config_file given)", flush=True)
-    for line in changes:
+    for line in saved_relative_paths(task, options) + changes:
         print(line, flush=True)
     if held_out:
         print(f"evaluation: of other held-out data than the run's ({held_out[0][0]}), into "
