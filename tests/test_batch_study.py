@@ -1221,6 +1221,33 @@ def test_a_runs_progress_line_names_its_metric_and_a_negative_noise_estimate_is_
         f"[1/2] {run.name}: accuracy 0.9150, 250 steps, 6 s"]
 
 
+def test_a_run_ended_by_the_studys_signal_before_the_study_starts_no_next_run(
+        tmp_path, monkeypatch):
+    """The process group's SIGTERM ended the run before the study's own handler said stop:
+    the study's thread took the next run at once, leaving its directory (and a log naming a
+    command never started) behind (a CI run: a killed study's third run directory, empty)."""
+    commands = iter([[sys.executable, "-c", "import sys; sys.exit(143)"],
+                     [sys.executable, "-c", "pass"]])
+    monkeypatch.setattr(adapter, "command", lambda *args: next(commands))
+    runs = [plan.Run("lamb", 8, 8, 2, 1, rate, 1) for rate in (0.1, 0.2)]
+    study_dir = str(tmp_path / "study")
+
+    def study_handler(*_):  # the study's SIGTERM, handled in the main thread a bit later
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGALRM, study_handler)
+    signal.setitimer(signal.ITIMER_REAL, 1.0)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            runner.execute(runs, parallel=1, progress=lambda *args: None, recipe="bert",
+                           config_files=[], study_dir=study_dir, extra_overrides="",
+                           metric="loss")
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+    assert os.listdir(os.path.join(study_dir, runner.RUNS_SUBDIR)) == [runs[0].name]
+
+
 @pytest.mark.parametrize("exit_code", [143, 130, -signal.SIGTERM])
 def test_a_run_ended_by_the_stopping_signal_is_a_stopped_attempt_before_the_study_stops(
         tmp_path, monkeypatch, exit_code):
@@ -1229,6 +1256,7 @@ def test_a_run_ended_by_the_stopping_signal_is_a_stopped_attempt_before_the_stud
     its process time was lost to the resumed run's status (a CI run: `processes` 1, not 2)."""
     code = (f"import os, signal; os.kill(os.getpid(), {-exit_code})" if exit_code < 0
             else f"import sys; sys.exit({exit_code})")
+    monkeypatch.setattr(runner, "_STOP_GRACE_SECONDS", 0.1)  # (no study here to say stop)
     monkeypatch.setattr(adapter, "command",
                         lambda *args: [sys.executable, "-c", code])
     run = plan.Run("lamb", 8, 8, 2, 1, 0.1, 1)

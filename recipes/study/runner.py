@@ -178,6 +178,9 @@ def _last_error_line(log_path):
 # signal itself (a negative return code).
 _STOPPED_EXITS = {code for number in (signal.SIGTERM, signal.SIGINT)
                   for code in (128 + number, -number)}
+# How long a thread whose run so ended waits for the study's own handler of that signal (in
+# the main thread) to say stop, before it takes the next run.
+_STOP_GRACE_SECONDS = 3
 
 
 class _Stop:
@@ -188,6 +191,11 @@ class _Stop:
         self._lock = threading.Lock()
         self._processes = set()
         self.is_set = False
+        self._said = threading.Event()
+
+    def wait(self, seconds):
+        """Until the study says stop, or `seconds` have passed."""
+        self._said.wait(seconds)
 
     def start(self, argv, log):
         """The run's process, or None once the study is stopping."""
@@ -205,6 +213,7 @@ class _Stop:
     def set(self):
         with self._lock:
             self.is_set = True
+            self._said.set()
             for process in self._processes:
                 if process.poll() is None:
                     process.terminate()
@@ -232,6 +241,8 @@ def execute_one(run, *, recipe, config_files, study_dir, extra_overrides, metric
         finally:
             stop.finished(process)
     seconds = round(time.perf_counter() - start, 1)
+    if returncode in _STOPPED_EXITS and not stop.is_set:  # (the next run: not before it)
+        stop.wait(_STOP_GRACE_SECONDS)
     # stopped by the study, or by the signal that stops the study (a process group's SIGTERM
     # or Ctrl-C reaches the run too, maybe before the study has said stop): it runs again
     if returncode != 0 and (stop.is_set or returncode in _STOPPED_EXITS):
