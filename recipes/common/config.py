@@ -182,9 +182,10 @@ def section_and_name(config, key):
 
 def relative_paths(config):
     """{dotted key: value} of `config`'s path keys that hold a relative local path."""
-    values = {key: getattr(*section_and_name(config, key)) for key in path_keys(type(config))}
+    markers = path_keys(type(config))
+    values = {key: getattr(*section_and_name(config, key)) for key in markers}
     return {key: value for key, value in values.items()
-            if names_relative_path(value, *path_keys(type(config))[key])}
+            if names_relative_path(value, *markers[key])}
 
 
 def make_paths_absolute(config):
