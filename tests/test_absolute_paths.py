@@ -47,12 +47,6 @@ def _options(params_override, model_dir=None, config_files=()):
                                  params_override=params_override)
 
 
-def _value(config, key):
-    for part in key.split("."):
-        config = getattr(config, part)
-    return config
-
-
 def _with_checkpoint(model_dir):
     tf.train.Checkpoint(step=tf.Variable(1)).save(
         os.path.join(model_dir, checkpoints.CHECKPOINT_SUBDIR, "ckpt"))
@@ -71,7 +65,8 @@ def test_the_saved_config_holds_absolute_paths(recipe, tmp_path, monkeypatch):
     for key, value in expected.items():
         section, name = key.split(".")
         assert saved[section][name] == value.format(cwd=tmp_path), key
-        assert _value(loaded.config, key) == value.format(cwd=tmp_path), key
+        loaded_value = getattr(*config_lib.section_and_name(loaded.config, key))
+        assert loaded_value == value.format(cwd=tmp_path), key
 
 
 def test_finetuning_declares_its_paths_in_its_schema():
