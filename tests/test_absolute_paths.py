@@ -223,3 +223,21 @@ def test_every_key_named_as_a_path_is_declared_a_path_field(task_class):
     ("/abs/../x", (), False, "/x")])
 def test_absolute_path(value, names, several, expected):
     assert config_lib.absolute_path(value, names, several) == expected.format(cwd=os.getcwd())
+
+
+@dataclasses.dataclass
+class _Named:
+    source: str = config_lib.path_field("builtin", names=("builtin", "digits"))
+
+
+@pytest.mark.parametrize("key, value, expected", [
+    ("source", "/here/builtn", "builtin"), ("source", "/here/Digits/", "digits"),
+    ("source", "/here/DIGITS", "digits"), ("source", "/here/builtin_texts", None),
+    ("source", "/here/texts", None), ("source", "", None),
+    ("data.corpus", "/here/stdlibb", "stdlib"), ("data.corpus", "/here/Stdlib", "stdlib"),
+    ("data.vocab_file", "/here/stdlibb", None)])  # a key without names
+def test_a_misspelled_name_of_a_path_key_is_found_from_its_names(key, value, expected):
+    """The "did you mean" of a path that matches nothing (data.corpus=stdlibb): the key's
+    own `path_field(names=...)`, its value's last component compared case ignored."""
+    schema_cls = _Named if key == "source" else pretrain.BertPretraining.config_class
+    assert config_lib.misspelled_name(schema_cls, key, value) == expected

@@ -126,8 +126,8 @@ CASES = {
     # what a preparation would read, checked before the strategy line (they were after it)
     "misspelled-corpus": (
         BERT, FRESH, ["--params_override=data.corpus=stdlibb,data.train_files=''"],
-        [f"data.corpus: {cli.REPO_ROOT}/stdlibb matches no files: give 'stdlib' (the "
-         "embedded corpus), a directory of .txt files or a glob"]),
+        [f"data.corpus: {cli.REPO_ROOT}/stdlibb matches no files: did you mean 'stdlib' "
+         "(the embedded corpus)? otherwise give a directory of .txt files or a glob"]),
     "missing-vocabulary-to-prepare-with": (
         BERT, FRESH, ["--params_override=data.vocab_file=/nonexistent/vocab.txt,"
                       "data.corpus=stdlib,data.train_files=''"],

@@ -1097,6 +1097,28 @@ def test_a_finished_preparation_is_reused_from_another_directory_and_after_a_cop
             str(first / prepared.vocab_file))
 
 
+@pytest.mark.parametrize("given", ["stdlibb", "stdlb", "Stdlib", "texts/stdlibb"])
+def test_a_corpus_that_misspells_stdlib_asks_whether_the_embedded_one_was_meant(
+        given, tmp_path, monkeypatch):
+    """`data.corpus=stdlibb` was made absolute from the current directory, and its line
+    said only that <cwd>/stdlibb matches no files; its last component is now compared with
+    the key's names (case ignored), before anything is written."""
+    from recipes.bert import data as data_lib
+    from recipes.bert.config import BertPretrainingConfig
+    from recipes.common import config as config_lib
+
+    monkeypatch.chdir(tmp_path)
+    config = config_lib.load_config(BertPretrainingConfig, params_override=f"data.corpus={given}")
+    config_lib.make_paths_absolute(config)  # as the driver does before the task reads it
+    with pytest.raises(UserError) as raised:
+        data_lib.check_corpus(config.data, str(tmp_path / "run"))
+    assert str(raised.value) == (
+        f"data.corpus: {tmp_path / given} matches no files: did you mean 'stdlib' (the "
+        "embedded corpus)? otherwise give a directory of .txt files or a glob such as "
+        "'corpus/*.txt'")
+    assert os.listdir(tmp_path) == []
+
+
 def test_the_corpus_and_vocabulary_to_prepare_are_checked_unless_a_preparation_finished(
         tmp_path):
     """What a new preparation would read is checked before any work (nothing is written);

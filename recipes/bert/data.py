@@ -8,6 +8,7 @@ import tensorflow as tf
 
 from recipes.bert import input as input_lib
 from recipes.bert import prepare_data, text_files, vocabulary
+from recipes.common import config as config_lib
 from recipes.common import corrupt_data, storage
 from recipes.common.errors import UserError
 
@@ -146,15 +147,23 @@ def check_corpus(data_config, model_dir, compare_inputs=True):
             "(python -m recipes.bert.prepare_data, or a run with a local data.data_dir), copy "
             "it there (gsutil -m cp -r), and give that directory as data.data_dir")
     if data_config.corpus != "stdlib":
-        text_files.resolve_text_files(
-            data_config.corpus, setting="data.corpus",
-            advice="give 'stdlib' (the embedded corpus), a directory of .txt files or a glob "
-                   "such as 'corpus/*.txt'")
+        text_files.resolve_text_files(data_config.corpus, setting="data.corpus",
+                                      advice=_corpus_advice(data_config))
     if data_config.vocab_file:
         try:
             vocabulary.read_vocabulary(data_config.vocab_file)
         except UserError as error:
             raise UserError(f"data.vocab_file: {error}") from None
+
+
+def _corpus_advice(data_config):
+    """The end of the line of a data.corpus that names no text files: "did you mean" the
+    embedded corpus when its last component misspells "stdlib" (`stdlibb`, `Stdlib`)."""
+    files = "a directory of .txt files or a glob such as 'corpus/*.txt'"
+    meant = config_lib.misspelled_name(type(data_config), "corpus", data_config.corpus)
+    if meant:
+        return f"did you mean '{meant}' (the embedded corpus)? otherwise give {files}"
+    return f"give 'stdlib' (the embedded corpus), {files}"
 
 
 def finished_preparation(data_dir):

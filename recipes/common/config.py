@@ -150,6 +150,18 @@ def path_keys(schema_cls, prefix=""):
     return keys
 
 
+def misspelled_name(schema_cls, key, value):
+    """The value of the `names` of `schema_cls`'s path key `key` (dotted) that `value`, a
+    path that matches nothing, misspells in its last component (difflib's close match, case
+    ignored: `stdlibb`, `Stdlib` for data.corpus's "stdlib"), or None: what a "did you mean"
+    of the path's error names."""
+    names = path_keys(schema_cls).get(key, ((), False))[0]
+    last = os.path.basename(os.path.normpath(value)).lower() if isinstance(value, str) else ""
+    lowered = {name.lower(): name for name in names}
+    close = difflib.get_close_matches(last, list(lowered), n=1, cutoff=0.8) if last else []
+    return lowered[close[0]] if close else None
+
+
 def absolute_path(value, names=(), comma_separated=False):
     """`value` of a path key with its relative local path (each, `comma_separated`) made
     absolute from the current directory (`os.path.abspath`: `a/../b` as `b`, a glob's `*`
