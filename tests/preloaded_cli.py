@@ -29,7 +29,10 @@ pytest changes for every test, is left out. What the imports print happens once,
 server (its log), not on a job's stderr: a test of what a program prints while its modules
 import (TensorFlow's import lines, say) runs it with subprocess.
 A server ends at the end of its stdin (the test process closed it, or died: a server also
-checks for that while a job runs); a job's child dies with its server.
+checks for that while a job runs); a job's child dies with its server. A server's log and
+its job's outputs are in a directory of the temporary directory named by the test process's
+pid, removed when the server closes, or, if that process was killed (SIGKILL: nothing of it
+runs), when the next server starts.
 """
 
 import atexit
@@ -37,6 +40,7 @@ import ctypes
 import gc
 import json
 import os
+import re
 import runpy
 import select
 import shutil
@@ -188,7 +192,7 @@ class Server:
     """A `--serve` process of one environment (the client side: `run` below)."""
 
     def __init__(self, env):
-        self.directory = tempfile.mkdtemp(prefix="preloaded_cli_")
+        self.directory = new_directory()
         self.log = os.path.join(self.directory, "server.log")
         with open(self.log, "w") as log:
             self.process = subprocess.Popen(
@@ -257,6 +261,28 @@ class Server:
             self.process.wait()
         self.process.stdout.close()
         shutil.rmtree(self.directory, ignore_errors=True)
+
+
+def new_directory(parent=None):
+    """A new directory of a server's log and job outputs in `parent` (None: the temporary
+    directory), named by this process's pid, after removing those of processes that have
+    ended: a test process SIGKILLed runs no `close`, and its server's directory was left."""
+    parent = parent or tempfile.gettempdir()
+    for name in os.listdir(parent):
+        owner = re.fullmatch(r"preloaded_cli-(\d+)-.+", name)
+        if owner and not _alive(int(owner.group(1))):
+            shutil.rmtree(os.path.join(parent, name), ignore_errors=True)
+    return tempfile.mkdtemp(prefix=f"preloaded_cli-{os.getpid()}-", dir=parent)
+
+
+def _alive(pid):
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's
+        pass
+    return True
 
 
 def _read(path):

@@ -84,3 +84,32 @@ def test_verbose_is_refused_where_it_would_change_the_log_level_set_at_import():
     with pytest.raises(ValueError, match="--verbose sets TensorFlow's log level at import"):
         preloaded_cli.run("recipes.bert.finetune", ["--verbose"], cwd=REPO_ROOT, env=env,
                           timeout=60)
+
+
+HOLDER = """import sys, time
+sys.path.insert(0, sys.argv[1])
+import preloaded_cli
+print(preloaded_cli.new_directory(sys.argv[2]), flush=True)
+time.sleep(600)
+"""
+
+
+def test_the_directory_of_a_killed_test_process_goes_when_the_next_server_starts(tmp_path):
+    """A test process SIGKILLed runs no `close`: its server's directory was left in /tmp.
+    The next server's start removes it, and keeps the directory of a process alive."""
+    holders = [subprocess.Popen([sys.executable, "-c", HOLDER, os.path.dirname(__file__),
+                                 str(tmp_path)], stdout=subprocess.PIPE, text=True)
+               for _ in range(2)]
+    try:
+        killed, alive = (holder.stdout.readline().strip() for holder in holders)
+        assert os.path.isdir(killed) and os.path.isdir(alive)
+        holders[0].kill()
+        holders[0].wait()
+        new = preloaded_cli.new_directory(str(tmp_path))
+        assert sorted(os.listdir(tmp_path)) == sorted(map(os.path.basename, (alive, new)))
+        assert os.path.basename(new).startswith(f"preloaded_cli-{os.getpid()}-")
+    finally:
+        for holder in holders:
+            holder.kill()
+            holder.wait()
+            holder.stdout.close()
