@@ -145,11 +145,26 @@ class Exclusions:
                         _model_name_hint(pattern, [path for path, _ in paths_and_shapes]))
 
 
+def path_pattern(path, optional_leading_parts=False):
+    """The pattern of `exclude_from_weight_decay(var_list=...)` for a variable at `path`: its
+    literal path, `^d1/bias$`. With `optional_leading_parts` (Keras 3's paths), every part
+    before the last two (layer and variable) may be absent: `sequential/d1/bias` gives
+    `^(?:sequential/)?d1/bias$`, since Keras 3 puts the names of the models that build a
+    variable in front of its path and leaves them out once a model is loaded from a `.keras`
+    file or built from its config (`d1/bias`); the parts that are there must be these, in
+    this order. The optimizer's build refuses one that would match another variable."""
+    parts = [re.escape(part) for part in path.split("/")]
+    leading = parts[:-2] if optional_leading_parts else []
+    return ("^" + "".join(f"(?:{part}/)?" for part in leading)
+            + "/".join(parts[len(leading):]) + "$")
+
+
 def _model_name_hint(pattern, paths):
     """A sentence for a pattern that matches once its first path part is dropped: Keras 3
-    names a Sequential model's variables `<model>/<layer>/...` when the model builds them at
-    construction (an `Input` first), and `<layer>/...` once it is loaded or built from its
-    config, so a pattern (or a `var_list` exclusion) holding the model's name stops matching."""
+    names a Sequential model's variables `<model>/<layer>/...` when the model builds them
+    itself (at construction after an `Input`, or at its first call), and `<layer>/...` once
+    it is loaded or built from its config, so a pattern a user writes with the model's name stops matching (a `var_list`
+    exclusion's does not: `path_pattern`)."""
     anchor, rest = ("^", pattern[1:]) if pattern.startswith("^") else ("", pattern)
     first, slash, shorter = rest.partition("/")
     if not slash or not shorter or not re.fullmatch(r"[\w.-]+", first):

@@ -66,6 +66,13 @@ class _LayerwiseOptimizer(layerwise.LayerwiseMixin, keras.optimizers.Optimizer):
             self._track_trackable(variable, name="learning_rate_variable")
         self._set_checked(checked)
 
+    def _var_list_pattern(self, variable):
+        # a Keras variable's path, the models' names in front of its layer optional: the
+        # pattern has to match after a `.keras` reload too, which leaves them out
+        keras_path = getattr(variable, "path", None) is not None
+        return exclusions.path_pattern(self._variable_path(variable),
+                                       optional_leading_parts=keras_path)
+
     def _get_current_learning_rate(self):
         if self._learning_rate_variable is None:
             return super()._get_current_learning_rate()

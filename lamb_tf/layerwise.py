@@ -119,42 +119,64 @@ class LayerwiseMixin:
         """Keras' method, here the same as extending the constructor's list.
 
         `var_names` are regexes searched in each variable's full path (Keras searches the
-        short name); each variable of `var_list` adds a pattern matching exactly its path.
-        They join `exclude_from_weight_decay`, so `get_config` keeps them, the exclusion
-        report and `exclusion_table()` show them, and with
-        `exclude_from_layer_adaptation=None` they are not adapted either. Call it before
-        `build`, as Keras requires. A variable of `var_list` whose path another variable has
-        (two tf_keras layers of one name) is refused at `build`: its pattern would take both.
+        short name); each variable of `var_list` adds a pattern matching its literal path
+        (`exclusions.path_pattern`). In Keras 3 the parts of that path before the layer's
+        name may be absent: Keras 3 puts a model's name in front of the paths of the
+        variables it builds (`sequential/d1/bias`) and leaves it out once the model is loaded
+        from a `.keras` file or built from its config (`d1/bias`), and the exclusion has to
+        hold in the training continued from there. They join `exclude_from_weight_decay`,
+        so `get_config` keeps them, the exclusion report and `exclusion_table()` show them,
+        and with `exclude_from_layer_adaptation=None` they are not adapted either. Call it
+        before `build`, as Keras requires. A variable of `var_list` whose pattern matches
+        another variable of the ones built (two tf_keras layers of one name share a path) is
+        refused at `build`: the exclusion, by path, would take both.
         """
         if hasattr(self, "_paths_and_shapes"):
             raise ValueError(f"{self.name}.exclude_from_weight_decay() must be called before the "
                              "optimizer is built; or pass exclude_from_weight_decay=[...] to "
                              "the constructor.")
         patterns = list(exclusions.validate_patterns("var_names", var_names) or ())
-        patterns += [f"^{re.escape(self._variable_path(v))}$" for v in var_list or ()]
-        self._exclusions = self._exclusions.with_weight_decay_patterns(patterns)
-        self._excluded_variables = getattr(self, "_excluded_variables", []) + [
-            (self._variable_path(v), id(v)) for v in var_list or ()]
+        excluded = [(self._variable_path(v), self._var_list_pattern(v), id(v))
+                    for v in var_list or ()]
+        self._exclusions = self._exclusions.with_weight_decay_patterns(
+            patterns + [pattern for _, pattern, _ in excluded])
+        self._excluded_variables = getattr(self, "_excluded_variables", []) + excluded
+
+    def _var_list_pattern(self, variable):
+        """The pattern `exclude_from_weight_decay(var_list=...)` adds for `variable`: its
+        literal path (the Keras 3 flavour lets the parts before the layer go)."""
+        return exclusions.path_pattern(self._variable_path(variable))
 
     def _decide(self, paths_and_shapes, var_list=()):
         """Store (decay, adapt) per variable index, decided once from the full path; log.
         A ValueError for a variable given to `exclude_from_weight_decay(var_list=...)` whose
-        path another of `var_list` has too: the exclusion, by path, would take both."""
+        pattern matches another of `var_list` too: the exclusion, by path, would take both."""
         self._paths_and_shapes = list(paths_and_shapes)
-        ids_by_path = {}
-        for (path, _), variable in zip(self._paths_and_shapes, var_list):
-            ids_by_path.setdefault(path, set()).add(id(variable))
-        for path, identity in getattr(self, "_excluded_variables", ()):
-            if identity in ids_by_path.get(path, ()) and len(ids_by_path[path]) > 1:
-                raise ValueError(
-                    f"{self.name}.exclude_from_weight_decay(var_list=...) names the variable "
-                    f"{path!r}, and {len(ids_by_path[path])} variables of the model have that "
-                    "path: an exclusion is by path and would take them all; give the layers "
-                    "distinct names (tf_keras names a variable after its layer only, not the "
-                    "model holding it)")
+        built = {id(variable) for variable in var_list}
+        for path, pattern, identity in getattr(self, "_excluded_variables", ()):
+            others = [other for (other, _), variable in zip(self._paths_and_shapes, var_list)
+                      if id(variable) != identity and re.search(pattern, other)]
+            if identity in built and others:
+                raise ValueError(self._shared_exclusion_message(path, pattern, others))
         rows = self._exclusions.table(self._paths_and_shapes, self.weight_decay_rate)
         self._decisions = [(row.decayed, row.adapted) for row in rows]
         self._exclusions.log_report(self.name, self._paths_and_shapes)
+
+    def _shared_exclusion_message(self, path, pattern, others):
+        """Why a `var_list` exclusion of the variable at `path` is refused: `pattern` matches
+        the `others` (paths of other variables) too."""
+        start = f"{self.name}.exclude_from_weight_decay(var_list=...) names the variable {path!r}"
+        if path in others:
+            return (f"{start}, and {others.count(path) + 1} variables of the model have that "
+                    "path: an exclusion is by path and would take them all; give the layers "
+                    "distinct names (tf_keras names a variable after its layer only, not the "
+                    "model holding it)")
+        return (f"{start}, whose pattern {pattern!r} (the parts before the layer may be absent: "
+                "Keras 3 leaves a model's name out of its variables' paths once the model is "
+                f"loaded or built from its config) matches {others[0]!r} too ({len(others)} other "
+                "variables in all): an exclusion is by path and would take them all; give the "
+                "layers distinct names, or give "
+                "var_names=[...] a pattern of your own")
 
     def trust_ratios(self):
         """{variable path: trust ratio of the last applied update} (0 before the first one).

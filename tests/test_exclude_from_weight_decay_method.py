@@ -2,6 +2,8 @@
 no-op: it extends the constructor's `exclude_from_weight_decay` list (so the exclusion
 report, `exclusion_table()` and `get_config` show it), and after `build` it raises.
 """
+import re
+
 import numpy as np
 import pytest
 
@@ -74,3 +76,60 @@ def test_without_adaptation_patterns_the_method_excludes_from_both(flavour_name)
     config = optimizer.get_config()
     assert (config["exclude_from_weight_decay"], config["exclude_from_layer_adaptation"]) == (
         ["bias"], None)
+
+
+def test_a_keras3_var_list_exclusion_holds_in_the_training_continued_from_a_keras_file(
+        tmp_path):
+    """Keras 3 names a Sequential model's variables `sequential/d1/bias` when it builds them
+    at construction (an `Input` first) and `d1/bias` once the model is loaded from a `.keras`
+    file: the pattern a `var_list` variable added, once its literal path, matched nothing
+    after the reload, and the continued training decayed and adapted those biases (with a
+    WARNING only), away from the run that was not interrupted."""
+    import keras
+
+    from lamb_tf import keras3_optimizers
+
+    keras.utils.set_random_seed(0)
+    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(3, name="d1"),
+                              keras.layers.Dense(1, name="d2")])
+    optimizer = keras3_optimizers.LAMB(1e-2, weight_decay_rate=0.5)
+    optimizer.exclude_from_weight_decay(var_list=[layer.bias for layer in model.layers])
+    model.compile(optimizer=optimizer, loss="mse")
+    x = np.random.default_rng(0).random((8, 4), np.float32)
+    y = np.random.default_rng(1).random((8, 1), np.float32)
+    model.fit(x, y, batch_size=4, shuffle=False, verbose=0)
+    model.save(tmp_path / "model.keras")
+    loaded = keras.models.load_model(tmp_path / "model.keras")
+    for continued in (model, loaded):
+        continued.fit(x, y, batch_size=4, epochs=2, shuffle=False, verbose=0)
+    assert [v.path for v in loaded.trainable_variables] == [
+        "d1/kernel", "d1/bias", "d2/kernel", "d2/bias"]  # Keras 3's reload drops the name
+    assert [(row.decayed, row.adapted) for row in loaded.optimizer.exclusion_table()] == [
+        (True, True), (False, False), (True, True), (False, False)]
+    for uninterrupted, resumed in zip(model.trainable_variables, loaded.trainable_variables):
+        np.testing.assert_allclose(resumed.numpy(), uninterrupted.numpy(), rtol=0, atol=1e-6)
+
+
+@pytest.mark.parametrize("flavour_name", FLAVOURS)
+def test_a_var_list_pattern_lets_only_keras3_model_names_go(flavour_name):
+    """Keras 3: the parts before a variable's layer may be absent (the names of models, which
+    a reload drops), the layer and variable names may not; tf_keras names a variable after its
+    layer only and never drops a part, so its pattern stays the literal path."""
+    flavour = FLAVOURS[flavour_name]()
+    optimizer = flavour.module.LAMB(0.5, weight_decay_rate=0.1)
+    excluded, other = (flavour.variable(path, X0) for path in ("outer/inner/d1/bias", "d1/bias"))
+    optimizer.exclude_from_weight_decay(var_list=[excluded])
+    (pattern,) = optimizer.get_config()["exclude_from_weight_decay"]
+    if flavour_name == "tf_keras":
+        assert pattern == "^outer/inner/d1/bias$"
+        optimizer.build([excluded, other])
+        assert [row.decayed for row in optimizer.exclusion_table()] == [False, True]
+        return
+    assert pattern == "^(?:outer/)?(?:inner/)?d1/bias$"
+    matched = ["outer/inner/d1/bias", "inner/d1/bias", "outer/d1/bias", "d1/bias"]
+    assert [re.search(pattern, path) is not None
+            for path in matched + ["inner/outer/d1/bias", "x/d1/bias", "d2/bias", "d1/bias/x"]
+            ] == [True] * 4 + [False] * 4
+    with pytest.raises(ValueError, match=r"names the variable 'outer/inner/d1/bias', whose "
+                                         r"pattern .* matches 'd1/bias' too"):
+        optimizer.build([excluded, other])  # it would take the other variable as well

@@ -203,28 +203,34 @@ def test_an_empty_pattern_warns_that_it_excludes_every_variable(flavour_name, ca
 def test_a_pattern_holding_a_keras3_sequential_models_name_says_why_it_stopped_matching(caplog):
     """Keras 3 names a Sequential model's variables `net/d/bias` when it builds them at
     construction, `d/bias` once built from its config (`.keras` loading does that): a
-    `var_list` exclusion (written as the path) then matched nothing, with a warning that
-    did not say why."""
+    pattern a user wrote with the model's name then matched nothing, with a warning that did
+    not say why. (A `var_list` exclusion's pattern lets the model's name go: it holds.)"""
     import keras
 
     from lamb_tf import keras3_optimizers
 
     model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2, name="d")], name="net")
     optimizer = keras3_optimizers.LAMB(weight_decay_rate=0.1)
-    optimizer.exclude_from_weight_decay(var_list=[model.layers[0].bias])
-    assert _decisions(optimizer, model)["net/d/bias"] == (False, False)
+    optimizer.exclude_from_weight_decay(var_list=[model.layers[0].bias],
+                                        var_names=["^net/d/kernel$"])
+    assert _decisions(optimizer, model) == {"net/d/kernel": (False, False),
+                                            "net/d/bias": (False, False)}
     rebuilt = keras.Sequential.from_config(model.get_config())
     restored = keras3_optimizers.LAMB.from_config(optimizer.get_config())
     with caplog.at_level(logging.INFO, logger="lamb_tf.exclusions"):
         decisions = _decisions(restored, rebuilt)
-    assert decisions["d/bias"] == (True, True)  # Keras 3's paths: the exclusion is lost
+    # Keras 3's paths: the user's pattern is lost, the var_list exclusion is not
+    assert decisions == {"d/kernel": (True, True), "d/bias": (False, False)}
     (warning,) = _warnings(caplog)
+    assert warning.startswith("LAMB: exclude_from_weight_decay pattern '^net/d/kernel$' "
+                              "matches NO variable")
     assert warning.endswith(
-        "Without its first part, '^d/bias$' would match: Keras 3 leaves a Sequential model's "
+        "Without its first part, '^d/kernel$' would match: Keras 3 leaves a Sequential model's "
         "name out of its variables' paths once the model is loaded or built from its config; "
         "write patterns without it.")
     assert exclusions._model_name_hint("^no/such/bias$", ["d/bias"]) == ""
     assert exclusions._model_name_hint("(a|b)/bias", ["d/bias"]) == ""
+    assert exclusions._model_name_hint("^(?:net/)?d/bias$", ["x/bias"]) == ""
 
 
 @pytest.mark.parametrize("name", ["momentum", "adamw"])
