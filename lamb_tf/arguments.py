@@ -133,22 +133,23 @@ def positive_read_at_every_step(name, value):
     return _number_or_read_at_every_step(positive, name, value)
 
 
-# What TF Addons' and Model Garden's LAMB put in for `epsilon=None` (`epsilon or` the Keras
-# backend's epsilon, 1e-7 unless changed)
+# Keras' default epsilon, which TF Addons' and Model Garden's LAMB name for `epsilon=None`
+# (`epsilon or tf.backend_config.epsilon()`; TensorFlow 2.20 has no `tf.backend_config`, so
+# Model Garden 2.20's raises an AttributeError there)
 PEER_DEFAULT_EPSILON = 1e-7
 
 
 def epsilon(name, value):
     """ε > 0 (`positive`); None is `PEER_DEFAULT_EPSILON`. 0 is refused, not read as 1e-7 as
-    the peers read it (`epsilon or ...`): a user who writes 0 means no ε."""
+    the peers' `epsilon or ...` means to: a user who writes 0 means no ε."""
     if value is None:
         return PEER_DEFAULT_EPSILON
     value = _real_number(name, value)
     if value == 0:
         raise ValueError(
             f"{name} must be > 0, got {value!r}: with ε = 0 a weight whose gradient has always "
-            "been 0 steps by 0/0 = NaN (TF Addons' and Model Garden's LAMB silently use 1e-7 "
-            f"for 0); give {name}=1e-7 (or None) for their behaviour.")
+            "been 0 steps by 0/0 = NaN (TF Addons' and Model Garden's LAMB write `epsilon or` "
+            f"Keras' 1e-7 for 0); give {name}=1e-7 (or None) for their behaviour.")
     return positive(name, value)
 
 

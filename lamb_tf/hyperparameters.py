@@ -78,7 +78,8 @@ class LambArguments(_OwnArguments):
       beta_1, beta_2: moment decay rates in [0, 1): numbers, or (as TF Addons' and Model
         Garden's LAMB take them) scalar variables, read at every step, or zero-argument
         callables, called at every step; `get_config` holds their value then.
-      epsilon: ε > 0, added outside the square root; None: 1e-7, as the peers (0 is refused).
+      epsilon: ε > 0, added outside the square root; None: 1e-7, the Keras epsilon the
+        peers' `epsilon or` names (0 is refused).
       weight_decay_rate: λ >= 0, added to the update direction inside the trust ratio: a
         number, or (as Model Garden's LAMB takes it) a scalar variable, read at every step,
         or a zero-argument callable, called at every step, as the betas; variables

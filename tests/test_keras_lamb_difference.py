@@ -39,3 +39,24 @@ def test_ours_matches_paper_and_keras_lamb_does_not(flavour_name):
     keras3 = FLAVOURS["keras3"]()
     theirs = _one_step(keras3, keras3.keras.optimizers.Lamb(ETA, weight_decay=LAMBDA, epsilon=EPSILON))
     assert ref.relative_error(theirs, ours) > 1e-2
+
+
+def test_keras3_method_exclusion_keeps_the_trust_ratio_with_an_empty_adaptation_list():
+    """`exclude_from_weight_decay(var_names=...)` with the default
+    `exclude_from_layer_adaptation=None` also takes the trust ratio from those variables
+    (Model Garden's and TF Addons' fallback), where `keras.optimizers.Lamb` has no
+    adaptation exclusion: with λ = 0 its call changes nothing, ours gives a plain Adam step.
+    `exclude_from_layer_adaptation=[]` gives Keras' update (docs/optimizers.md)."""
+    keras3 = FLAVOURS["keras3"]()
+
+    def two_steps(optimizer):
+        variable = keras3.variable("dense/bias", W)
+        optimizer.exclude_from_weight_decay(var_names=["bias"])
+        for gradient in (G, G[::-1]):
+            optimizer.apply_gradients([(tf.constant(gradient, tf.float32), variable)])
+        return value(variable)
+
+    theirs = two_steps(keras3.keras.optimizers.Lamb(ETA, epsilon=EPSILON))
+    assert ref.relative_error(
+        two_steps(keras3.module.LAMB(ETA, exclude_from_layer_adaptation=[])), theirs) < 1e-5
+    assert ref.relative_error(two_steps(keras3.module.LAMB(ETA)), theirs) > 1e-2

@@ -97,3 +97,41 @@ def test_model_garden_polynomial_warmup_ramps_to_the_decayed_rate_from_step_one(
     assert np.isclose(rate(ours, warmup - 1), peak * 0.9)
     for step in (warmup, 50, total):
         assert np.isclose(rate(theirs, step), rate(ours, step), rtol=1e-6, atol=1e-12), step
+
+
+def test_model_garden_lamb_counts_the_steps_tf_keras_loss_scale_optimizer_skips():
+    """Why docs/optimizers.md's differences hold a row on skipped steps: tf_keras'
+    `LossScaleOptimizer` advances `iterations` on a step it skips (non-finite gradients), and
+    Model Garden's LAMB takes t = iterations + 1, so its update after a skip is the
+    reference's at t = 2, not t = 1. (lamb_tf's side, t counting applied updates:
+    test_mixed_precision.py::test_loss_scale_optimizer_skips_nonfinite_step_without_advancing_t.)"""
+    import tf_keras
+    from official.modeling.optimization import lamb
+
+    theirs = lamb.LAMB(ETA, weight_decay_rate=LAMBDA, epsilon=EPSILON)
+    variable = tf.Variable(W, dtype=tf.float32)
+    wrapper = tf_keras.mixed_precision.LossScaleOptimizer(theirs)
+    for gradient in (np.full(4, np.inf), G):  # (no scaling: the scale matters not here)
+        wrapper.apply_gradients([(tf.constant(gradient, tf.float32), variable)])
+    assert int(theirs.iterations.numpy()) == 2
+    at = {t: ref.lamb_step(W, G, 0 * W, 0 * W, t, ETA, 0.9, 0.999, EPSILON, LAMBDA)[0]
+          for t in (1, 2)}
+    assert ref.relative_error(value(variable), at[2]) < 1e-5
+    assert ref.relative_error(value(variable), at[1]) > 1e-3
+
+
+def test_keras3_lamb_does_not_count_the_steps_keras3_loss_scale_optimizer_skips():
+    """Keras 3's `LossScaleOptimizer` does not call the inner optimizer on a skipped step, so
+    its `iterations` (Keras' `Lamb` takes t = iterations + 1) stays: after a skip the
+    training is the one without the bad batch, as lamb_tf's in both flavours."""
+    keras3 = FLAVOURS["keras3"]()
+    theirs = keras3.keras.optimizers.Lamb(ETA, epsilon=EPSILON)
+    wrapper = keras3.keras.optimizers.LossScaleOptimizer(theirs)
+    variable = keras3.variable("dense/kernel", W)
+    wrapper.build([variable])
+    for gradient in (np.full(4, np.inf), G):
+        scale = float(wrapper.dynamic_scale.numpy())
+        wrapper.apply([tf.constant(gradient * scale, tf.float32)], [variable])
+    assert int(theirs.iterations.numpy()) == 1
+    unwrapped = _one_step(keras3, keras3.keras.optimizers.Lamb(ETA, epsilon=EPSILON))
+    np.testing.assert_allclose(value(variable), unwrapped, rtol=1e-6)

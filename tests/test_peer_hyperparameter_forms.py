@@ -1,4 +1,5 @@
-"""TF Addons' and Model Garden's LAMB take `epsilon=None` (the Keras backend's 1e-7) and betas
+"""TF Addons' and Model Garden's LAMB mean `epsilon=None` as the Keras backend's 1e-7 (Model
+Garden 2.20's raises for it: TensorFlow 2.20 has no `tf.backend_config`) and take betas
 and a weight decay rate given as a tf.Variable or a zero-argument callable, read at every
 step (`_set_hyper` / `_get_hyper`); lamb_tf's LAMB takes them too, and its LARS its λ,
 momentum and eeta so, in both flavours, plain and compiled kernels. A value changed between
