@@ -163,8 +163,8 @@ def _model_name_hint(pattern, paths):
     """A sentence for a pattern that matches once its first path part is dropped: Keras 3
     names a Sequential model's variables `<model>/<layer>/...` when the model builds them
     itself (at construction after an `Input`, or at its first call), and `<layer>/...` once
-    it is loaded or built from its config, so a pattern a user writes with the model's name stops matching (a `var_list`
-    exclusion's does not: `path_pattern`)."""
+    it is loaded or built from its config, so a pattern a user writes with the model's name
+    stops matching (a `var_list` exclusion's does not: `path_pattern`)."""
     anchor, rest = ("^", pattern[1:]) if pattern.startswith("^") else ("", pattern)
     first, slash, shorter = rest.partition("/")
     if not slash or not shorter or not re.fullmatch(r"[\w.-]+", first):
