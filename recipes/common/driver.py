@@ -706,6 +706,7 @@ class _Run:
             results = self.evaluate("after training" if mode in TRAIN_MODES else "latest")
         if exports(self.config, mode):
             with errors.doing("while exporting"):
+                self.task.export_step = int(self.model.optimizer.iterations.numpy())
                 self.task.export(self.export_dir())
         if mode != "export":
             train_logs = self.write_results(train_logs, results)["train"]
