@@ -129,7 +129,9 @@ def test_export_writes_the_model_garden_checkpoint_and_hub_pair_of_the_trained_e
     checkpoint_dir = os.path.join(model_dir, "model_garden")
     assert sorted(os.listdir(checkpoint_dir)) == [
         "checkpoint", "encoder-1.data-00000-of-00001", "encoder-1.index", "encoder.yaml",
-        "vocab.txt"]
+        "step.json", "vocab.txt"]
+    # the step of the weights, which fine-tuning names (an older export is said to be so)
+    assert json.loads(open(os.path.join(checkpoint_dir, "step.json")).read()) == {"step": 2}
     assert sorted(os.listdir(os.path.join(model_dir, "hub"))) == ["encoder", "preprocess"]
     vocab = open(tiny_data.vocab_file, encoding="utf-8").read()
     assert open(os.path.join(checkpoint_dir, "vocab.txt"), encoding="utf-8").read() == vocab

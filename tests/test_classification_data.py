@@ -252,3 +252,33 @@ def test_a_byte_order_mark_leaves_the_byte_of_a_decoding_error_as_in_the_file(tm
     (tmp_path / "binary.tsv").write_bytes(b"\xef\xbb\xbfsentence\tlabel\n\xff\tx\n")
     with pytest.raises(UserError, match=r"\(invalid start byte at byte 18\)"):
         classification.read_examples(str(tmp_path / "binary.tsv"))
+
+
+@pytest.mark.parametrize("header, row, fields", [
+    ("sentence\tlabel", "nice\tday\tpos", "3 tab-separated fields where the header row names 2 "
+     "(sentence, label)"),
+    ("sentence1\tsentence2\tlabel", "a\tb\tc\td\tyes", "5 tab-separated fields where the "
+     "header row names 3 (sentence1, sentence2, label)"),
+])
+def test_a_tsv_row_of_more_fields_than_the_header_is_refused(tmp_path, header, row, fields):
+    """A tab inside a sentence: the row was read by the header's first fields, the rest put
+    aside: it trained on the sentence 'nice' labelled 'day' (labels.json ['day', ...])."""
+    (tmp_path / "train.tsv").write_text(f"{header}\n{row}\n")
+    with pytest.raises(UserError) as raised:
+        classification.read_examples(str(tmp_path / "train.tsv"), "data.train_file")
+    assert str(raised.value) == (
+        f"data.train_file={tmp_path / 'train.tsv'} line 2 has {fields}: a sentence holds a "
+        "tab, it seems; replace tabs inside sentences by spaces (a .tsv has no quoting), or "
+        "give the file as .jsonl")
+
+
+@pytest.mark.parametrize("name, content", [
+    ("train.tsv", "sentence\tlabel\na\tpos\n\n\nb\t\n"),
+    ("train.jsonl", '{"sentence": "a", "label": "pos"}\n\n\n{"sentence": "b", "label": ""}\n'),
+])
+def test_a_row_after_blank_lines_is_named_by_its_own_line(tmp_path, name, content):
+    # the blank lines were not counted: "line 3" for the row on line 5 (4 in .jsonl)
+    (tmp_path / name).write_text(content)
+    with pytest.raises(UserError, match=f"line {5 if name.endswith('.tsv') else 4} has an "
+                                        "empty label"):
+        classification.read_examples(str(tmp_path / name), "data.train_file")

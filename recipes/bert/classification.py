@@ -3,7 +3,8 @@
 Data: a `.tsv` file with a header row, or a `.jsonl` file with one object per line, with
 the fields `sentence` (or `sentence1` and `sentence2` for pairs), strings, and `label`, a
 non-empty string (or, in `.jsonl`, a whole number, taken as its digits). A UTF-8 byte-order
-mark at the start is skipped.
+mark at the start is skipped. A `.tsv` has no quoting: a row of more fields than its header
+(a tab inside a sentence) is refused.
 GLUE's own TSVs use other column names per task; rename the header row.
 
 Packing: `TextPacker` turns raw strings into the encoder's three int32 inputs in the graph
@@ -54,8 +55,8 @@ def read_examples(path, key=None) -> List[Example]:
                         "save it as UTF-8") from None
     # a byte-order mark (U+FEFF), as Windows programs (Excel) start UTF-8 files, is no text
     text = text[1:] if text.startswith("\ufeff") else text
-    rows, first_line = _rows(name, text, os.path.splitext(path)[1])
-    examples = [_example(name, number, row) for number, row in enumerate(rows, start=first_line)]
+    rows = _rows(name, text, os.path.splitext(path)[1])
+    examples = [_example(name, number, row) for number, row in rows]
     if not examples:
         raise UserError(f"{name} holds no example; give at least one row after the header")
     pairs = {example.second is not None for example in examples}
@@ -65,14 +66,19 @@ def read_examples(path, key=None) -> List[Example]:
 
 
 def _rows(name, text, extension):
-    """(the rows of the file's `text`, each a dict, the line number of the first)."""
+    """[(line number, row as a dict)] of the file's `text` (blank lines skipped)."""
     if extension == ".tsv":
         # (lines end at \n, \r\n or \r only: str.splitlines also splits at U+2028, a form
         # feed, ... which a sentence may hold)
         reader = csv.DictReader(io.StringIO(text, newline=""), delimiter="\t",
-                                quoting=csv.QUOTE_NONE)
+                                quoting=csv.QUOTE_NONE, restkey=_EXTRA)
         _check_header(name, reader.fieldnames or [])
-        return list(reader), 2  # after the header
+        rows = []
+        for row in reader:  # (reader.line_num: the row's line, blank lines counted)
+            if _EXTRA in row:
+                _refuse_extra_fields(name, reader.line_num, reader.fieldnames, row[_EXTRA])
+            rows.append((reader.line_num, row))
+        return rows
     rows = []
     for number, line in enumerate(io.StringIO(text, newline=""), start=1):
         if not line.strip():
@@ -85,8 +91,21 @@ def _rows(name, text, extension):
             raise UserError(
                 f"{name} line {number} is not a JSON object; give one object per line, "
                 'such as {"sentence": "...", "label": "..."}, or fix that line')
-        rows.append(row)
-    return rows, 1
+        rows.append((number, row))
+    return rows
+
+
+_EXTRA = object()  # csv.DictReader's key of a .tsv row's fields beyond the header's
+
+
+def _refuse_extra_fields(name, number, header, extra):
+    """A .tsv row of more fields than its header names (a tab inside a sentence): read by
+    the header, its first fields were taken for the sentence and label, the rest dropped."""
+    raise UserError(
+        f"{name} line {number} has {len(header) + len(extra)} tab-separated fields where the "
+        f"header row names {len(header)} ({', '.join(header)}): a sentence holds a tab, it "
+        "seems; replace tabs inside sentences by spaces (a .tsv has no quoting), or give the "
+        "file as .jsonl")
 
 
 def _kind(value):

@@ -9,6 +9,9 @@
   <output_dir>/model_garden/encoder.yaml
         the matching `task.model.encoder` block (`type: bert_v2`, Model Garden's
         `BertEncoderV2`, which is the class pretraining trains), and `vocab.txt`;
+  <output_dir>/model_garden/step.json
+        {"step": N}, the pretraining step of the weights (written by the pretraining
+        program's export; this command line, from the SavedModel export, knows none);
   <output_dir>/hub/preprocess, <output_dir>/hub/encoder
         a SavedModel pair with the conventions of the BERT models published on TF Hub,
         written by Model Garden's own exporter (`official.nlp.tools.export_tfhub_lib`):
@@ -36,6 +39,7 @@ if __name__ == "__main__":  # --help and flag mistakes answered before TensorFlo
 from recipes.common import startup  # noqa: F401,E402  (before TensorFlow: legacy Keras, quiet C++)
 
 import contextlib  # noqa: E402
+import json  # noqa: E402
 import logging  # noqa: E402
 import os  # noqa: E402
 import re  # noqa: E402
@@ -59,6 +63,7 @@ from recipes.common.errors import UserError  # noqa: E402
 CHECKPOINT_SUBDIR = "model_garden"
 HUB_SUBDIR = "hub"
 ENCODER_CONFIG_FILE = "encoder.yaml"
+STEP_FILE = "step.json"  # {"step": N}: the pretraining step of model_garden/'s weights
 
 
 def create_weights(encoder, seq_length):
@@ -91,9 +96,10 @@ def encoder_config(model_config, vocab_size):
     )
 
 
-def write_encoder_checkpoint(directory, encoder, config, vocab_file):
-    """`Checkpoint(encoder=encoder)` + `encoder.yaml` + `vocab.txt` into `directory`;
-    returns the checkpoint prefix."""
+def write_encoder_checkpoint(directory, encoder, config, vocab_file, step=None):
+    """`Checkpoint(encoder=encoder)` + `encoder.yaml` + `vocab.txt` (+ `step.json`, the
+    pretraining `step` of the weights, if known) into `directory`; returns the checkpoint
+    prefix."""
     tf.io.gfile.makedirs(directory)
     manager = tf.train.CheckpointManager(
         tf.train.Checkpoint(encoder=encoder), directory, max_to_keep=1, checkpoint_name="encoder"
@@ -102,7 +108,24 @@ def write_encoder_checkpoint(directory, encoder, config, vocab_file):
     with tf.io.gfile.GFile(os.path.join(directory, ENCODER_CONFIG_FILE), "w") as f:
         yaml.safe_dump(config.as_dict(), f, sort_keys=False)
     tf.io.gfile.copy(vocab_file, os.path.join(directory, "vocab.txt"), overwrite=True)
+    if step is not None:
+        storage.write_text(os.path.join(directory, STEP_FILE), json.dumps({"step": step}) + "\n")
     return prefix
+
+
+def exported_step(directory):
+    """The pretraining step of the encoder checkpoint in `directory` (model_garden/) that its
+    `step.json` records, or None (none: an export of this command line or an older
+    version; unreadable)."""
+    path = os.path.join(directory, STEP_FILE)
+    if not tf.io.gfile.exists(path):
+        return None
+    try:
+        with tf.io.gfile.GFile(path) as f:
+            step = json.load(f).get("step")
+    except (ValueError, UnicodeDecodeError, AttributeError):
+        return None
+    return step if isinstance(step, int) and not isinstance(step, bool) else None
 
 
 def write_hub_models(directory, checkpoint_prefix, config, vocab_file, seq_length):
@@ -143,7 +166,7 @@ def _written_here(name, entry):
     """Whether `entry` of `output_dir/name` is one this export writes (and so replaces)."""
     if name == HUB_SUBDIR:
         return entry.rstrip("/") in ("encoder", "preprocess")
-    return entry in ("checkpoint", ENCODER_CONFIG_FILE, "vocab.txt") or re.fullmatch(
+    return entry in ("checkpoint", ENCODER_CONFIG_FILE, "vocab.txt", STEP_FILE) or re.fullmatch(
         r"encoder-\d+\.(index|data-\d+-of-\d+)", entry) is not None
 
 
@@ -174,10 +197,11 @@ def check_replace(model_dir):
         raise UserError(f"--model_dir={model_dir}: {problem}")
 
 
-def export_for_ecosystem(output_dir, encoder, model_config, vocab_file, seq_length):
+def export_for_ecosystem(output_dir, encoder, model_config, vocab_file, seq_length, step=None):
     """Writes `model_garden/` and `hub/` under `output_dir`, each complete or absent (written
     under a temporary name, then renamed into place): refused (`replace_problem`) where that
-    would delete what an earlier export did not write. Returns the checkpoint prefix."""
+    would delete what an earlier export did not write; `step`: the pretraining step of the
+    weights, if known (model_garden/step.json). Returns the checkpoint prefix."""
     problem = replace_problem(output_dir)
     if problem:
         raise UserError(f"the Model Garden and TF-Hub export: {problem}")
@@ -188,7 +212,7 @@ def export_for_ecosystem(output_dir, encoder, model_config, vocab_file, seq_leng
     # directory, so the rename keeps it valid.
     try:
         prefix = write_encoder_checkpoint(temporary[CHECKPOINT_SUBDIR], encoder, config,
-                                          vocab_file)
+                                          vocab_file, step)
         with _reload_warnings_off():
             write_hub_models(temporary[HUB_SUBDIR], prefix, config, vocab_file, seq_length)
         for name, path in final.items():

@@ -22,7 +22,12 @@ from recipes.common.errors import UserError
 
 class PretrainingRun:
     """What fine-tuning takes from a pretraining model_dir: the Model Garden encoder export
-    (checkpoint, encoder.yaml, vocab.txt) and the sequence length."""
+    (checkpoint, encoder.yaml, vocab.txt, the step it was exported at) and the sequence
+    length."""
+
+    # Whether the pretrained weights are what fine-tuning starts from (no checkpoint of the
+    # fine-tuning run or train.init_checkpoint restored over them): set by `check_data`.
+    fine_tuned = True
 
     def __init__(self, model_dir):
         if not tf.io.gfile.isdir(model_dir):
@@ -39,11 +44,10 @@ class PretrainingRun:
                 ecosystem_export.pretraining_config(model_dir)
             except UserError as error:
                 raise UserError(f"encoder.pretraining_dir: {error}") from None
-            raise UserError(
-                f"encoder.pretraining_dir: {self.directory} holds no encoder checkpoint; "
-                f"pretrain first, or write it from the run's export with "
-                f"python -m recipes.bert.ecosystem_export --model_dir={model_dir}"
-            )
+            raise UserError(f"encoder.pretraining_dir: {self.directory} holds no encoder "
+                            f"checkpoint; {_write_the_export(model_dir)}")
+        self.step = ecosystem_export.exported_step(self.directory)
+        self.newest = _newest_checkpoint(model_dir)  # (path, step) of the run's, or None
         data = _pretraining_data(model_dir)
         self.seq_length = data["seq_length"]
         fix = _export_again(model_dir)
@@ -76,10 +80,54 @@ class PretrainingRun:
                     f"{run_dir}'s model_garden/encoder.yaml ({str(error).splitlines()[0][:160]}"
                     "); export the run's encoder again (python -m recipes.bert.ecosystem_export "
                     f"--model_dir={run_dir})") from None
-            print(f"encoder: pretrained weights from {self.checkpoint}", flush=True)
+            print(self.describe_weights(), flush=True)
+            stale = self.stale_export()
+            if stale and self.fine_tuned:
+                print(stale, flush=True)
         else:
             print("encoder: random weights (encoder.init: none)", flush=True)
         return encoder
+
+
+    def describe_weights(self):
+        """The console's line naming the pretrained weights and the step they are of."""
+        step = (f"step {self.step} of the pretraining run" if self.step is not None else
+                "its step not recorded: exported by recipes.bert.ecosystem_export or an "
+                "older version")
+        return f"encoder: pretrained weights from {self.checkpoint} ({step})"
+
+    def stale_export(self):
+        """The console's warning when the export is of an older step than the pretraining
+        run's newest checkpoint (the run went on training after it), else None."""
+        if self.step is None or self.newest is None or self.newest[1] <= self.step:
+            return None
+        run_dir = os.path.dirname(self.directory)
+        return (f"encoder: warning: the export in {self.directory} is of step {self.step}, "
+                f"older than the run's newest checkpoint (step {self.newest[1]}); fine-tuning "
+                f"the step-{self.step} encoder; to fine-tune the newest, export it first: "
+                f"python -m recipes.bert.pretrain --model_dir={run_dir} --mode=export")
+
+
+def _write_the_export(model_dir):
+    """What writes the encoder export (model_garden/) of the pretraining run in `model_dir`:
+    its own --mode=export when it has a checkpoint (a run trained with export.enabled=false,
+    say), else a pretraining first or this command line from an older run's export/."""
+    if _newest_checkpoint(model_dir):
+        return ("export the run's encoder: python -m recipes.bert.pretrain "
+                f"--model_dir={model_dir} --mode=export")
+    return ("pretrain first, or write it from the run's export with python -m "
+            f"recipes.bert.ecosystem_export --model_dir={model_dir}")
+
+
+def _newest_checkpoint(model_dir):
+    """(path, step) of the newest checkpoint of the run in `model_dir`, or None (none, or
+    one whose files are incomplete: fine-tuning reads the export, not these)."""
+    try:
+        path = checkpoints.latest_checkpoint(model_dir)
+    except UserError:
+        return None
+    step = path and checkpoints.checkpoint_step(path)
+    return (path, step) if step is not None else None
 
 
 def resolve_data_dir(model_dir, given):
@@ -436,6 +484,8 @@ def check_data(config, mode, model_dir, examples, run):
     `PretrainingRun` of encoder.pretraining_dir)."""
     examples = of_run(config.data, mode, model_dir, examples)
     check_init_checkpoint(config, mode, model_dir, examples and examples.labels, run)
+    run.fine_tuned = (mode in flags.TRAIN_MODES and not config.train.init_checkpoint
+                      and checkpoints.latest_checkpoint(model_dir) is None)
     return examples
 
 

@@ -129,7 +129,7 @@ class BertPretraining(task.Task):
                                   self.config.data.seq_length)
         ecosystem_export.export_for_ecosystem(  # model_garden/ and hub/ (docs/finetune.md)
             self.model_dir, self.encoder, self.config.model, self.data.vocab_file,
-            self.config.data.seq_length)
+            self.config.data.seq_length, step=self.export_step)
 
     def input_files(self, split):
         return {"train": self.data.train_files, "eval": self.data.eval_files,

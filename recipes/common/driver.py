@@ -93,6 +93,7 @@ def load_task(task_class, options, mode=None):
         raise UserError(f"{task_class.__name__}.config_class is not set: give the recipe's "
                         "config schema, a dataclass with the sections of recipes.common.schema")
     _check_shared_sections(task_class)
+    check_run_to_read(task_class, options, mode)
     config = config_lib.load_config(
         task_class.config_class, options.config_files or runs_own_config(task_class, options),
         options.params_override, renamed_keys=schema.RENAMED_KEYS,
@@ -138,6 +139,20 @@ def runs_own_config(task_class, options):
     except UserError:  # another program's, or damaged: check_same_program names it
         return ()
     return (saved,)
+
+
+def check_run_to_read(task_class, options, mode):
+    """For --mode=eval / export without --config_file, when --model_dir holds no config.yaml
+    of this program (`runs_own_config`): a UserError, before the config is loaded, when it
+    holds no run this program reads (runs in its subdirectories, no checkpoint, another
+    program's run: `check_model_dir`, `check_same_program`). The schema's defaults, which
+    would be the config, were checked first: a key they leave empty was refused (fine-tuning:
+    "encoder.pretraining_dir is empty") as though the mistake were the config's."""
+    if (mode not in ("eval", "export") or options.config_files or not options.model_dir
+            or runs_own_config(task_class, options)):
+        return
+    check_model_dir(options.model_dir, mode)
+    _check_program_of_run(task_class.config_class, options.model_dir, mode)
 
 
 def check_task_methods(task, mode):
@@ -187,6 +202,8 @@ def check_model_dir(model_dir, mode):
             f"--model_dir={model_dir} holds a Model Garden run (its params.yaml): give another "
             "--model_dir, or go on with that run with python -m lamb_tf.model_garden")
     if mode in ("eval", "export"):
+        if checkpoints.latest_checkpoint(model_dir) is None:  # a comparison's directory?
+            _check_no_runs_inside(model_dir, mode)
         checkpoints.require_checkpoint(model_dir)
 
 
@@ -304,17 +321,23 @@ def check_same_program(task, model_dir, mode):
     """A UserError, before anything else is checked about --model_dir's run, when it holds
     a checkpoint and a config.yaml that is not this program's, or holds other runs in its
     subdirectories (fine-tuning's --compare_with_random_init writes two)."""
-    saved_path = os.path.join(model_dir, "config.yaml")
     if checkpoints.latest_checkpoint(model_dir) is None:
-        _check_no_runs_inside(model_dir)
+        _check_no_runs_inside(model_dir, mode)
         return
+    _check_program_of_run(type(task.config), model_dir, mode)
+
+
+def _check_program_of_run(config_class, model_dir, mode):
+    """A UserError when the config.yaml of the run in `model_dir` is damaged or does not
+    load as `config_class` (another program's run)."""
+    saved_path = os.path.join(model_dir, "config.yaml")
     damaged = tf.io.gfile.exists(saved_path) and config_lib.yaml_problem(saved_path)
     if damaged:
         raise UserError(
             f"--model_dir {model_dir}: its config.yaml is damaged ({damaged}); put the run's "
             "config back (a copy of the run, or the config files it was started with), or "
             "give a new --model_dir")
-    reason = _not_this_programs(type(task.config), saved_path)
+    reason = _not_this_programs(config_class, saved_path)
     if reason:
         raise UserError(
             f"--model_dir {model_dir} holds a run this program cannot "
@@ -324,17 +347,26 @@ def check_same_program(task, model_dir, mode):
                f"{_WITH_THE_RUN[mode][0].capitalize()} it with the program that trained it"))
 
 
-def _check_no_runs_inside(model_dir):
+def _check_no_runs_inside(model_dir, mode):
     """A UserError when `model_dir` (no run of its own) holds runs in its subdirectories:
-    this run's files would be mixed with theirs."""
+    this run's files would be mixed with theirs (an evaluation or export: it holds no run of
+    its own to read)."""
     if tf.io.gfile.exists(os.path.join(model_dir, "config.yaml")) or not tf.io.gfile.isdir(
             model_dir):
         return
     inside = sorted(name.rstrip("/") for name in tf.io.gfile.listdir(model_dir)
                     if tf.io.gfile.exists(os.path.join(model_dir, name, "config.yaml")))
+    runs = ", ".join(f"{n}/" for n in inside)
+    if inside and mode in ("eval", "export"):
+        verb = _WITH_THE_RUN[mode][0]
+        raise UserError(
+            f"--model_dir {model_dir} holds other runs in {runs} (each with its config.yaml), "
+            f"not a run of its own to {verb}: a comparison of fine-tuning's "
+            f"--compare_with_random_init? {verb.capitalize()} it with that flag added, or give "
+            f"one of those runs as --model_dir")
     if inside:
         raise UserError(
-            f"--model_dir {model_dir} holds other runs in {', '.join(f'{n}/' for n in inside)} "
+            f"--model_dir {model_dir} holds other runs in {runs} "
             "(each with its config.yaml), which this run's files would sit beside; give a new "
             "--model_dir (a comparison of fine-tuning's --compare_with_random_init resumes "
             "with that flag)")
@@ -674,6 +706,7 @@ class _Run:
             results = self.evaluate("after training" if mode in TRAIN_MODES else "latest")
         if exports(self.config, mode):
             with errors.doing("while exporting"):
+                self.task.export_step = int(self.model.optimizer.iterations.numpy())
                 self.task.export(self.export_dir())
         if mode != "export":
             train_logs = self.write_results(train_logs, results)["train"]

@@ -24,6 +24,7 @@ The driver calls, in order (a method the task does not need keeps the default):
                                         # per input pipeline and checkpoint chunk, joined
                                         # by `train_dataset` below
     task.evaluate(model, strategy)      # held-out metrics by name
+    task.export_step = ...              # the step of the weights it exports
     task.export(export_dir)             # the SavedModel of `network`
 
 A new recipe: a module `recipes/<name>/<program>.py` holding the `Task` subclass and
@@ -70,6 +71,9 @@ class Task:
     # task's own, as SQuAD's predictions.json): the process's model_dir, or for other
     # held-out data (`held_out_keys`) its eval_<name>/; set by the driver before `prepare`.
     evaluation_dir = None
+    # The optimizer step of the weights `export` writes (the run's step when it exports);
+    # set by the driver before it calls `export`.
+    export_step = None
 
     def __init__(self, config):
         self.config = config

@@ -1,0 +1,78 @@
+"""Fine-tuning's --mode=eval / --mode=export of a --model_dir that holds no fine-tuning run
+(without --config_file): the run's own config.yaml was not there to load, so the schema's
+defaults were checked and refused first, "encoder.pretraining_dir is empty: give a
+pretraining run's model_dir", whatever the directory held. Each now says what it holds, as
+the other programs say it."""
+import os
+
+import pytest
+import tensorflow as tf
+
+from recipes.bert import finetune
+from recipes.bert.config import BertPretrainingConfig
+from recipes.common import config as config_lib
+from recipes.common import driver
+from recipes.common import flags as flags_lib
+from recipes.common.errors import UserError
+from recipes.resnet.config import ResNetConfig
+
+
+def _run_of(config_class, model_dir):
+    """A run of the program of `config_class` in `model_dir`: its config.yaml (the schema's
+    defaults) and a checkpoint."""
+    config_lib.save_config(config_lib.load_config(config_class, ()), str(model_dir))
+    tf.train.CheckpointManager(tf.train.Checkpoint(step=tf.Variable(1)),
+                               str(model_dir / "checkpoints"), max_to_keep=1).save()
+    return str(model_dir)
+
+
+def _comparison(model_dir):
+    """A directory of fine-tuning's --compare_with_random_init: two runs, none of its own."""
+    for name in ("pretrained", "random_init"):
+        _run_of(finetune.BertFinetuneConfig, model_dir / name)
+    return str(model_dir)
+
+
+def _load(model_dir, mode, config_files=()):
+    options = flags_lib.RunOptions(
+        config_files=config_files, params_override="", model_dir=model_dir, mode=mode, tpu="",
+        strategy="", communication="auto", deterministic=False)
+    return driver.load_task(finetune.BertFinetuneTask, options, mode)
+
+
+@pytest.mark.parametrize("mode, verb", [("eval", "evaluate"), ("export", "export")])
+def test_each_wrong_model_dir_says_what_it_holds(tmp_path, mode, verb):
+    comparison = _comparison(tmp_path / "comparison")
+    with pytest.raises(UserError) as error:
+        _load(comparison, mode)
+    assert str(error.value) == (
+        f"--model_dir {comparison} holds other runs in pretrained/, random_init/ (each with "
+        f"its config.yaml), not a run of its own to {verb}: a comparison of fine-tuning's "
+        f"--compare_with_random_init? {verb.capitalize()} it with that flag added, or give "
+        "one of those runs as --model_dir")
+    for config_class, name in ((BertPretrainingConfig, "bert_tiny"), (ResNetConfig, "resnet")):
+        run = _run_of(config_class, tmp_path / name)
+        with pytest.raises(UserError) as error:
+            _load(run, mode)
+        assert str(error.value).startswith(
+            f"--model_dir {run} holds a run this program cannot {verb}: its config.yaml does "
+            "not load as this program's ("), str(error.value)
+        assert str(error.value).endswith(
+            f"is it another program's run? {verb.capitalize()} it with the program that "
+            "trained it")
+    missing = str(tmp_path / "nowhere")
+    with pytest.raises(UserError) as error:
+        _load(missing, mode)
+    assert str(error.value) == (
+        f"no checkpoint in {os.path.join(missing, 'checkpoints')}; train first (--mode=train) "
+        "or point --model_dir at a trained run")
+    assert not os.path.exists(missing)
+
+
+def test_an_evaluation_of_a_comparison_given_its_config_file_says_to_add_the_flag(tmp_path):
+    # with --config_file the config loads; the directory was "no checkpoint in ...; train
+    # first", though it holds two trained runs
+    comparison = _comparison(tmp_path / "comparison")
+    with pytest.raises(UserError, match=r"not a run of its own to evaluate: a comparison of "
+                       r"fine-tuning's --compare_with_random_init\? Evaluate it with that flag"):
+        driver.check_model_dir(comparison, "eval")
