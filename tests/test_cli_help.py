@@ -439,3 +439,14 @@ def test_data_tools_refuse_an_output_dir_holding_a_training_run_before_tensorflo
         f"error: --output_dir={tmp_path}: it holds a training run (its {run_file}), among whose "
         f"files {written} would be written; give a directory of its own"]
     assert os.listdir(tmp_path) == [run_file]
+
+
+def test_config_file_help_says_without_one_the_runs_own_config_yaml_is_read():
+    """It said `none: the program's defaults`, while a run's own config.yaml is read (the
+    program prints `config: the run's own runs/X/config.yaml`)."""
+    from recipes.common import flags as flags_lib
+
+    flags_lib.define_flags()
+    text = flags_lib.FLAGS["config_file"].help
+    assert "the config.yaml of the run in --model_dir" in text, text
+    assert "none: the program's defaults" not in text

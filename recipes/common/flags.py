@@ -67,8 +67,9 @@ def register_key_flags(names):
 
 def _define_shared_flags():
     flags.DEFINE_multi_string(  # (default None: absl's --help would show `(default: '[]')`)
-        "config_file", None, "YAML config file; repeat to layer files (later ones win; "
-        "none: the program's defaults)"
+        "config_file", None, "YAML config file; repeat to layer files (later ones win). "
+        "None given: the config.yaml of the run in --model_dir, if it holds one of this "
+        "program's (--params_override on top), else the program's defaults (--help_config)"
     )
     flags.DEFINE_string(
         "params_override",
