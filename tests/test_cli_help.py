@@ -119,6 +119,13 @@ def without_tensorflow(tmp_path_factory):
     (["--model_dir=/tmp/x", "--cpu_replicas=-1"], 2, "error: --cpu_replicas=-1: give a number "
                                                       "of logical CPU devices >= 1 with "
                                                       "--strategy=mirrored (0: off)"),
+    # the TPU was dropped without a word (`strategy: default, 1 replica(s) in sync`)
+    (["--model_dir=/tmp/x", "--mode=eval", "--tpu=local", "--strategy=mirrored"], 2,
+     "error: --tpu=local runs on a TPU, which --strategy=mirrored does not use; drop "
+     "--strategy (--tpu picks tpu) or drop --tpu"),
+    (["--model_dir=/tmp/x", "--communication=nccl"], 2, "error: --communication=nccl sets the "
+     "collectives of --strategy=multi_worker_mirrored only (--strategy is unset and TF_CONFIG "
+     "is not set)"),
     (["--model_dir=/tmp/x", "--params_override=a.b=1", "--params_override=c.d=2"], 2,
      "error: --params_override is given 2 times and only the last would count"),
 ])
