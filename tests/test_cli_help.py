@@ -457,3 +457,38 @@ def test_config_file_help_says_without_one_the_runs_own_config_yaml_is_read():
     text = flags_lib.FLAGS["config_file"].help
     assert "the config.yaml of the run in --model_dir" in text, text
     assert "none: the program's defaults" not in text
+
+
+def run_with_closed_stdout(command, env):
+    """`command`'s exit status and stderr, run with stdout a pipe whose read end is closed
+    before it starts (`... | head -1` with the reader gone before the program writes)."""
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    try:
+        result = subprocess.run(command, cwd=REPO_ROOT, env=env, stdout=write_end,
+                                stderr=subprocess.PIPE, text=True, timeout=120)
+    finally:
+        os.close(write_end)
+    return result.returncode, result.stderr
+
+
+@pytest.mark.parametrize("module, option", [("recipes.bert.pretrain", "--help_config"),
+                                            ("recipes.bert.finetune", "--help"),
+                                            ("recipes.resnet.train", "-h")])
+def test_help_to_a_closed_stdout_ends_quietly(module, option, without_tensorflow):
+    """`--help_config | head -1` printed `BrokenPipeError: [Errno 32] Broken pipe` and a
+    traceback when the reader had gone."""
+    status, stderr = run_with_closed_stdout([sys.executable, "-m", module, option],
+                                            without_tensorflow)
+    assert (status, stderr) == (1, "")
+
+
+@pytest.mark.parametrize("size", [10, 100_000])  # left in the buffer at the end; written at once
+def test_a_programs_lines_to_a_closed_stdout_end_it_quietly(size, without_tensorflow):
+    """`errors.run`, every program's entry point: Python's traceback (a print) or `Exception
+    ignored ... BrokenPipeError` (its flush at exit) on stderr were all that a closed stdout
+    got."""
+    program = ("import sys; from recipes.common import errors; "
+               f"errors.run(lambda argv: print('x' * {size}))")
+    status, stderr = run_with_closed_stdout([sys.executable, "-c", program], without_tensorflow)
+    assert (status, stderr) == (1, "")
