@@ -119,6 +119,13 @@ def without_tensorflow(tmp_path_factory):
     (["--model_dir=/tmp/x", "--cpu_replicas=-1"], 2, "error: --cpu_replicas=-1: give a number "
                                                       "of logical CPU devices >= 1 with "
                                                       "--strategy=mirrored (0: off)"),
+    # the TPU was dropped without a word (`strategy: default, 1 replica(s) in sync`)
+    (["--model_dir=/tmp/x", "--mode=eval", "--tpu=local", "--strategy=mirrored"], 2,
+     "error: --tpu=local runs on a TPU, which --strategy=mirrored does not use; drop "
+     "--strategy (--tpu picks tpu) or drop --tpu"),
+    (["--model_dir=/tmp/x", "--communication=nccl"], 2, "error: --communication=nccl sets the "
+     "collectives of --strategy=multi_worker_mirrored only (--strategy is unset and TF_CONFIG "
+     "is not set)"),
     (["--model_dir=/tmp/x", "--params_override=a.b=1", "--params_override=c.d=2"], 2,
      "error: --params_override is given 2 times and only the last would count"),
 ])
@@ -439,3 +446,49 @@ def test_data_tools_refuse_an_output_dir_holding_a_training_run_before_tensorflo
         f"error: --output_dir={tmp_path}: it holds a training run (its {run_file}), among whose "
         f"files {written} would be written; give a directory of its own"]
     assert os.listdir(tmp_path) == [run_file]
+
+
+def test_config_file_help_says_without_one_the_runs_own_config_yaml_is_read():
+    """It said `none: the program's defaults`, while a run's own config.yaml is read (the
+    program prints `config: the run's own runs/X/config.yaml`)."""
+    from recipes.common import flags as flags_lib
+
+    flags_lib.define_flags()
+    text = flags_lib.FLAGS["config_file"].help
+    assert "the config.yaml of the run in --model_dir" in text, text
+    assert "none: the program's defaults" not in text
+
+
+def run_with_closed_stdout(command, env):
+    """`command`'s exit status and stderr, run with stdout a pipe whose read end is closed
+    before it starts (`... | head -1` with the reader gone before the program writes)."""
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    try:
+        result = subprocess.run(command, cwd=REPO_ROOT, env=env, stdout=write_end,
+                                stderr=subprocess.PIPE, text=True, timeout=120)
+    finally:
+        os.close(write_end)
+    return result.returncode, result.stderr
+
+
+@pytest.mark.parametrize("module, option", [("recipes.bert.pretrain", "--help_config"),
+                                            ("recipes.bert.finetune", "--help"),
+                                            ("recipes.resnet.train", "-h")])
+def test_help_to_a_closed_stdout_ends_quietly(module, option, without_tensorflow):
+    """`--help_config | head -1` printed `BrokenPipeError: [Errno 32] Broken pipe` and a
+    traceback when the reader had gone."""
+    status, stderr = run_with_closed_stdout([sys.executable, "-m", module, option],
+                                            without_tensorflow)
+    assert (status, stderr) == (1, "")
+
+
+@pytest.mark.parametrize("size", [10, 100_000])  # left in the buffer at the end; written at once
+def test_a_programs_lines_to_a_closed_stdout_end_it_quietly(size, without_tensorflow):
+    """`errors.run`, every program's entry point: Python's traceback (a print) or `Exception
+    ignored ... BrokenPipeError` (its flush at exit) on stderr were all that a closed stdout
+    got."""
+    program = ("import sys; from recipes.common import errors; "
+               f"errors.run(lambda argv: print('x' * {size}))")
+    status, stderr = run_with_closed_stdout([sys.executable, "-c", program], without_tensorflow)
+    assert (status, stderr) == (1, "")

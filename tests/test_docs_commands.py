@@ -6,7 +6,9 @@ test files given to pytest); every `--flag` it passes is listed by the program's
 (`lamb_tf.model_garden` needs a valid subcommand, whose Model Garden flags count; a flag
 `prepare_data --runner=...` does not define must be a Beam pipeline option); every
 `--config_file=configs/...` exists, and for a recipe's driver program every key of those files
-and of `--params_override` is a key of its schema (`recipes.common.config`; keys only).
+and of `--params_override` is a key of its schema (`recipes.common.config`), and the config
+the program builds from them passes the schema's checks across keys (`refused_config`: a
+documented override the program would refuse, an end learning rate above the peak, say).
 
 Commands: ```bash, ```sh and bare ``` blocks (with `$ ` prompts, the prompted lines; without,
 only if the first line is a command), indented blocks starting with a python command; lines
@@ -211,6 +213,39 @@ def config_problems(program, flags):
     return problems
 
 
+# Docs whose commands are records of what was run on the code of an earlier commit (a
+# measurement, a reproduction): their configs are not built with today's checks.
+RECORDS = ("docs/performance.md:",)
+# An item of --params_override whose value is the reader's to fill in: `...`, or one with a
+# shell variable the block does not set (`train.steps=$N` in a loop)
+PLACEHOLDER_ITEM = re.compile(r"(?:^|,)[\w.]+=(?:\.\.\.|[^,]*\$[^,]*)(?=,|$)")
+
+
+def refused_config(program, flags):
+    """The refusal, as a one-item list, of the config a recipe's driver program builds from
+    the command (its --config_file files, then --params_override: `config.load_config`, as
+    `driver.load_task`), checked across keys by the schema (`schema.check`, as the driver
+    does before any work), in-process, nothing trained; else []. Built only when every
+    --config_file is a file of configs/: without one the program reads the config.yaml of the
+    run in --model_dir, which another command writes. Placeholder items are left out."""
+    config_class = schema_of(program)
+    files = [value for name, value in flags if name == "config_file"]
+    if config_class is None or not files or not all(
+            f.startswith("configs/") and os.path.isfile(os.path.join(REPO_ROOT, f))
+            for f in files):
+        return []
+    override = ",".join(PLACEHOLDER_ITEM.sub("", value).lstrip(",")
+                        for name, value in flags if name == "params_override")
+    try:
+        config = config_lib.load_config(
+            config_class, [os.path.join(REPO_ROOT, f) for f in files], override,
+            renamed_keys=schema.RENAMED_KEYS)
+        schema.check(config)
+    except UserError as error:
+        return [f"{program} refuses the config ({error})"]
+    return []
+
+
 def problems_of(command, flags_of):
     """What is wrong with one command, each as `doc:line: what: the command`."""
     program, files, args = program_of(command.argv) or (None, [], [])
@@ -227,6 +262,8 @@ def problems_of(command, flags_of):
     else:
         problems = [f"unknown flag --{name} of {program}" for name, _ in flags
                     if name not in defined] + config_problems(program, flags)
+        if not problems and not command.where.startswith(RECORDS):
+            problems = refused_config(program, flags)
     return [f"{command.where}: {problem}: {' '.join(command.argv)}" for problem in problems]
 
 
@@ -309,4 +346,27 @@ def test_the_check_reports_misspelled_flags_an_unknown_key_and_a_missing_program
         "fake.md:3: unknown config key train.stesp of recipes.resnet.train, in --params_override",
         "fake.md:6: no such file recipes/resnet/trian.py",
         "fake.md:7: unknown flag --direct_num_worker of recipes.bert.prepare_data",
+    ]
+
+
+def test_a_documented_config_the_program_refuses_is_reported_placeholders_left_out():
+    """README's "train the run further" lowered optimizer.learning_rate below tiny_cpu.yaml's
+    end_learning_rate: every key existed, and the program refused the config (exit 2)."""
+    doc = ("```bash\n"
+           "python -m recipes.bert.pretrain --config_file=configs/bert/tiny_cpu.yaml \\\n"
+           "    --params_override=train.steps=240,optimizer.learning_rate=0.01\n"
+           "python -m recipes.bert.pretrain --config_file=configs/bert/tiny_cpu.yaml \\\n"
+           "    --params_override=train.steps=$N,data.vocab_file=...,train.checkpoint_every=60\n"
+           "python -m recipes.bert.pretrain --model_dir=runs/x --params_override=train.steps=7\n"
+           "```\n")
+    refused = []
+    for command in commands_in("fake.md", doc):
+        program, _, args = program_of(command.argv)
+        refused.append(refused_config(program, options(args)))
+    assert refused == [
+        ["recipes.bert.pretrain refuses the config (optimizer.end_learning_rate=0.02 is above "
+         "optimizer.learning_rate=0.01, the peak it decays from; give an end rate at most the "
+         "peak (0: decay to zero))"],
+        [],  # $N and ... left out: 120 steps in checkpoints of 60
+        [],  # the run's own config.yaml (not the defaults, whose 7 steps would be refused)
     ]

@@ -45,6 +45,26 @@ def test_files_layer_in_order_then_override_wins(tmp_path):
     assert config.name == "tiny"
 
 
+@pytest.mark.parametrize("override", ["train.steps: 40", "{train.steps: 40, name: base}"])
+def test_a_dotted_key_in_the_yaml_form_says_a_yaml_key_is_a_section(override):
+    """`--params_override='train.steps: 40'` was "unknown config key 'train.steps'; did you
+    mean train?", of a key that exists."""
+    with pytest.raises(UserError) as error:
+        load_config(_Schema, [], override)
+    assert str(error.value) == (
+        "--params_override: 'train.steps' is a dotted key in the YAML form, where each key is "
+        "one section; write train.steps=40 or {train: {steps: 40}}")
+
+
+def test_dotted_keys_in_a_file_say_a_yaml_key_is_a_section_not_another_program(tmp_path):
+    dotted = _write(tmp_path, "dotted.yaml", "train.steps: 40\ntrain.learning_rate: 0.5\n")
+    with pytest.raises(UserError) as error:
+        load_config(_Schema, [dotted])
+    assert str(error.value) == (
+        f"{dotted}: config key 'train.steps' is written dotted; in YAML each key is one "
+        "section: write {train: {steps: 40}} (or 'train:' with the rest indented under it)")
+
+
 @pytest.mark.parametrize(
     "override, fragment",
     [

@@ -403,9 +403,9 @@ def test_training_file_deleted_mid_run_is_one_line_naming_the_checkpoint(tmp_pat
     assert "resume from the last checkpoint" in message and last in message
 
 
-def test_results_json_is_the_newest_trainings_and_an_evaluation_only_adds_its_eval(tmp_path):
-    """A run trained further kept the first training's record (its steps, mode and losses)
-    beside an eval_mode_wall_time_seconds, as if it had only been evaluated."""
+def _results_writer(tmp_path, steps):
+    """`write(mode, train_logs, eval_results)`: results.json as a `driver._Run` whose
+    optimizer is at step `steps` (a tf.Variable) writes it, read back."""
     import json
     import types
 
@@ -414,7 +414,6 @@ def test_results_json_is_the_newest_trainings_and_an_evaluation_only_adds_its_ev
     run = object.__new__(driver._Run)  # pylint: disable=protected-access
     run.model_dir, run.start = str(tmp_path), 0.0
     run.plan = accumulation.plan_batch(8, 4, 1)
-    steps = tf.Variable(2, dtype=tf.int64)
     run.model = types.SimpleNamespace(optimizer=types.SimpleNamespace(iterations=steps))
 
     def write(mode, train_logs, eval_results):
@@ -423,14 +422,38 @@ def test_results_json_is_the_newest_trainings_and_an_evaluation_only_adds_its_ev
         with open(tmp_path / "results.json", encoding="utf-8") as f:
             return json.load(f)
 
+    return write
+
+
+def test_an_evaluation_records_the_step_of_the_checkpoint_it_evaluated(tmp_path):
+    """A run trained to 120, continued and stopped at 145 (ckpt-140 its newest): its
+    --mode=eval scores ckpt-140, and results.json said only `"steps": 120`."""
+    steps = tf.Variable(120, dtype=tf.int64)
+    write = _results_writer(tmp_path, steps)
+    trained = write("train_and_eval", {"loss": 2.0}, {"accuracy": 0.5})
+    assert (trained["steps"], trained["eval_step"]) == (120, 120)
+    steps.assign(140)  # the continued training's newest checkpoint, restored
+    evaluated = write("eval", {}, {"accuracy": 0.75})
+    assert (evaluated["steps"], evaluated["train"], evaluated["eval"]) == (
+        120, {"loss": 2.0}, {"accuracy": 0.75})  # the finished training's record kept
+    assert evaluated["eval_step"] == 140
+
+
+def test_results_json_is_the_newest_trainings_and_an_evaluation_only_adds_its_eval(tmp_path):
+    """A run trained further kept the first training's record (its steps, mode and losses)
+    beside an eval_mode_wall_time_seconds, as if it had only been evaluated."""
+    steps = tf.Variable(2, dtype=tf.int64)
+    write = _results_writer(tmp_path, steps)
+
     trained = write("train", {"loss": 2.0}, {})
     assert (trained["mode"], trained["steps"], trained["train"]) == ("train", 2, {"loss": 2.0})
     assert trained["accumulation_steps"] == 2 and trained["global_batch_size"] == 8
+    assert "eval_step" not in trained  # (no held-out figures)
     evaluated = write("eval", {}, {"accuracy": 0.5})
-    assert {**evaluated, "eval": {}} == {**trained, "eval_mode_wall_time_seconds":
+    assert {**evaluated, "eval": {}} == {**trained, "eval_step": 2, "eval_mode_wall_time_seconds":
                                          evaluated["eval_mode_wall_time_seconds"]}
     steps.assign(4)
     further = write("train_and_eval", {"loss": 1.0}, {"accuracy": 0.75})
     assert (further["mode"], further["steps"], further["train"], further["eval"]) == (
         "train_and_eval", 4, {"loss": 1.0}, {"accuracy": 0.75})
-    assert "eval_mode_wall_time_seconds" not in further
+    assert "eval_mode_wall_time_seconds" not in further and further["eval_step"] == 4

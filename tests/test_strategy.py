@@ -321,3 +321,48 @@ def test_a_run_with_cpu_replicas_trains_on_that_many_replicas(tmp_path):
     assert "strategy: mirrored, 2 replica(s) in sync" in result.stdout
     results = json.loads((tmp_path / "run" / "results.json").read_text())
     assert (results["num_replicas"], results["steps"]) == (2, 2)
+
+
+@pytest.mark.parametrize("tpu, strategy, communication, tf_config, message", [
+    # the TPU was dropped without a word: `strategy: default, 1 replica(s) in sync`
+    ("local", "mirrored", "auto", False, "--tpu=local runs on a TPU, which --strategy=mirrored "
+     "does not use; drop --strategy (--tpu picks tpu) or drop --tpu"),
+    ("my-tpu", "default", "auto", False, "--tpu=my-tpu runs on a TPU, which --strategy=default "
+     "does not use"),
+    ("local", "multi_worker_mirrored", "auto", True, "--tpu=local runs on a TPU, which "
+     "--strategy=multi_worker_mirrored does not use"),
+    # --communication ignored by every strategy but the multi-worker one
+    ("", "", "nccl", False, "--communication=nccl sets the collectives of "
+     "--strategy=multi_worker_mirrored only (--strategy is unset and TF_CONFIG is not set); "
+     "drop --communication, or run on a cluster (TF_CONFIG: docs/distributed.md)"),
+    ("", "mirrored", "ring", True, "--communication=ring sets the collectives of "
+     "--strategy=multi_worker_mirrored only (--strategy=mirrored)"),
+    ("local", "", "nccl", True, "--communication=nccl sets the collectives of "
+     "--strategy=multi_worker_mirrored only (--tpu picks tpu)"),
+])
+def test_distribution_flags_that_contradict_one_another_are_refused(
+        monkeypatch, tpu, strategy, communication, tf_config, message):
+    from recipes.common import flags as flags_lib
+
+    monkeypatch.delenv("TF_CONFIG", raising=False)
+    if tf_config:
+        monkeypatch.setenv("TF_CONFIG", TF_CONFIG_WORKER_0)
+    with pytest.raises(UserError) as error:
+        flags_lib.check_distribution_flags(tpu, strategy, 0, communication)
+    assert str(error.value).startswith(message)
+
+
+@pytest.mark.parametrize("tpu, strategy, communication, tf_config", [
+    ("local", "", "auto", False), ("local", "tpu", "auto", False),
+    ("", "", "nccl", True),  # docs/distributed.md's GPU cluster: TF_CONFIG guesses multi-worker
+    ("", "multi_worker_mirrored", "ring", False),  # (TF_CONFIG missing: make_strategy says so)
+    ("", "mirrored", "auto", False), ("", "", "auto", False),
+])
+def test_distribution_flags_that_agree_are_accepted(monkeypatch, tpu, strategy, communication,
+                                                     tf_config):
+    from recipes.common import flags as flags_lib
+
+    monkeypatch.delenv("TF_CONFIG", raising=False)
+    if tf_config:
+        monkeypatch.setenv("TF_CONFIG", TF_CONFIG_WORKER_0)
+    assert flags_lib.check_distribution_flags(tpu, strategy, 0, communication) is None

@@ -14,6 +14,7 @@ unknown keys but accepts any type (a string lands in an int field), and the erro
 import collections.abc
 import dataclasses
 import difflib
+import json
 import os
 import re
 import types
@@ -41,7 +42,8 @@ def load_config(schema_cls, config_files=(), params_override="", renamed_keys=No
         try:
             _merge(values, updates, schema_cls, path, "", renamed)
         except UserError as error:
-            unknown = unknown_keys(updates, schema_cls)
+            keys = set(_dotted_keys(schema_cls))  # (a key of them written dotted: said so)
+            unknown = [key for key in unknown_keys(updates, schema_cls) if key not in keys]
             if len(unknown) < 2:  # one key: a typo, which the error names
                 raise
             raise UserError(
@@ -403,6 +405,8 @@ def _merge(values, updates, schema_cls, source, prefix, renamed):
             raise UserError(
                 f"{source}: config key {dotted!r} is now {renamed[dotted]!r}; rename it"
             )
+        if key not in fields and str(key) in set(_dotted_keys(schema_cls)):
+            raise UserError(written_dotted(source, dotted, value))
         if key not in fields:
             known = ", ".join(sorted(fields))
             close = [f"{prefix}{name}" for name in difflib.get_close_matches(
@@ -431,6 +435,20 @@ def _merge(values, updates, schema_cls, source, prefix, renamed):
             values[key] = _check_type(value, field_type, dotted, source)
             if isinstance(values[key], str) and _PATH in _field(schema_cls, key).metadata:
                 storage.refuse_unexpanded_home(f"{source}: config key {dotted}", values[key])
+
+
+def written_dotted(source, dotted, value):
+    """The line for a YAML mapping's key `dotted` that is a dotted key (`train.steps: 40`):
+    in YAML each key is one section, in `--params_override`'s `a.b=c` form a dotted path."""
+    text = value if isinstance(value, str) else json.dumps(value)
+    *sections, name = dotted.split(".")
+    nested = "".join(f"{{{section}: " for section in sections) + f"{{{name}: {text}}}"
+    nested += "}" * len(sections)
+    if source == "--params_override":
+        return (f"--params_override: {dotted!r} is a dotted key in the YAML form, where each key "
+                f"is one section; write {dotted}={text} or {nested}")
+    return (f"{source}: config key {dotted!r} is written dotted; in YAML each key is one "
+            f"section: write {nested} (or '{sections[0]}:' with the rest indented under it)")
 
 
 def _field(schema_cls, name):

@@ -806,14 +806,18 @@ class _Run:
         returns what it holds. A training writes it twice: when trained (`eval` empty) and at
         the end. An evaluation without training (`--mode=eval`, or a rerun of a run stopped
         after its training) replaces its `eval` and keeps the rest; one of other held-out
-        data writes its own in `evaluation_dir`, with those data's keys (`held_out`)."""
+        data writes its own in `evaluation_dir`, with those data's keys (`held_out`).
+        `eval_step`, with held-out figures: the optimizer step of the weights they are of (a
+        `--mode=eval` after a further training was stopped: its newest checkpoint's, while
+        `steps` and `train` stay the finished training's)."""
+        step = int(self.model.optimizer.iterations.numpy())
         results = {
             "mode": self.options.mode,
             "global_batch_size": self.plan.global_batch_size,
             "micro_batch_size": self.plan.micro_batch_size,
             "accumulation_steps": self.plan.accumulation_steps,
             "num_replicas": self.plan.num_replicas,
-            "steps": int(self.model.optimizer.iterations.numpy()),
+            "steps": step,
             "wall_time_seconds": round(time.perf_counter() - self.start, 3),
             "eval": eval_results,
             "train": train_logs,
@@ -828,5 +832,8 @@ class _Run:
             if trained.get("train"):
                 results = {**trained, "eval": eval_results,
                            "eval_mode_wall_time_seconds": results["wall_time_seconds"]}
+        results.pop("eval_step", None)  # (the training's record's: of its own figures)
+        if eval_results:
+            results["eval_step"] = step
         storage.write_text(path, json.dumps(results, indent=2, sort_keys=True) + "\n")
         return results

@@ -10,12 +10,18 @@ the program as an exception, so that what it was writing is cleaned up (`except
 BaseException` / `finally`), and end in one line, exit status 130 or 143. Before `run`
 starts `main` (TensorFlow loading, the command line's checks: `stop_while_starting`),
 either ends the process at once with one line, as nothing has been written yet.
+
+A closed stdout (`--help | head -1`: the reader went before the program wrote all) ends the
+program quietly, as Python's docs recommend (library/signal.html, "Note on SIGPIPE"): stdout
+is pointed at os.devnull, no traceback, exit status 1 where the program would have exited
+with 0 (not all of its output was read), its own otherwise (`quiet_on_closed_stdout`).
 """
 
 import contextlib
 import difflib
 import os
 import re
+import select
 import signal
 import sys
 
@@ -135,21 +141,75 @@ EXIT_PREEMPTED = 143  # 128 + SIGTERM, what a shell reports for a process stoppe
 EXIT_INTERRUPTED = 130  # 128 + SIGINT (Ctrl-C)
 
 
+EXIT_CLOSED_STDOUT = 1  # Python's recommendation: output was lost
+
+
+@contextlib.contextmanager
+def quiet_on_closed_stdout():
+    """In the block, and as it ends (its last output is flushed then: a write that stayed in
+    the buffer fails only when flushed), a BrokenPipeError of a closed stdout ends the
+    program quietly (`_end_on_closed_stdout`); an exit in the block (`sys.exit`) keeps its
+    status, but 0, which becomes 1, if stdout turns out closed."""
+    try:
+        yield
+    except SystemExit as exiting:
+        if _flush_fails():
+            _end_on_closed_stdout(exiting.code or EXIT_CLOSED_STDOUT)
+        raise
+    except BaseException as error:
+        if _caused_by(error, BrokenPipeError) and _stdout_closed():
+            _end_on_closed_stdout(EXIT_CLOSED_STDOUT)
+        raise
+    if _flush_fails():
+        _end_on_closed_stdout(EXIT_CLOSED_STDOUT)
+
+
+def _flush_fails():
+    """Flushes stdout; whether it failed as its reader has gone."""
+    try:
+        sys.stdout.flush()
+    except BrokenPipeError:
+        return True
+    return False
+
+
+def _stdout_closed():
+    """Whether stdout's reader has gone (a pipe's read end closed: the poll reports an
+    error), so that a BrokenPipeError is stdout's, not a socket's."""
+    try:
+        poller = select.poll()
+        poller.register(sys.stdout.fileno(), select.POLLOUT)
+        return any(event & (select.POLLERR | select.POLLHUP) for _, event in poller.poll(0))
+    except (AttributeError, OSError, ValueError):  # no poll, or stdout without a descriptor
+        return False
+
+
+def _end_on_closed_stdout(status):
+    """Exits with `status`, stdout pointed at os.devnull first: the interpreter's own flush
+    at exit, of what is still in the buffer, then has nowhere to fail (a second message)."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+    sys.exit(status)
+
+
 def parse_command_line(known_only=False):
     """Parses `sys.argv` into absl's FLAGS (the flags defined so far) as `run` does first:
-    `--help`, `--helpfull` and `-h` print the help and exit with status 0; a bad flag is one
+    `--help`, `--helpfull` and `-h` print the help and exit with status 0 (1 if stdout is
+    closed before it is written: `quiet_on_closed_stdout`); a bad flag is one
     line and exit status 2, as any mistake. Returns the arguments left (argv[0] first;
     with `known_only`, the flags not defined yet too)."""
     app.define_help_flags()
     # `-h`, which argparse programs (and most others) take for help, is not an absl flag
     sys.argv = [("--help" if arg == "-h" else arg) for arg in sys.argv]
-    try:
-        return flags.FLAGS(sys.argv, known_only=known_only)
-    except SystemExit as help_exit:  # absl prints --help/--helpfull, then exits with status 1
-        sys.exit(0 if set(sys.argv[1:]) & _HELP_FLAGS else help_exit.code)
-    except flags.Error as error:
-        print(f"error: {_flag_error_line(error)}; see --help", file=sys.stderr, flush=True)
-        sys.exit(EXIT_USER_ERROR)
+    with quiet_on_closed_stdout():  # the help's text to a closed stdout: exit status 1
+        try:
+            return flags.FLAGS(sys.argv, known_only=known_only)
+        except SystemExit as help_exit:  # absl prints --help/--helpfull, then exits with 1
+            sys.exit(0 if set(sys.argv[1:]) & _HELP_FLAGS else help_exit.code)
+        except flags.Error as error:
+            print(f"error: {_flag_error_line(error)}; see --help", file=sys.stderr, flush=True)
+            sys.exit(EXIT_USER_ERROR)
 
 
 _VALUE_KINDS = {"int": "an integer", "float": "a number", "bool": "true or false"}
@@ -229,7 +289,8 @@ def run(main, trains=True):
 
     parse_command_line()
     try:
-        app.run(guarded_main)
+        with quiet_on_closed_stdout():  # the console's lines (`... | head`)
+            app.run(guarded_main)
     except app.UsageError as error:  # absl raises this for bad flags in some paths.
         print(f"error: {error}", file=sys.stderr, flush=True)
         sys.exit(EXIT_USER_ERROR)
@@ -240,9 +301,15 @@ def stop_behind(error):
     one it was raised from or while handling (a signal's exception raised inside C code,
     numpy's `__array__` say, reaches Python as a SystemError with it as its context); None
     if none is."""
+    return _caused_by(error, (KeyboardInterrupt, Terminated))
+
+
+def _caused_by(error, kinds):
+    """The exception of `kinds` (a class or tuple of them) that is `error`, or one it was
+    raised from or while handling; None if none is."""
     seen = set()
     while error is not None and id(error) not in seen:
-        if isinstance(error, (KeyboardInterrupt, Terminated)):
+        if isinstance(error, kinds):
             return error
         seen.add(id(error))
         error = error.__cause__ or error.__context__

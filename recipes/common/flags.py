@@ -67,8 +67,9 @@ def register_key_flags(names):
 
 def _define_shared_flags():
     flags.DEFINE_multi_string(  # (default None: absl's --help would show `(default: '[]')`)
-        "config_file", None, "YAML config file; repeat to layer files (later ones win; "
-        "none: the program's defaults)"
+        "config_file", None, "YAML config file; repeat to layer files (later ones win). "
+        "None given: the config.yaml of the run in --model_dir, if it holds one of this "
+        "program's (--params_override on top), else the program's defaults (--help_config)"
     )
     flags.DEFINE_string(
         "params_override",
@@ -118,7 +119,7 @@ def _define_distribution_flags():
         "",
         STRATEGIES,
         "Distribution strategy. Empty: guess (TPU if --tpu, multi-worker if TF_CONFIG is set, "
-        "mirrored if several GPUs, else default).",
+        "mirrored if several GPUs, else default). With --tpu: empty or tpu.",
     )
     flags.DEFINE_integer(
         "cpu_replicas",
@@ -131,7 +132,8 @@ def _define_distribution_flags():
         "communication",
         "auto",
         ("auto", "ring", "nccl"),
-        "Collective implementation for MultiWorkerMirroredStrategy.",
+        "Collective implementation for MultiWorkerMirroredStrategy (--strategy="
+        "multi_worker_mirrored, or unset with TF_CONFIG set; refused with another).",
     )
 
 
@@ -154,6 +156,31 @@ def program_name(path):
         module = path[path.rindex("recipes" + os.sep):-3].replace(os.sep, ".")
         return f"python -m {module}"
     return path
+
+
+def check_distribution_flags(tpu, strategy, cpu_replicas, communication):
+    """A UserError for distribution flags that contradict one another (one of them would be
+    dropped without a word): `--cpu_replicas` but for --strategy=mirrored, `--tpu` with a
+    --strategy other than tpu, `--communication` for a strategy that is not multi-worker
+    (given, or guessed as `strategy.make_strategy` does: --tpu, then TF_CONFIG)."""
+    if cpu_replicas < 0:
+        raise UserError(f"--cpu_replicas={cpu_replicas}: give a number of logical CPU "
+                        "devices >= 1 with --strategy=mirrored (0: off)")
+    given = f"--strategy={strategy}" if strategy else "--strategy is unset"
+    if cpu_replicas and strategy != "mirrored":
+        raise UserError(f"--cpu_replicas={cpu_replicas} splits the CPU for "
+                        f"--strategy=mirrored only ({given}); add --strategy=mirrored")
+    if tpu and strategy not in ("", "tpu"):
+        raise UserError(f"--tpu={tpu} runs on a TPU, which {given} does not use; drop "
+                        "--strategy (--tpu picks tpu) or drop --tpu")
+    guessed = strategy or ("tpu" if tpu else "multi_worker_mirrored"
+                           if os.environ.get("TF_CONFIG") else "")
+    if communication != "auto" and guessed != "multi_worker_mirrored":
+        reason = (given if strategy else "--tpu picks tpu" if tpu
+                  else "--strategy is unset and TF_CONFIG is not set")
+        raise UserError(f"--communication={communication} sets the collectives of "
+                        f"--strategy=multi_worker_mirrored only ({reason}); drop "
+                        "--communication, or run on a cluster (TF_CONFIG: docs/distributed.md)")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -207,13 +234,8 @@ def read_options(argv, extra_flags=()):
     storage.refuse_unexpanded_home("--model_dir", FLAGS.model_dir or "")
     for config_file in FLAGS.config_file or ():
         storage.refuse_unexpanded_home("--config_file", config_file)
-    if FLAGS.cpu_replicas < 0:
-        raise UserError(f"--cpu_replicas={FLAGS.cpu_replicas}: give a number of logical CPU "
-                        "devices >= 1 with --strategy=mirrored (0: off)")
-    if FLAGS.cpu_replicas and FLAGS.strategy != "mirrored":
-        given = f"--strategy={FLAGS.strategy}" if FLAGS.strategy else "--strategy is unset"
-        raise UserError(f"--cpu_replicas={FLAGS.cpu_replicas} splits the CPU for "
-                        f"--strategy=mirrored only ({given}); add --strategy=mirrored")
+    check_distribution_flags(FLAGS.tpu, FLAGS.strategy, FLAGS.cpu_replicas,
+                             FLAGS.communication)
     return RunOptions(
         config_files=tuple(FLAGS.config_file or ()),
         params_override=FLAGS.params_override,

@@ -58,8 +58,9 @@ def check_command_line(config_class=None, extra_flags=()):
     if config_class is None:
         return
     if options.help_config:
-        print(config_help.format_config_help(config_class, flags_lib.program_name(argv[0])))
-        sys.exit(0)
+        with errors.quiet_on_closed_stdout():  # (`--help_config | head -1`)
+            print(config_help.format_config_help(config_class, flags_lib.program_name(argv[0])))
+            sys.exit(0)
     try:  # as the driver loads it first (its further checks import TensorFlow)
         config_lib.load_config(config_class, options.config_files, options.params_override,
                                renamed_keys=schema.RENAMED_KEYS)
