@@ -213,9 +213,6 @@ def config_problems(program, flags):
     return problems
 
 
-# Docs whose commands are records of what was run on the code of an earlier commit (a
-# measurement, a reproduction): their configs are not built with today's checks.
-RECORDS = ("docs/performance.md:",)
 # An item of --params_override whose value is the reader's to fill in: `...`, or one with a
 # shell variable the block does not set (`train.steps=$N` in a loop)
 PLACEHOLDER_ITEM = re.compile(r"(?:^|,)[\w.]+=(?:\.\.\.|[^,]*\$[^,]*)(?=,|$)")
@@ -262,7 +259,7 @@ def problems_of(command, flags_of):
     else:
         problems = [f"unknown flag --{name} of {program}" for name, _ in flags
                     if name not in defined] + config_problems(program, flags)
-        if not problems and not command.where.startswith(RECORDS):
+        if not problems:
             problems = refused_config(program, flags)
     return [f"{command.where}: {problem}: {' '.join(command.argv)}" for problem in problems]
 
