@@ -13,6 +13,7 @@ import random
 import re
 import subprocess
 import sys
+import types
 
 import numpy as np
 import pytest
@@ -1008,6 +1009,50 @@ def test_an_earlier_preparation_of_another_shard_count_is_refused_before_writing
         "another shard count (train-00000-of-00001.tfrecord, ...), which a train-*.tfrecord "
         "glob would read beside this run's 2; give an empty --output_dir or remove them")
     assert sorted(os.listdir(output_dir)) == before
+
+
+
+@pytest.mark.parametrize("name, what", [
+    ("dataset_info.json", "ResNet image records (its dataset_info.json, written by python -m "
+     "recipes.resnet.convert)"),
+    ("validation-00000-of-00004", "ResNet image records (its validation-00000-of-00004, "
+     "written by python -m recipes.resnet.convert)"),
+    ("test-00000-of-00001", "ResNet image records (its test-00000-of-00001, written by "
+     "python -m recipes.resnet.convert)"),  # (--split=test)
+    ("heldout-notes.txt", "heldout-notes.txt, which python -m recipes.bert.prepare_data does "
+     "not write"),
+])
+def test_an_output_dir_of_another_dataset_is_refused_before_writing(tmp_path, name, what):
+    """A preparation into a directory of ResNet records wrote its train-*.tfrecord shards
+    beside theirs, and `records/train-*` (docs/resnet.md's glob) read both."""
+    from recipes.bert import prepare_data_flags
+
+    corpus_path = write_corpus(str(tmp_path / "corpus"), synthetic_documents(8))
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / name).write_text("")
+    expected = (f"--output_dir={out} holds {what}; BERT pretraining data written beside it "
+                f"would mix with it (a {name.split('-')[0] if '-' in name else 'train'}-* "
+                "glob reads both): give each dataset a directory of its own")
+    with pytest.raises(UserError) as raised:
+        prepare_small(corpus_path, str(out))
+    assert str(raised.value) == expected
+    assert os.listdir(out) == [name]
+    flags = types.SimpleNamespace(runner=None, output_dir=str(out), input_path=corpus_path,
+                                  vocab_file=None)
+    with pytest.raises(UserError) as raised:  # the command line: before TensorFlow loads
+        prepare_data_flags.check_flags(flags, [], [])
+    assert str(raised.value) == expected
+
+
+def test_a_preparation_again_into_its_own_directory_is_not_another_dataset(tmp_path):
+    corpus_path = write_corpus(str(tmp_path / "corpus"), synthetic_documents(8))
+    out = tmp_path / "out"
+    prepare_small(corpus_path, str(out), heldout_fraction=0.2)
+    (out / "train-00000-of-00001.tfrecord.tmp").write_bytes(b"")  # as a killed run leaves
+    assert storage.other_dataset_file(str(out), storage.BERT_DATA) is None
+    prepare_small(corpus_path, str(out), heldout_fraction=0.2)
+    assert "metadata.json" in os.listdir(out)
 
 
 

@@ -1,8 +1,9 @@
 """recipes/common/native_log.py in a fresh process (no TensorFlow): what C code writes to
 file descriptor 2 goes to <model_dir>/tensorflow.log while the redirect is on, Python's
 sys.stderr stays on the real stderr, and both are as before afterwards; after
-`keep_for_exit`, what C code writes while the process exits goes to the log too. The
-recipes' command lines are checked in tests/test_bad_inputs.py (XLA's and libjpeg's lines)."""
+`keep_for_exit`, what C code writes while the process exits goes to the log too; `discarded`
+(a data tool's) drops it. The recipes' command lines are checked in tests/test_bad_inputs.py
+(XLA's and libjpeg's lines) and tests/test_resnet_convert.py (the converter's)."""
 
 import os
 import subprocess
@@ -77,3 +78,23 @@ def test_keep_for_exit_without_a_log_changes_nothing(tmp_path):
     assert result.stderr == ("native line\nstopped: the program's last line\n"
                              "native line at exit\n")
     assert not (tmp_path / "run").exists()
+
+
+# A data tool's (recipes.resnet.convert's): no directory of its own to log in.
+PROGRAM_DISCARDED = """
+import os, sys
+from recipes.common import native_log
+with native_log.discarded(verbose=sys.argv[2] == "verbose"):
+    os.write(2, b"native line\\n")
+    print("python line", file=sys.stderr)
+os.write(2, b"native after\\n")
+print("python after", file=sys.stderr)
+"""
+
+
+def test_discarded_drops_native_stderr_and_keeps_python_stderr_unless_verbose(tmp_path):
+    result = _run(tmp_path / "unused", "quiet", PROGRAM_DISCARDED)
+    assert result.stderr == "python line\nnative after\npython after\n"
+    result = _run(tmp_path / "unused", "verbose", PROGRAM_DISCARDED)
+    assert result.stderr == "native line\npython line\nnative after\npython after\n"
+    assert not (tmp_path / "unused").exists()

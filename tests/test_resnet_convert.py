@@ -247,6 +247,47 @@ def write_records_with_corrupt_jpeg(directory, bad_index=2, count=5):
     return path
 
 
+@pytest.mark.slow  # command lines (a forked child each: libjpeg writes to the real fd 2)
+def test_cli_libjpeg_lines_stay_off_the_console_of_a_conversion_and_a_check(tmp_path):
+    """libjpeg's own lines (`Unsupported marker type 0x20` for a bad image in the folder,
+    `Input file read error` twice for a truncated record's JPEG in --check) came before the
+    error line; they are dropped (convert has no log file) unless --verbose."""
+    import preloaded_cli
+
+    _write_png(tmp_path / "photos" / "b" / "y.png", np.zeros((4, 4, 3), np.uint8))
+    (tmp_path / "photos" / "a").mkdir()
+    (tmp_path / "photos" / "a" / "x.jpg").write_bytes(JPEG_MAGIC_THEN_TEXT)
+    path = write_records_with_corrupt_jpeg(tmp_path / "badrec")
+    for args, expected in [
+            ([f"--image_dir={tmp_path / 'photos'}", f"--output_dir={tmp_path / 'records'}"],
+             [f"error: image '{tmp_path / 'photos' / 'a' / 'x.jpg'}' cannot be decoded"]),
+            ([f"--check={tmp_path / 'badrec' / 'train-*'}"],
+             [f"corrupt record 2 (0-based) in {path}: ", "error: 1 corrupt record(s) in "])]:
+        completed = preloaded_cli.run("recipes.resnet.convert", args, cwd=REPO_ROOT,
+                                      env=USER_ENV, timeout=300)
+        assert completed.returncode == 2, completed.stderr[-2000:]
+        lines = completed.stderr.splitlines()
+        assert len(lines) == len(expected), completed.stderr[-2000:]
+        assert all(line.startswith(start) for line, start in zip(lines, expected)), lines
+    assert not (tmp_path / "records").exists()
+
+
+JPEG_MAGIC_THEN_TEXT = b"\xff\xd8\xff this is text\n"  # libjpeg: Unsupported marker type 0x20
+# TF_CPP_MIN_LOG_LEVEL as a user has it: unset, so the recipes' start-up default applies.
+USER_ENV = {name: value for name, value in os.environ.items() if name != "TF_CPP_MIN_LOG_LEVEL"}
+
+
+@pytest.mark.slow  # a fresh process: --verbose sets TensorFlow's log level at import
+def test_cli_verbose_shows_libjpegs_lines(tmp_path):
+    _write_png(tmp_path / "photos" / "b" / "y.png", np.zeros((4, 4, 3), np.uint8))
+    (tmp_path / "photos" / "a").mkdir()
+    (tmp_path / "photos" / "a" / "x.jpg").write_bytes(JPEG_MAGIC_THEN_TEXT)
+    status, _, stderr = _run_convert(f"--image_dir={tmp_path / 'photos'}",
+                                     f"--output_dir={tmp_path / 'records'}", "--verbose")
+    assert status == 2 and "Unsupported marker type 0x20" in stderr, stderr[-20:]
+    assert any(line.startswith("error: image ") for line in stderr), stderr[-20:]
+
+
 def test_find_corrupt_records_names_record_and_file(tmp_path):
     path = write_records_with_corrupt_jpeg(tmp_path, bad_index=2)
     (found,) = convert.find_corrupt_records(str(tmp_path / "train-*"))
@@ -419,6 +460,43 @@ def test_an_earlier_conversion_of_another_shard_count_is_refused_before_writing(
     # the same shard count again replaces them
     convert.convert_arrays(images, labels, str(tmp_path), num_shards=4, image_format="png")
     assert sorted(os.listdir(tmp_path)) == before
+
+
+@pytest.mark.parametrize("bert_file", ["metadata.json", "heldout-00000-of-00008.tfrecord"])
+@pytest.mark.parametrize("split", ["train", "validation"])
+def test_a_conversion_into_a_bert_preparation_is_refused_before_writing(
+        tmp_path, bert_file, split):
+    """A conversion wrote its shards beside a BERT preparation's: refused only when a BERT
+    shard matched its own split's glob, and then as "an earlier run with another shard
+    count"."""
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / bert_file).write_text("")
+    expected = (f"output_dir={out} holds BERT pretraining data (its {bert_file}, written by "
+                "python -m recipes.bert.prepare_data); ResNet image records written beside it "
+                f"would mix with it (a {bert_file.split('-')[0] if '-' in bert_file else 'train'}"
+                "-* glob reads both): give each dataset a directory of its own")
+    with pytest.raises(UserError) as raised:
+        convert.convert_arrays(np.zeros((4, 4, 4), np.uint8), [0, 1, 0, 1], str(out),
+                               split=split, num_shards=1, image_format="png")
+    assert str(raised.value) == expected
+    assert os.listdir(out) == [bert_file]
+    flags = types.SimpleNamespace(check="", image_dir="", npz="", digits=True,
+                                  output_dir=str(out), validation_fraction=0.0, num_shards=1,
+                                  jpeg_quality=95, split=split)
+    with pytest.raises(UserError) as raised:  # the command line: before TensorFlow loads
+        convert_flags.check_flags(flags, [])
+    assert str(raised.value) == "--" + expected
+
+
+def test_a_conversion_of_another_split_into_its_own_records_is_not_another_dataset(tmp_path):
+    images, labels = np.zeros((4, 4, 4), np.uint8), [0, 1, 0, 1]
+    convert.convert_arrays(images, labels, str(tmp_path), num_shards=2, image_format="png")
+    (tmp_path / ".train-00000-of-00002.tmp-0123abcd").write_bytes(b"")  # a killed run's
+    convert.convert_arrays(images, labels, str(tmp_path), split="test", num_shards=1,
+                           image_format="png")
+    assert sorted(convert.read_info(str(tmp_path))["splits"]) == ["test", "train"]
+
 
 
 def test_a_conversion_into_a_directory_a_run_reads_or_another_writes_is_refused(tmp_path):

@@ -182,8 +182,7 @@ def prepare_pretraining_data(
     tokens = vocabulary.read_vocabulary(vocab_file) if vocab_file is not None else None
     started = time.time()
     with held_for_preparation(output_dir):  # one preparation at a time; none left if refused
-        _check_no_vocabulary_of_the_users(output_dir, vocab_file)
-        _check_no_earlier_shards(output_dir, num_shards)  # before the embedded corpus is written
+        _check_output_dir(output_dir, vocab_file, num_shards)  # before the embedded corpus
         files, source = _corpus_files(input_path, output_dir)  # a bad path: before any file
         os.makedirs(output_dir, exist_ok=True)
         # Pass 1: split, count, refuse bad files; then the vocabulary.
@@ -222,6 +221,15 @@ def _local_paths(input_path, output_dir, vocab_file):
     return (None if input_path is None else os.fspath(input_path),
             storage.local_path(os.fspath(output_dir)),  # (file:// as its path)
             None if vocab_file is None else os.fspath(vocab_file))
+
+
+def _check_output_dir(output_dir, vocab_file, num_shards):
+    """A UserError if `output_dir` holds files the preparation would mix its own with or
+    replace: another dataset's (ResNet records), someone's vocab.txt, or shards of an
+    earlier preparation of another shard count."""
+    storage.check_no_other_dataset("--output_dir", output_dir, storage.BERT_DATA)
+    _check_no_vocabulary_of_the_users(output_dir, vocab_file)
+    _check_no_earlier_shards(output_dir, num_shards)
 
 
 def _check_no_vocabulary_of_the_users(output_dir, vocab_file):

@@ -131,3 +131,4 @@ def check_flags(values, positional, beam_arguments):
     storage.check_writable(f"--output_dir={values.output_dir}", values.output_dir)
     storage.check_not_a_run(f"--output_dir={values.output_dir}", values.output_dir,
                             "the shards, vocab.txt and metadata.json")
+    storage.check_no_other_dataset("--output_dir", values.output_dir, storage.BERT_DATA)

@@ -9,7 +9,9 @@ process), and libjpeg's `Not a JPEG file: starts with 0x74 0x68` while decoding 
 `to_file` points descriptor 2 at the log file while Python's `sys.stderr` keeps the real
 stderr, so the program's own lines (errors, `warnings.warn`, tracebacks) stay on the console;
 Python `logging` records go to the file (absl's handler, made at start-up, writes to the
-stream of descriptor 2), TensorFlow's Python-side WARNINGs among them.
+stream of descriptor 2), TensorFlow's Python-side WARNINGs among them. A data tool, which
+has no directory of its own (its output directory is a dataset's, read by globs), sends
+them nowhere instead (`discarded`), unless --verbose.
 Some C++ lines come after the program's last line, while the process exits: a worker of a
 multi-worker run whose peer has already exited gets gRPC's `failed to connect to all
 addresses ... Connection refused` from the coordination service's shutdown. A recipe's
@@ -45,10 +47,31 @@ def to_file(model_dir, verbose=False):
     path = os.path.join(directory, LOG_FILE)
     global _last_log
     _last_log = path
+    with _descriptor_2_at(path):
+        yield path
+
+
+@contextlib.contextmanager
+def discarded(verbose=False):
+    """`to_file` for a program with no directory of its own to log in (a data tool, whose
+    output directory is a dataset's): writes to file descriptor 2 go nowhere (os.devnull)
+    while active; `sys.stderr` writes to the original stderr. With `verbose`, nothing
+    changes."""
+    if verbose:
+        yield
+        return
+    with _descriptor_2_at(os.devnull):
+        yield
+
+
+@contextlib.contextmanager
+def _descriptor_2_at(path):
+    """While active, descriptor 2 appends to `path` and `sys.stderr` writes to the original
+    stderr (`_descriptor_2_to`); both are given back at the end."""
     python_stderr = sys.stderr
     terminal = _descriptor_2_to(path)
     try:
-        yield path
+        yield
     finally:
         if sys.stderr is not python_stderr:
             sys.stderr.flush()

@@ -16,9 +16,11 @@ parallel read cost a batch 1.04-1.24x and 1.06-1.13x the CPU time (docs/performa
 "Reading the files in turn").
 """
 
+import collections
 import contextlib
 import fcntl
 import os
+import re
 import tempfile
 
 from recipes.common.errors import UserError
@@ -102,6 +104,68 @@ def run_file(directory):
         return None
     return next((name for name in RUN_FILES
                  if os.path.isfile(os.path.join(local_path(directory), name))), None)
+
+
+class DataTool(collections.namedtuple("DataTool", ["dataset", "program", "mark", "shards"])):
+    """The files of one data tool's dataset: `dataset` (its words), `program` (the command
+    that writes it), `mark` (the file it writes last) and `shards` (a regular expression of
+    its shards' names, and of those of shards being written, which a killed run leaves)."""
+
+
+IMAGE_RECORDS = DataTool(
+    "ResNet image records", "python -m recipes.resnet.convert", "dataset_info.json",
+    re.compile(r"[A-Za-z0-9_-][A-Za-z0-9_.-]*-\d{5,}-of-\d{5,}"  # any --split name
+               r"|\.[A-Za-z0-9_.-]+-\d{5,}-of-\d{5,}\.tmp-[0-9a-f]{8}"))
+BERT_DATA = DataTool(
+    "BERT pretraining data", "python -m recipes.bert.prepare_data", "metadata.json",
+    re.compile(r"(train|heldout)-\d{5,}-of-\d{5,}\.tfrecord(\.tmp)?"))
+# Where the split files begin that a split's glob (`records/train-*`) reads.
+SPLIT_PREFIXES = ("train-", "validation-", "heldout-")
+
+
+def check_no_other_dataset(setting, directory, tool):
+    """A UserError naming `setting` if the local `directory` holds files of another dataset
+    than `tool`'s (`IMAGE_RECORDS` or `BERT_DATA`), among which `tool` would write its own:
+    the other tool's mark or shards, or a split file (`SPLIT_PREFIXES`) that is not one of
+    `tool`'s shards, which a split's glob would read beside them. `tool`'s own files (an
+    earlier run's, which a run again replaces) are not refused; nor is a missing or remote
+    directory."""
+    found = other_dataset_file(directory, tool)
+    if found is None:
+        return
+    name, other = found
+    what = (f"{other.dataset} (its {name}, written by {other.program})" if other
+            else f"{name}, which {tool.program} does not write")
+    raise UserError(f"{setting}={directory} holds {what}; {tool.dataset} written beside it "
+                    f"would mix with it (a {_split_of(name)}-* glob reads both): give each "
+                    "dataset a directory of its own")
+
+
+def _split_of(name):
+    """The split whose glob reads the file `name`: a shard's, a split file's; else train."""
+    shard = re.fullmatch(r"\.?(.+?)-\d{5,}-of-\d{5,}.*", name)
+    if shard:
+        return shard.group(1)
+    return next((prefix[:-1] for prefix in SPLIT_PREFIXES if name.startswith(prefix)), "train")
+
+
+def other_dataset_file(directory, tool):
+    """(the name of a file in the local `directory` of another dataset than `tool`'s, the
+    other tool that writes it or None), or None (`check_no_other_dataset`); the other
+    tool's mark first."""
+    path = local_path(directory)
+    if not all_local([directory]) or not os.path.isdir(path):
+        return None
+    other = IMAGE_RECORDS if tool is BERT_DATA else BERT_DATA
+    names = sorted(name for name in os.listdir(path) if os.path.isfile(os.path.join(path, name)))
+    for name in [other.mark] * (other.mark in names) + names:
+        if name == tool.mark or tool.shards.fullmatch(name):
+            continue
+        if name == other.mark or other.shards.fullmatch(name):
+            return name, other
+        if name.startswith(SPLIT_PREFIXES):
+            return name, None
+    return None
 
 
 # The directories this process holds (`exclusive_use`, `shared_use`): (device, inode) ->

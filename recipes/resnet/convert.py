@@ -46,7 +46,7 @@ import numpy as np
 import tensorflow as tf
 from official.vision.data import tf_example_builder
 
-from recipes.common import corrupt_data, storage
+from recipes.common import corrupt_data, native_log, storage
 from recipes.common.errors import UserError, doing
 from recipes.resnet import convert_checks, convert_flags, digits
 
@@ -305,6 +305,7 @@ def _write_splits(splits, shard_counts, output_dir, class_names, image_format, j
                                "wait for that conversion to finish, or give another output_dir",
                                advice_if_read="wait for the run reading it to end, or give "
                                "another output_dir"):
+        storage.check_no_other_dataset("output_dir", output_dir, storage.IMAGE_RECORDS)
         for name, shards in shard_counts.items():
             storage.check_no_earlier_shards("output_dir", output_dir, f"{name}-*",
                                             shard_paths(output_dir, name, shards))
@@ -531,40 +532,49 @@ def describe_corrupt_record(record):
 
 
 def main(argv):
+    """The program: `--check`, or a conversion. The lines C code writes to stderr (libjpeg's
+    `Not a JPEG file: starts with 0x74 0x68` for an image the error line names) are dropped
+    unless --verbose: the program has no log file of its own (`native_log.discarded`)."""
     from absl import flags  # pylint: disable=g-import-not-at-top
 
     FLAGS = flags.FLAGS
     convert_flags.check_flags(FLAGS, argv[1:])
-    if FLAGS.check:
-        check_files(FLAGS.check, jpeg_only=FLAGS.image_format == "jpeg")
-        return
+    with native_log.discarded(FLAGS.verbose):
+        if FLAGS.check:
+            check_files(FLAGS.check, jpeg_only=FLAGS.image_format == "jpeg")
+        else:
+            _convert_from_flags(FLAGS)
+
+
+def _convert_from_flags(values):
+    """The conversion the flags ask for; prints where each split went."""
     options = dict(
-        num_shards=FLAGS.num_shards,
-        validation_fraction=FLAGS.validation_fraction,
-        split=FLAGS.split,
-        image_format=FLAGS.image_format,
-        jpeg_quality=FLAGS.jpeg_quality,
-        seed=FLAGS.seed,
+        num_shards=values.num_shards,
+        validation_fraction=values.validation_fraction,
+        split=values.split,
+        image_format=values.image_format,
+        jpeg_quality=values.jpeg_quality,
+        seed=values.seed,
     )
     with doing("while converting"):  # what a SIGTERM's line says
-        if FLAGS.image_dir:
-            info = convert_image_folder(FLAGS.image_dir, FLAGS.output_dir, **options)
-        elif FLAGS.npz:
-            images, labels, names = convert_checks.read_npz(FLAGS.npz)
-            info = convert_arrays(images, labels, FLAGS.output_dir, class_names=names,
+        if values.image_dir:
+            info = convert_image_folder(values.image_dir, values.output_dir, **options)
+        elif values.npz:
+            images, labels, names = convert_checks.read_npz(values.npz)
+            info = convert_arrays(images, labels, values.output_dir, class_names=names,
                                   **options)
         else:
             images, labels, names = digits.load_digits()
-            info = convert_arrays(images, labels, FLAGS.output_dir, class_names=names,
+            info = convert_arrays(images, labels, values.output_dir, class_names=names,
                                   **options)
     for name, split in info["splits"].items():
         print(
             f"{name}: {split['num_examples']} examples in "
-            f"{os.path.join(FLAGS.output_dir, split['file_pattern'])}"
+            f"{os.path.join(values.output_dir, split['file_pattern'])}"
         )
     print(
         f"{len(info['class_names'])} classes, labels {LABEL_OFFSET}..{len(info['class_names'])}"
-        f" in {os.path.join(FLAGS.output_dir, LABELS_FILE)}"
+        f" in {os.path.join(values.output_dir, LABELS_FILE)}"
     )
 
 

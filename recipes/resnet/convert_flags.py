@@ -59,6 +59,9 @@ def _define_flags():
         "Instead of converting: report records matching this glob "
         "that cannot be decoded (uses --image_format to know what is expected).",
     )
+    flags.DEFINE_bool(
+        "verbose", False, "Show TensorFlow's and libjpeg's own log lines on stderr (such as "
+        "libjpeg's `Not a JPEG file: ...` beside an error line); else they are dropped.")
 
 
 def check_flags(values, arguments):
@@ -106,6 +109,7 @@ def check_flags(values, arguments):
     storage.check_writable(f"--output_dir={values.output_dir}", values.output_dir)
     storage.check_not_a_run(f"--output_dir={values.output_dir}", values.output_dir,
                             "the shards, labels.txt and dataset_info.json")
+    storage.check_no_other_dataset("--output_dir", values.output_dir, storage.IMAGE_RECORDS)
     if values.image_dir and storage.is_inside(values.output_dir, values.image_dir):
         raise UserError(
             f"--output_dir={values.output_dir} is within --image_dir={values.image_dir}: the "
