@@ -147,16 +147,22 @@ class Exclusions:
 
 def path_pattern(path, optional_leading_parts=False):
     """The pattern of `exclude_from_weight_decay(var_list=...)` for a variable at `path`: its
-    literal path, `^d1/bias$`. With `optional_leading_parts` (Keras 3's paths), every part
-    before the last two (layer and variable) may be absent: `sequential/d1/bias` gives
-    `^(?:sequential/)?d1/bias$`, since Keras 3 puts the names of the models that build a
-    variable in front of its path and leaves them out once a model is loaded from a `.keras`
-    file or built from its config (`d1/bias`); the parts that are there must be these, in
-    this order. The optimizer's build refuses one that would match another variable."""
+    literal path, `^d1/bias$`. With `optional_leading_parts` (Keras 3's paths), a prefix of
+    the parts before the last two (layer and variable) may be absent: `sequential/d1/bias`
+    gives `^(?:sequential/)?d1/bias$` and `outer/inner/d1/bias` gives
+    `^(?:(?:outer/)?inner/)?d1/bias$`, since Keras 3 puts the names of the models that build
+    a variable in front of its path and leaves them out, outermost first, once a model is
+    loaded from a `.keras` file or built from its config (`d1/bias`, or `inner/d1/bias` for
+    a subclassed model's). A middle part cannot go while one before it stays (no
+    `outer/d1/bias`). The path cannot tell a model's name from a custom layer's, so a
+    custom layer's is optional too: `block/d1/kernel` matches a top-level `d1/kernel`. The
+    optimizer's build refuses a pattern that would match a variable not given in var_list."""
     parts = [re.escape(part) for part in path.split("/")]
     leading = parts[:-2] if optional_leading_parts else []
-    return ("^" + "".join(f"(?:{part}/)?" for part in leading)
-            + "/".join(parts[len(leading):]) + "$")
+    pattern = ""
+    for part in leading:  # each group holds the ones before it: only a prefix may go
+        pattern = f"(?:{pattern}{part}/)?"
+    return "^" + pattern + "/".join(parts[len(leading):]) + "$"
 
 
 def _model_name_hint(pattern, paths):

@@ -120,16 +120,17 @@ class LayerwiseMixin:
 
         `var_names` are regexes searched in each variable's full path (Keras searches the
         short name); each variable of `var_list` adds a pattern matching its literal path
-        (`exclusions.path_pattern`). In Keras 3 the parts of that path before the layer's
-        name may be absent: Keras 3 puts a model's name in front of the paths of the
+        (`exclusions.path_pattern`). In Keras 3 a prefix of the parts of that path before the
+        layer's name may be absent: Keras 3 puts a model's name in front of the paths of the
         variables it builds (`sequential/d1/bias`) and leaves it out once the model is loaded
         from a `.keras` file or built from its config (`d1/bias`), and the exclusion has to
         hold in the training continued from there. They join `exclude_from_weight_decay`,
         so `get_config` keeps them, the exclusion report and `exclusion_table()` show them,
         and with `exclude_from_layer_adaptation=None` they are not adapted either. Call it
         before `build`, as Keras requires. A variable of `var_list` whose pattern matches
-        another variable of the ones built (two tf_keras layers of one name share a path) is
-        refused at `build`: the exclusion, by path, would take both.
+        another variable of the ones built, one not given in `var_list` itself (two tf_keras
+        layers of one name share a path), is refused at `build`: the exclusion, by path,
+        would take that one too.
         """
         if hasattr(self, "_paths_and_shapes"):
             raise ValueError(f"{self.name}.exclude_from_weight_decay() must be called before the "
@@ -150,12 +151,15 @@ class LayerwiseMixin:
     def _decide(self, paths_and_shapes, var_list=()):
         """Store (decay, adapt) per variable index, decided once from the full path; log.
         A ValueError for a variable given to `exclude_from_weight_decay(var_list=...)` whose
-        pattern matches another of `var_list` too: the exclusion, by path, would take both."""
+        pattern matches another of `var_list` too, one not given there itself: the
+        exclusion, by path, would take it as well (taking another given one does no harm)."""
         self._paths_and_shapes = list(paths_and_shapes)
         built = {id(variable) for variable in var_list}
-        for path, pattern, identity in getattr(self, "_excluded_variables", ()):
+        excluded_variables = getattr(self, "_excluded_variables", ())
+        given = {identity for _, _, identity in excluded_variables}
+        for path, pattern, identity in excluded_variables:
             others = [other for (other, _), variable in zip(self._paths_and_shapes, var_list)
-                      if id(variable) != identity and re.search(pattern, other)]
+                      if id(variable) not in given and re.search(pattern, other)]
             if identity in built and others:
                 raise ValueError(self._shared_exclusion_message(path, pattern, others))
         rows = self._exclusions.table(self._paths_and_shapes, self.weight_decay_rate)
@@ -164,19 +168,20 @@ class LayerwiseMixin:
 
     def _shared_exclusion_message(self, path, pattern, others):
         """Why a `var_list` exclusion of the variable at `path` is refused: `pattern` matches
-        the `others` (paths of other variables) too."""
+        the `others` (paths of variables not given in var_list) too."""
         start = f"{self.name}.exclude_from_weight_decay(var_list=...) names the variable {path!r}"
         if path in others:
-            return (f"{start}, and {others.count(path) + 1} variables of the model have that "
+            sharing = [other for other, _ in self._paths_and_shapes].count(path)
+            return (f"{start}, and {sharing} variables of the model have that "
                     "path: an exclusion is by path and would take them all; give the layers "
                     "distinct names (tf_keras names a variable after its layer only, not the "
                     "model holding it)")
-        return (f"{start}, whose pattern {pattern!r} (the parts before the layer may be absent: "
-                "Keras 3 leaves a model's name out of its variables' paths once the model is "
-                f"loaded or built from its config) matches {others[0]!r} too ({len(others)} other "
-                "variables in all): an exclusion is by path and would take them all; give the "
-                "layers distinct names, or give "
-                "var_names=[...] a pattern of your own")
+        return (f"{start}, whose pattern {pattern!r} (the parts before the layer may be absent, "
+                "outermost first: Keras 3 leaves a model's name out of its variables' paths "
+                f"once the model is loaded or built from its config) matches {others[0]!r} too "
+                f"({len(others)} variables not in var_list in all): an exclusion is by path and "
+                "would take them all; give the layers distinct names, or give var_names=[...] "
+                "a pattern of your own")
 
     def trust_ratios(self):
         """{variable path: trust ratio of the last applied update} (0 before the first one).

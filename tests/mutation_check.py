@@ -1099,6 +1099,27 @@ MUTATIONS = [
          "says_why_it_stopped_matching"],
         [r"test_a_keras3_var_list_exclusion_holds_in_the_training_continued_from_a_keras_file",
          r"test_a_pattern_holding_a_keras3_sequential_models_name_says_why_it_stopped"]),
+    Mutation(
+        "keras3_var_list_pattern_drops_a_middle_part", "Keras 3: every part before a var_list "
+        "variable's layer is optional on its own, so `outer/inner/d1/bias`'s pattern takes "
+        "`outer/d1/bias` too (a middle part gone, the outer one kept: no reload gives that)",
+        "lamb_tf/exclusions.py",
+        '        pattern = f"(?:{pattern}{part}/)?"',
+        '        pattern = f"{pattern}(?:{part}/)?"',
+        ["tests/test_exclude_from_weight_decay_method.py::test_a_var_list_pattern_lets_only_"
+         "keras3_model_names_go"],
+        [r"test_a_var_list_pattern_lets_only_keras3_model_names_go\[keras3\]"]),
+    Mutation(
+        "var_list_pattern_matching_another_given_refused", "the build refuses a var_list "
+        "variable whose pattern matches another variable given in var_list (both excluded "
+        "anyway)",
+        "lamb_tf/layerwise.py",
+        "                      if id(variable) not in given and re.search(pattern, other)]",
+        "                      if id(variable) != identity and re.search(pattern, other)]",
+        ["tests/test_exclude_from_weight_decay_method.py::test_a_var_list_pattern_may_match_"
+         "another_var_list_variable"],
+        [rf"test_a_var_list_pattern_may_match_another_var_list_variable\[{flavour}\]"
+         for flavour in BOTH]),
 ]
 
 

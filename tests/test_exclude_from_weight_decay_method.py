@@ -112,24 +112,61 @@ def test_a_keras3_var_list_exclusion_holds_in_the_training_continued_from_a_kera
 
 @pytest.mark.parametrize("flavour_name", FLAVOURS)
 def test_a_var_list_pattern_lets_only_keras3_model_names_go(flavour_name):
-    """Keras 3: the parts before a variable's layer may be absent (the names of models, which
-    a reload drops), the layer and variable names may not; tf_keras names a variable after its
-    layer only and never drops a part, so its pattern stays the literal path."""
+    """Keras 3: a prefix of the parts before a variable's layer may be absent (the names of
+    models, which a reload drops outermost first), a middle part alone may not (no reload
+    gives `outer/d1/bias`), nor the layer and variable names; tf_keras names a variable after
+    its layer only and never drops a part, so its pattern stays the literal path."""
     flavour = FLAVOURS[flavour_name]()
     optimizer = flavour.module.LAMB(0.5, weight_decay_rate=0.1)
-    excluded, other = (flavour.variable(path, X0) for path in ("outer/inner/d1/bias", "d1/bias"))
+    excluded, middle_dropped, other = (
+        flavour.variable(path, X0) for path in ("outer/inner/d1/bias", "outer/d1/bias", "d1/bias"))
     optimizer.exclude_from_weight_decay(var_list=[excluded])
     (pattern,) = optimizer.get_config()["exclude_from_weight_decay"]
     if flavour_name == "tf_keras":
         assert pattern == "^outer/inner/d1/bias$"
-        optimizer.build([excluded, other])
-        assert [row.decayed for row in optimizer.exclusion_table()] == [False, True]
+        optimizer.build([excluded, middle_dropped, other])
+        assert [row.decayed for row in optimizer.exclusion_table()] == [False, True, True]
         return
-    assert pattern == "^(?:outer/)?(?:inner/)?d1/bias$"
-    matched = ["outer/inner/d1/bias", "inner/d1/bias", "outer/d1/bias", "d1/bias"]
-    assert [re.search(pattern, path) is not None
-            for path in matched + ["inner/outer/d1/bias", "x/d1/bias", "d2/bias", "d1/bias/x"]
-            ] == [True] * 4 + [False] * 4
+    assert pattern == "^(?:(?:outer/)?inner/)?d1/bias$"
+    matched = ["outer/inner/d1/bias", "inner/d1/bias", "d1/bias"]
+    not_matched = ["outer/d1/bias", "inner/outer/d1/bias", "x/d1/bias", "x/inner/d1/bias",
+                   "d2/bias", "d1/bias/x"]
+    assert [re.search(pattern, path) is not None for path in matched + not_matched
+            ] == [True] * len(matched) + [False] * len(not_matched)
+    # a layer's sibling one level up is not taken: the build accepts the exclusion
+    optimizer.build([excluded, middle_dropped])
+    assert [row.decayed for row in optimizer.exclusion_table()] == [False, True]
+    refused = flavour.module.LAMB(0.5, weight_decay_rate=0.1)
+    refused.exclude_from_weight_decay(var_list=[excluded])
     with pytest.raises(ValueError, match=r"names the variable 'outer/inner/d1/bias', whose "
                                          r"pattern .* matches 'd1/bias' too"):
-        optimizer.build([excluded, other])  # it would take the other variable as well
+        refused.build([excluded, middle_dropped, other])  # it would take `d1/bias` as well
+
+
+@pytest.mark.parametrize("flavour_name", FLAVOURS)
+def test_a_var_list_pattern_may_match_another_var_list_variable(flavour_name):
+    """Both excluded anyway, so no harm: the build accepts a var_list variable whose pattern
+    matches another one given there (in Keras 3 a nested model's `outer/inner/d1/bias` and
+    a top-level `d1/bias`; in tf_keras two layers of one name), and still refuses it when the
+    pattern takes a variable not given, naming that one."""
+    flavour = FLAVOURS[flavour_name]()
+    paths = (("outer/inner/d1/bias", "d1/bias") if flavour_name == "keras3"
+             else ("d1/bias", "d1/bias"))
+    first, second = (flavour.variable(path, X0) for path in paths)
+    kept = flavour.variable("d2/bias", X0)
+    optimizer = flavour.module.LAMB(0.5, weight_decay_rate=0.1, exclude_from_layer_adaptation=[])
+    optimizer.exclude_from_weight_decay(var_list=[first, second])
+    optimizer.build([first, second, kept])
+    assert [row.decayed for row in optimizer.exclusion_table()] == [False, False, True]
+    flavour.apply(optimizer, [G, G, G], [first, second, kept])
+    assert ref.relative_error(first.numpy(), _expected(decay=False)) < 1e-5
+    assert ref.relative_error(second.numpy(), _expected(decay=False)) < 1e-5
+    assert ref.relative_error(kept.numpy(), _expected(decay=True)) < 1e-5
+    # a third variable at `d1/bias`, not given: refused, naming it
+    third = flavour.variable("d1/bias", X0)
+    refused = flavour.module.LAMB(0.5, weight_decay_rate=0.1)
+    refused.exclude_from_weight_decay(var_list=[first, second])
+    message = (r"matches 'd1/bias' too \(1 variables not in var_list" if flavour_name == "keras3"
+               else r"names the variable 'd1/bias', and 3 variables of the model have that path")
+    with pytest.raises(ValueError, match=message):
+        refused.build([first, second, third])
