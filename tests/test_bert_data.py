@@ -1012,19 +1012,20 @@ def test_an_earlier_preparation_of_another_shard_count_is_refused_before_writing
 
 
 
-@pytest.mark.parametrize("name, what", [
+@pytest.mark.parametrize("name, what, glob", [
     ("dataset_info.json", "ResNet image records (its dataset_info.json, written by python -m "
-     "recipes.resnet.convert)"),
+     "recipes.resnet.convert)", " (a train-* glob reads both)"),
     ("validation-00000-of-00004", "ResNet image records (its validation-00000-of-00004, "
-     "written by python -m recipes.resnet.convert)"),
+     "written by python -m recipes.resnet.convert)", ""),  # (BERT writes no validation-*)
     ("test-00000-of-00001", "ResNet image records (its test-00000-of-00001, written by "
-     "python -m recipes.resnet.convert)"),  # (--split=test)
+     "python -m recipes.resnet.convert)", ""),  # (--split=test)
     ("heldout-notes.txt", "heldout-notes.txt, which python -m recipes.bert.prepare_data does "
-     "not write"),
+     "not write", " (a heldout-* glob reads both)"),
 ])
-def test_an_output_dir_of_another_dataset_is_refused_before_writing(tmp_path, name, what):
+def test_an_output_dir_of_another_dataset_is_refused_before_writing(tmp_path, name, what, glob):
     """A preparation into a directory of ResNet records wrote its train-*.tfrecord shards
-    beside theirs, and `records/train-*` (docs/resnet.md's glob) read both."""
+    beside theirs, and `records/train-*` (docs/resnet.md's glob) read both. The line names
+    a glob that reads both only for a split the preparation writes (train, heldout)."""
     from recipes.bert import prepare_data_flags
 
     corpus_path = write_corpus(str(tmp_path / "corpus"), synthetic_documents(8))
@@ -1032,8 +1033,7 @@ def test_an_output_dir_of_another_dataset_is_refused_before_writing(tmp_path, na
     out.mkdir()
     (out / name).write_text("")
     expected = (f"--output_dir={out} holds {what}; BERT pretraining data written beside it "
-                f"would mix with it (a {name.split('-')[0] if '-' in name else 'train'}-* "
-                "glob reads both): give each dataset a directory of its own")
+                f"would mix with it{glob}: give each dataset a directory of its own")
     with pytest.raises(UserError) as raised:
         prepare_small(corpus_path, str(out))
     assert str(raised.value) == expected
@@ -1045,12 +1045,40 @@ def test_an_output_dir_of_another_dataset_is_refused_before_writing(tmp_path, na
     assert str(raised.value) == expected
 
 
+def test_a_pretraining_run_refuses_a_data_dir_of_another_dataset_before_any_work(tmp_path):
+    """A pretraining run preparing its corpus into a data.data_dir of ResNet records was
+    refused only once the run had started (its strategy made, a TPU connected), in a line
+    naming --output_dir, which the run's user never gave: `check_corpus` (the task's data
+    check, before any work) refuses it, and the preparation names data.data_dir too."""
+    from recipes.bert import data as data_lib
+    from recipes.bert.config import DataConfig
+
+    data_dir = tmp_path / "records"
+    data_dir.mkdir()
+    (data_dir / "dataset_info.json").write_text("{}")
+    expected = (f"data.data_dir={data_dir} holds ResNet image records (its dataset_info.json, "
+                "written by python -m recipes.resnet.convert); BERT pretraining data written "
+                "beside it would mix with it (a train-* glob reads both): give each dataset a "
+                "directory of its own")
+    with pytest.raises(UserError) as raised:
+        data_lib.check_corpus(DataConfig(corpus="stdlib", data_dir=str(data_dir)),
+                              str(tmp_path / "run"))
+    assert str(raised.value) == expected
+    with pytest.raises(UserError) as raised:  # the library call names what it was given
+        prepare_data.prepare_pretraining_data(None, str(data_dir), output_setting="data.data_dir")
+    assert str(raised.value) == expected
+    assert os.listdir(data_dir) == ["dataset_info.json"]
+
+
 def test_a_preparation_again_into_its_own_directory_is_not_another_dataset(tmp_path):
+    from recipes.bert import preparation_files, prepare_data_flags
+
     corpus_path = write_corpus(str(tmp_path / "corpus"), synthetic_documents(8))
     out = tmp_path / "out"
     prepare_small(corpus_path, str(out), heldout_fraction=0.2)
     (out / "train-00000-of-00001.tfrecord.tmp").write_bytes(b"")  # as a killed run leaves
-    assert storage.other_dataset_file(str(out), storage.BERT_DATA) is None
+    assert storage.other_dataset_file(str(out), preparation_files.BERT_DATA,
+                                      prepare_data_flags.OTHER_DATASETS) is None
     prepare_small(corpus_path, str(out), heldout_fraction=0.2)
     assert "metadata.json" in os.listdir(out)
 

@@ -32,6 +32,7 @@ import tensorflow as tf
 
 from recipes.bert import chunk_records
 from recipes.bert import chunks
+from recipes.bert import preparation_files
 from recipes.bert import text_files
 from recipes.bert import vocabulary
 from recipes.common.errors import UserError
@@ -211,7 +212,7 @@ class _WriteShard(beam.DoFn):
     def process(self, element):
         key, keyed_records = element
         records = sorted(record for record in keyed_records if record is not None)
-        path = self._paths[key] + ".tmp"
+        path = self._paths[key] + preparation_files.TEMPORARY_SUFFIX
         if "://" not in path:
             _write_tfrecords(path, records)
             num_records = len(records)

@@ -132,7 +132,8 @@ def check_corpus(data_config, model_dir, compare_inputs=True):
     an evaluation or export, which read its held-out files and vocabulary and no corpus,
     only its lengths), and then its corpus is not read;
     otherwise the corpus and vocabulary a new preparation would read are usable (data.corpus
-    names text files, data.vocab_file reads). A one-line UserError naming the key."""
+    names text files, data.vocab_file reads), and its local data directory holds no other
+    dataset (ResNet records). A one-line UserError naming the key."""
     data_dir = data_directory(data_config, model_dir)
     metadata_path = finished_preparation(data_dir)
     if metadata_path:  # (its required keys: read when the run locates the preparation)
@@ -146,6 +147,7 @@ def check_corpus(data_config, model_dir, compare_inputs=True):
             "preparation writes local files: prepare the corpus into a local directory "
             "(python -m recipes.bert.prepare_data, or a run with a local data.data_dir), copy "
             "it there (gsutil -m cp -r), and give that directory as data.data_dir")
+    prepare_data.check_no_other_dataset("data.data_dir", data_dir)  # (ResNet records)
     if data_config.corpus != "stdlib":
         text_files.resolve_text_files(data_config.corpus, setting="data.corpus",
                                       advice=_corpus_advice(data_config))
@@ -305,6 +307,7 @@ def _prepare(data_config, data_dir):
         prepared = prepare_data.prepare_pretraining_data(
             None if data_config.corpus == "stdlib" else data_config.corpus,
             data_dir,
+            output_setting="data.data_dir",
             vocab_file=data_config.vocab_file or None,
             vocab_size=data_config.vocab_size,
             seq_length=data_config.seq_length,

@@ -54,6 +54,7 @@ from recipes.bert import chunk_records
 from recipes.bert import chunks
 from recipes.bert import corpus
 from recipes.bert import prepare_data_flags
+from recipes.bert import preparation_files
 from recipes.bert import text_files
 from recipes.bert import tfrecords
 from recipes.bert import vocabulary
@@ -62,7 +63,8 @@ from recipes.bert.prepare_data_flags import (  # the defaults, shared with the f
     SHORT_SEQ_PROB, VOCAB_SIZE)
 from recipes.common import errors, storage
 
-_SPLIT_PREFIX = {chunks.TRAIN: tfrecords.TRAIN_PREFIX, chunks.HELDOUT: tfrecords.HELDOUT_PREFIX}
+_SPLIT_PREFIX = {chunks.TRAIN: preparation_files.TRAIN_PREFIX,
+                 chunks.HELDOUT: preparation_files.HELDOUT_PREFIX}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -131,6 +133,7 @@ def prepare_pretraining_data(
     chunk_sentences: int = CHUNK_SENTENCES,
     progress: Optional[bool] = None,
     beam_options: Optional[Sequence[str]] = None,
+    output_setting: str = "--output_dir",
 ) -> PreparedData:
     """Writes train and held-out pretraining shards and the vocabulary into `output_dir`.
 
@@ -158,10 +161,13 @@ def prepare_pretraining_data(
       beam_options: None runs in this process; a list of Beam pipeline options
         (e.g. `["--runner=FnApiRunner", "--direct_num_workers=2"]`, the runner defaulting
         to FnApiRunner) runs the same steps as a Beam pipeline, with the same output.
+      output_setting: what the caller's user calls `output_dir`, for the lines refusing
+        it (`data.data_dir` in a pretraining run).
 
     Returns:
       A `PreparedData`, its `inputs` the arguments above but `output_dir`, `seq_length`,
-      `max_predictions_per_seq`, `progress` and `beam_options` (paths made absolute).
+      `max_predictions_per_seq`, `progress`, `beam_options` and `output_setting` (paths
+      made absolute).
 
     Raises:
       TypeError: an argument of the wrong type (named, with its value).
@@ -182,7 +188,7 @@ def prepare_pretraining_data(
     tokens = vocabulary.read_vocabulary(vocab_file) if vocab_file is not None else None
     started = time.time()
     with held_for_preparation(output_dir):  # one preparation at a time; none left if refused
-        _check_output_dir(output_dir, vocab_file, num_shards)  # before the embedded corpus
+        _check_output_dir(output_setting, output_dir, vocab_file, num_shards)  # before corpus/
         files, source = _corpus_files(input_path, output_dir)  # a bad path: before any file
         os.makedirs(output_dir, exist_ok=True)
         # Pass 1: split, count, refuse bad files; then the vocabulary.
@@ -223,13 +229,21 @@ def _local_paths(input_path, output_dir, vocab_file):
             None if vocab_file is None else os.fspath(vocab_file))
 
 
-def _check_output_dir(output_dir, vocab_file, num_shards):
+def check_no_other_dataset(setting, output_dir):
+    """A UserError naming `setting` (`--output_dir`, `data.data_dir`) if the local
+    `output_dir` holds another dataset (ResNet records: `storage.check_no_other_dataset`),
+    among whose files a preparation would write its own."""
+    storage.check_no_other_dataset(setting, output_dir, preparation_files.BERT_DATA,
+                                   prepare_data_flags.OTHER_DATASETS)
+
+
+def _check_output_dir(setting, output_dir, vocab_file, num_shards):
     """A UserError if `output_dir` holds files the preparation would mix its own with or
-    replace: another dataset's (ResNet records), someone's vocab.txt, or shards of an
-    earlier preparation of another shard count."""
-    storage.check_no_other_dataset("--output_dir", output_dir, storage.BERT_DATA)
-    _check_no_vocabulary_of_the_users(output_dir, vocab_file)
-    _check_no_earlier_shards(output_dir, num_shards)
+    replace: another dataset's (ResNet records), or shards of an earlier preparation of
+    another shard count (naming it as `setting`), or someone's vocab.txt."""
+    check_no_other_dataset(setting, output_dir)
+    _check_no_vocabulary_of_the_users(output_dir, vocab_file)  # (its words: the CLI's)
+    _check_no_earlier_shards(setting, output_dir, num_shards)
 
 
 def _check_no_vocabulary_of_the_users(output_dir, vocab_file):
@@ -240,19 +254,20 @@ def _check_no_vocabulary_of_the_users(output_dir, vocab_file):
     if not os.path.exists(vocab_path) or (
             vocab_file is not None and os.path.abspath(vocab_file) == os.path.abspath(vocab_path)):
         return
-    prepared = [name for name in os.listdir(output_dir) if name == "metadata.json"
-                or name.endswith(".tfrecord") and name.startswith(tuple(_SPLIT_PREFIX.values()))]
-    if not prepared:
+    ours = preparation_files.BERT_DATA
+    if not any(name == ours.mark or ours.shards.fullmatch(name)
+               for name in os.listdir(output_dir)):
         raise errors.UserError(
             f"--output_dir={output_dir} holds a vocab.txt that no preparation wrote there, "
             "and the preparation would replace it; pass it as --vocab_file="
             f"{vocab_path} to prepare with it, or give another --output_dir")
 
 
-def _check_no_earlier_shards(output_dir, num_shards):
+def _check_no_earlier_shards(setting, output_dir, num_shards):
     for prefix in _SPLIT_PREFIX.values():
-        storage.check_no_earlier_shards("--output_dir", output_dir, f"{prefix}-*.tfrecord",
-                                        tfrecords.shard_paths(output_dir, prefix, num_shards))
+        storage.check_no_earlier_shards(
+            setting, output_dir, f"{prefix}-*{preparation_files.SHARD_EXTENSION}",
+            preparation_files.shard_paths(output_dir, prefix, num_shards))
 
 
 def _remove_finished_mark(output_dir):
@@ -261,7 +276,7 @@ def _remove_finished_mark(output_dir):
     metadata.json marks a finished preparation: it goes before anything is replaced, so
     that a run that fails half-way (after replacing shards and vocab.txt) never looks
     finished; and after pass 1, so that a run pass 1 refuses leaves an earlier one whole."""
-    metadata_path = os.path.join(output_dir, "metadata.json")
+    metadata_path = os.path.join(output_dir, preparation_files.METADATA_FILE)
     if os.path.exists(metadata_path):
         os.remove(metadata_path)
     return metadata_path
@@ -360,7 +375,7 @@ def _write_shards(beam, files, plan, settings, output_dir, heldout_fraction, pro
         (split, shard): path
         for split in chunks.SPLITS
         for shard, path in enumerate(
-            tfrecords.shard_paths(output_dir, _SPLIT_PREFIX[split], settings.num_shards)
+            preparation_files.shard_paths(output_dir, _SPLIT_PREFIX[split], settings.num_shards)
         )
     }
     try:
@@ -373,11 +388,11 @@ def _write_shards(beam, files, plan, settings, output_dir, heldout_fraction, pro
         _check_sequences(num_sequences, heldout_fraction, corpus_counts)
     except BaseException:
         for path in shard_paths.values():
-            if os.path.exists(path + ".tmp"):
-                os.remove(path + ".tmp")
+            if os.path.exists(path + preparation_files.TEMPORARY_SUFFIX):
+                os.remove(path + preparation_files.TEMPORARY_SUFFIX)
         raise
     for path in shard_paths.values():
-        os.replace(path + ".tmp", path)
+        os.replace(path + preparation_files.TEMPORARY_SUFFIX, path)
     return num_sequences
 
 
@@ -400,11 +415,11 @@ def _check_sequences(num_sequences, heldout_fraction, corpus_counts):
 
 def _prepared_data(output_dir, settings, vocab_path, num_sequences, corpus_counts, inputs):
     return PreparedData(
-        train_files=tfrecords.shard_pattern(
-            output_dir, tfrecords.TRAIN_PREFIX, settings.num_shards
+        train_files=preparation_files.shard_pattern(
+            output_dir, preparation_files.TRAIN_PREFIX, settings.num_shards
         ),
-        eval_files=tfrecords.shard_pattern(
-            output_dir, tfrecords.HELDOUT_PREFIX, settings.num_shards
+        eval_files=preparation_files.shard_pattern(
+            output_dir, preparation_files.HELDOUT_PREFIX, settings.num_shards
         ),
         vocab_file=vocab_path,
         vocab_size=len(settings.vocab_tokens),

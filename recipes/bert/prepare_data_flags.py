@@ -8,10 +8,12 @@ from typing import List, Sequence, Tuple
 
 from absl import flags
 
+from recipes.bert import preparation_files
 from recipes.common import errors
 from recipes.common import flags as flags_lib
 from recipes.common import storage
 from recipes.common.errors import UserError
+from recipes.resnet import conversion_files
 
 # Defaults from Google BERT's create_pretraining_data.py flags: masked_lm_prob 0.15,
 # short_seq_prob 0.1, dupe_factor 10. seq_length 128 with 20 predictions is BERT's phase 1
@@ -26,6 +28,8 @@ NUM_SHARDS = 8
 HELDOUT_FRACTION = 0.05
 SEED = 12345
 CHUNK_SENTENCES = 10_000  # Sentences per chunk: bounds memory, and the random-B pool.
+# The datasets of the other data tools, refused in --output_dir (`storage.check_output_dir`).
+OTHER_DATASETS = (conversion_files.IMAGE_RECORDS,)
 
 
 def define_flags():
@@ -129,6 +133,5 @@ def check_flags(values, positional, beam_arguments):
         storage.refuse_unexpanded_home(f"--{name}", getattr(values, name) or "")
     storage.refuse_remote("--output_dir", values.output_dir, "a preparation")
     storage.check_writable(f"--output_dir={values.output_dir}", values.output_dir)
-    storage.check_not_a_run(f"--output_dir={values.output_dir}", values.output_dir,
-                            "the shards, vocab.txt and metadata.json")
-    storage.check_no_other_dataset("--output_dir", values.output_dir, storage.BERT_DATA)
+    storage.check_output_dir("--output_dir", values.output_dir, preparation_files.BERT_DATA,
+                             OTHER_DATASETS)

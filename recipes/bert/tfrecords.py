@@ -19,24 +19,11 @@ crashed run never leaves a shard that looks finished.
 """
 
 import os
-from typing import List
 
 import numpy as np
 import tensorflow as tf
 
-TRAIN_PREFIX, HELDOUT_PREFIX = "train", "heldout"
-
-
-def shard_paths(output_dir: str, prefix: str, num_shards: int) -> List[str]:
-    return [
-        os.path.join(output_dir, f"{prefix}-{i:05d}-of-{num_shards:05d}.tfrecord")
-        for i in range(num_shards)
-    ]
-
-
-def shard_pattern(output_dir: str, prefix: str, num_shards: int) -> str:
-    """The glob that matches exactly the shards of one run (not stale ones of other counts)."""
-    return os.path.join(output_dir, f"{prefix}-?????-of-{num_shards:05d}.tfrecord")
+from recipes.bert.preparation_files import TEMPORARY_SUFFIX, shard_paths, shard_pattern
 
 
 def _int64(values) -> tf.train.Feature:
@@ -92,7 +79,7 @@ class ShardedWriter:
         self._writers = []
 
     def __enter__(self):
-        self._writers = [tf.io.TFRecordWriter(path + ".tmp") for path in self.paths]
+        self._writers = [tf.io.TFRecordWriter(path + TEMPORARY_SUFFIX) for path in self.paths]
         return self
 
     def write(self, shard: int, record: bytes) -> None:
@@ -104,6 +91,6 @@ class ShardedWriter:
             writer.close()
         if error_type is not None:
             for path in self.paths:
-                if os.path.exists(path + ".tmp"):
-                    os.remove(path + ".tmp")
+                if os.path.exists(path + TEMPORARY_SUFFIX):
+                    os.remove(path + TEMPORARY_SUFFIX)
         return False

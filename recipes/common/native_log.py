@@ -9,9 +9,10 @@ process), and libjpeg's `Not a JPEG file: starts with 0x74 0x68` while decoding 
 `to_file` points descriptor 2 at the log file while Python's `sys.stderr` keeps the real
 stderr, so the program's own lines (errors, `warnings.warn`, tracebacks) stay on the console;
 Python `logging` records go to the file (absl's handler, made at start-up, writes to the
-stream of descriptor 2), TensorFlow's Python-side WARNINGs among them. A data tool, which
-has no directory of its own (its output directory is a dataset's, read by globs), sends
-them nowhere instead (`discarded`), unless --verbose.
+stream of descriptor 2), TensorFlow's Python-side WARNINGs among them. The converter
+(`recipes.resnet.convert`), which has no directory of its own (its --output_dir is a
+dataset's, read by globs), sends them nowhere instead (`discarded`), C++ code's FATAL and
+CHECK lines of a crash too; --verbose shows them.
 Some C++ lines come after the program's last line, while the process exits: a worker of a
 multi-worker run whose peer has already exited gets gRPC's `failed to connect to all
 addresses ... Connection refused` from the coordination service's shutdown. A recipe's
@@ -53,7 +54,7 @@ def to_file(model_dir, verbose=False):
 
 @contextlib.contextmanager
 def discarded(verbose=False):
-    """`to_file` for a program with no directory of its own to log in (a data tool, whose
+    """`to_file` for a program with no directory of its own to log in (the converter, whose
     output directory is a dataset's): writes to file descriptor 2 go nowhere (os.devnull)
     while active; `sys.stderr` writes to the original stderr. With `verbose`, nothing
     changes."""

@@ -106,65 +106,74 @@ def run_file(directory):
                  if os.path.isfile(os.path.join(local_path(directory), name))), None)
 
 
-class DataTool(collections.namedtuple("DataTool", ["dataset", "program", "mark", "shards"])):
-    """The files of one data tool's dataset: `dataset` (its words), `program` (the command
-    that writes it), `mark` (the file it writes last) and `shards` (a regular expression of
-    its shards' names, and of those of shards being written, which a killed run leaves)."""
+class DataTool(collections.namedtuple(
+        "DataTool", ["dataset", "program", "mark", "shards", "splits", "files"])):
+    """The files of one data tool's dataset, as the tool that writes them describes them
+    (`recipes.bert.preparation_files.BERT_DATA`, `recipes.resnet.conversion_files.
+    IMAGE_RECORDS`): `dataset` (its words), `program` (the command that writes it), `mark`
+    (the file it writes last), `shards` (a regular expression of its shards' names, and of
+    those of shards being written, which a killed run leaves), `splits` (the names of the
+    splits it writes, whose globs read `<split>-*`) and `files` (its files, in words)."""
 
 
-IMAGE_RECORDS = DataTool(
-    "ResNet image records", "python -m recipes.resnet.convert", "dataset_info.json",
-    re.compile(r"[A-Za-z0-9_-][A-Za-z0-9_.-]*-\d{5,}-of-\d{5,}"  # any --split name
-               r"|\.[A-Za-z0-9_.-]+-\d{5,}-of-\d{5,}\.tmp-[0-9a-f]{8}"))
-BERT_DATA = DataTool(
-    "BERT pretraining data", "python -m recipes.bert.prepare_data", "metadata.json",
-    re.compile(r"(train|heldout)-\d{5,}-of-\d{5,}\.tfrecord(\.tmp)?"))
-# Where the split files begin that a split's glob (`records/train-*`) reads.
-SPLIT_PREFIXES = ("train-", "validation-", "heldout-")
+def check_output_dir(setting, directory, own, others):
+    """A UserError naming `setting` (`--output_dir`) if the local `directory` a data tool
+    writes `own` (a `DataTool`) into holds a training run (`check_not_a_run`) or another
+    dataset (`check_no_other_dataset`): a data tool's flags' check."""
+    check_not_a_run(f"{setting}={directory}", directory, own.files)
+    check_no_other_dataset(setting, directory, own, others)
 
 
-def check_no_other_dataset(setting, directory, tool):
+def check_no_other_dataset(setting, directory, own, others):
     """A UserError naming `setting` if the local `directory` holds files of another dataset
-    than `tool`'s (`IMAGE_RECORDS` or `BERT_DATA`), among which `tool` would write its own:
-    the other tool's mark or shards, or a split file (`SPLIT_PREFIXES`) that is not one of
-    `tool`'s shards, which a split's glob would read beside them. `tool`'s own files (an
-    earlier run's, which a run again replaces) are not refused; nor is a missing or remote
-    directory."""
-    found = other_dataset_file(directory, tool)
+    than `own`'s (`DataTool`s), among which `own`'s tool would write its files: the mark or
+    shards of one of `others`, or a split file (`<split>-`, a split of any of them) that is
+    not one of `own`'s shards, which a split's glob would read beside them. `own`'s files
+    (an earlier run's, which a run again replaces) are not refused; nor is a missing or
+    remote directory."""
+    found = other_dataset_file(directory, own, others)
     if found is None:
         return
     name, other = found
     what = (f"{other.dataset} (its {name}, written by {other.program})" if other
-            else f"{name}, which {tool.program} does not write")
-    raise UserError(f"{setting}={directory} holds {what}; {tool.dataset} written beside it "
-                    f"would mix with it (a {_split_of(name)}-* glob reads both): give each "
-                    "dataset a directory of its own")
+            else f"{name}, which {own.program} does not write")
+    split = _split_of(name, [own, *others])
+    glob = f" (a {split}-* glob reads both)" if split in own.splits else ""
+    raise UserError(f"{setting}={directory} holds {what}; {own.dataset} written beside it "
+                    f"would mix with it{glob}: give each dataset a directory of its own")
 
 
-def _split_of(name):
-    """The split whose glob reads the file `name`: a shard's, a split file's; else train."""
+def _split_of(name, tools):
+    """The split whose glob reads the file `name`: a shard's, a split file's (of a split of
+    one of `tools`); else train."""
     shard = re.fullmatch(r"\.?(.+?)-\d{5,}-of-\d{5,}.*", name)
     if shard:
         return shard.group(1)
-    return next((prefix[:-1] for prefix in SPLIT_PREFIXES if name.startswith(prefix)), "train")
+    return next((split for split in _splits(tools) if name.startswith(split + "-")), "train")
 
 
-def other_dataset_file(directory, tool):
-    """(the name of a file in the local `directory` of another dataset than `tool`'s, the
-    other tool that writes it or None), or None (`check_no_other_dataset`); the other
-    tool's mark first."""
+def _splits(tools):
+    """The names of the splits `tools` (`DataTool`s) write, each once."""
+    return list(dict.fromkeys(split for tool in tools for split in tool.splits))
+
+
+def other_dataset_file(directory, own, others):
+    """(the name of a file in the local `directory` of another dataset than `own`'s, the
+    one of `others` that writes it or None), or None (`check_no_other_dataset`); the
+    others' marks first."""
     path = local_path(directory)
     if not all_local([directory]) or not os.path.isdir(path):
         return None
-    other = IMAGE_RECORDS if tool is BERT_DATA else BERT_DATA
     names = sorted(name for name in os.listdir(path) if os.path.isfile(os.path.join(path, name)))
-    for name in [other.mark] * (other.mark in names) + names:
-        if name == tool.mark or tool.shards.fullmatch(name):
+    marks = [other.mark for other in others if other.mark in names]
+    split_starts = tuple(split + "-" for split in _splits([own, *others]))
+    for name in marks + names:
+        if name == own.mark or own.shards.fullmatch(name):
             continue
-        if name == other.mark or other.shards.fullmatch(name):
+        other = next((other for other in others
+                      if name == other.mark or other.shards.fullmatch(name)), None)
+        if other or name.startswith(split_starts):
             return name, other
-        if name.startswith(SPLIT_PREFIXES):
-            return name, None
     return None
 
 

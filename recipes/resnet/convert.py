@@ -40,7 +40,6 @@ import dataclasses
 import json
 import os
 import sys
-import uuid
 
 import numpy as np
 import tensorflow as tf
@@ -49,12 +48,12 @@ from official.vision.data import tf_example_builder
 from recipes.common import corrupt_data, native_log, storage
 from recipes.common.errors import UserError, doing
 from recipes.resnet import convert_checks, convert_flags, digits
+from recipes.resnet.conversion_files import (  # (INFO_FILE, shard_paths: convert's names too)
+    IMAGE_RECORDS, INFO_FILE, LABELS_FILE, shard_paths, temporary_paths)
 
 LABEL_OFFSET = 1  # labels are class index + 1; 0 = background (ImageNet conversion scripts)
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".gif")
 IMAGE_FORMATS = convert_flags.IMAGE_FORMATS
-INFO_FILE = "dataset_info.json"
-LABELS_FILE = "labels.txt"
 JPEG_MAGIC = b"\xff\xd8\xff"  # start of every JPEG file
 
 CorruptRecord = corrupt_data.CorruptRecord
@@ -197,21 +196,10 @@ def make_example(source, class_names, image_format, jpeg_quality):
     return builder.example.SerializeToString()
 
 
-def shard_paths(output_dir, split, num_shards):
-    """`split-00000-of-0000N` paths, the ImageNet naming."""
-    return [
-        os.path.join(output_dir, f"{split}-{i:05d}-of-{num_shards:05d}") for i in range(num_shards)
-    ]
-
-
 def write_split(sources, output_dir, split, num_shards, class_names, image_format, jpeg_quality):
     """Writes `sources` round-robin into `num_shards` shards; returns the shard paths."""
     paths = shard_paths(output_dir, split, num_shards)
-    token = uuid.uuid4().hex[:8]
-    # hidden names: a `split-*` glob never reads a shard being written, nor one left by a
-    # killed conversion
-    temporaries = [os.path.join(output_dir, f".{os.path.basename(path)}.tmp-{token}")
-                   for path in paths]
+    temporaries = temporary_paths(paths)  # (hidden: a `split-*` glob never reads them)
     writers = [tf.io.TFRecordWriter(path) for path in temporaries]
     try:
         for i, source in enumerate(sources):
@@ -305,7 +293,8 @@ def _write_splits(splits, shard_counts, output_dir, class_names, image_format, j
                                "wait for that conversion to finish, or give another output_dir",
                                advice_if_read="wait for the run reading it to end, or give "
                                "another output_dir"):
-        storage.check_no_other_dataset("output_dir", output_dir, storage.IMAGE_RECORDS)
+        storage.check_no_other_dataset("output_dir", output_dir, IMAGE_RECORDS,
+                                       convert_flags.OTHER_DATASETS)
         for name, shards in shard_counts.items():
             storage.check_no_earlier_shards("output_dir", output_dir, f"{name}-*",
                                             shard_paths(output_dir, name, shards))

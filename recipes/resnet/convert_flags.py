@@ -12,9 +12,12 @@ from recipes.common import errors
 from recipes.common import flags as flags_lib
 from recipes.common import storage
 from recipes.common.errors import UserError
-from recipes.resnet import convert_checks
+from recipes.bert import preparation_files
+from recipes.resnet import conversion_files, convert_checks
 
 IMAGE_FORMATS = ("jpeg", "png")
+# The datasets of the other data tools, refused in --output_dir (`storage.check_output_dir`).
+OTHER_DATASETS = (preparation_files.BERT_DATA,)
 
 
 def define_flags():
@@ -92,7 +95,7 @@ def check_flags(values, arguments):
             f"--validation_fraction={values.validation_fraction} must be at least 0 and below "
             "1; give the share of each class to hold out as split `validation` (e.g. 0.1; 0: "
             "none)")
-    if not re.fullmatch(r"[A-Za-z0-9_.-]+", values.split) or values.split.startswith("."):
+    if not re.fullmatch(conversion_files.SPLIT_NAME, values.split):
         raise UserError(
             f"--split={values.split!r} must be a name for the shards' files (letters, digits, "
             "_ . -; such as train or validation)")
@@ -107,9 +110,8 @@ def check_flags(values, arguments):
         raise UserError(f"--jpeg_quality={values.jpeg_quality} must be from 1 to 100; give "
                         "e.g. 95 (the default)")
     storage.check_writable(f"--output_dir={values.output_dir}", values.output_dir)
-    storage.check_not_a_run(f"--output_dir={values.output_dir}", values.output_dir,
-                            "the shards, labels.txt and dataset_info.json")
-    storage.check_no_other_dataset("--output_dir", values.output_dir, storage.IMAGE_RECORDS)
+    storage.check_output_dir("--output_dir", values.output_dir, conversion_files.IMAGE_RECORDS,
+                             OTHER_DATASETS)
     if values.image_dir and storage.is_inside(values.output_dir, values.image_dir):
         raise UserError(
             f"--output_dir={values.output_dir} is within --image_dir={values.image_dir}: the "
