@@ -41,6 +41,10 @@ class BertFinetuneTask(task_lib.Task):
     init_checkpoint_fits = ("give a fine-tuning run of this task and its labels (the pretrained "
                             "encoder comes from encoder.pretraining_dir)")
     held_out_keys = ("data.eval_file",)  # evaluated on another file: docs/finetune.md
+    # Whether the run trains from the pretrained export (`finetune_data.starts_from_export`),
+    # which an older export than the pretraining run's newest checkpoint is warned of: set
+    # by `check_data`
+    starts_from_export = True
 
     @property
     def fixed_on_resume(self):
@@ -59,6 +63,8 @@ class BertFinetuneTask(task_lib.Task):
     def check_data(self, mode, model_dir):  # the run's labels and input kind; init_checkpoint
         self.examples = finetune_data.check_data(self.config, mode, model_dir, self.examples,
                                                  self.run)
+        # (before any work: once training starts, its own checkpoints are in model_dir)
+        self.starts_from_export = finetune_data.starts_from_export(self.config, mode, model_dir)
 
     # ---- Data ---------------------------------------------------------------------------
 
@@ -76,7 +82,8 @@ class BertFinetuneTask(task_lib.Task):
     # ---- Model --------------------------------------------------------------------------
 
     def build_model(self):
-        encoder = self.run.build_encoder(self.seq_length, self.config.encoder)
+        encoder = self.run.build_encoder(self.seq_length, self.config.encoder,
+                                         self.starts_from_export)
         initializer_range = self.run.encoder_config.bert_v2.initializer_range
         if self.config.data.task == "squad":
             self.network = squad.build_model(encoder, self.seq_length, initializer_range)
