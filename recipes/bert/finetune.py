@@ -41,10 +41,6 @@ class BertFinetuneTask(task_lib.Task):
     init_checkpoint_fits = ("give a fine-tuning run of this task and its labels (the pretrained "
                             "encoder comes from encoder.pretraining_dir)")
     held_out_keys = ("data.eval_file",)  # evaluated on another file: docs/finetune.md
-    # Whether the run trains from the pretrained export (`finetune_data.starts_from_export`),
-    # which an older export than the pretraining run's newest checkpoint is warned of: set
-    # by `check_data`
-    starts_from_export = True
 
     @property
     def fixed_on_resume(self):
@@ -61,10 +57,8 @@ class BertFinetuneTask(task_lib.Task):
         self.seq_length = finetune_data.check_task_run(data, self.run)
 
     def check_data(self, mode, model_dir):  # the run's labels and input kind; init_checkpoint
-        self.examples = finetune_data.check_data(self.config, mode, model_dir, self.examples,
-                                                 self.run)
-        # (before any work: once training starts, its own checkpoints are in model_dir)
-        self.starts_from_export = finetune_data.starts_from_export(self.config, mode, model_dir)
+        self.examples, self.starts_from_export = finetune_data.check_data(
+            self.config, mode, model_dir, self.examples, self.run)
 
     # ---- Data ---------------------------------------------------------------------------
 

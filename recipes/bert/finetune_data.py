@@ -477,10 +477,11 @@ def of_run(data, mode, model_dir, examples):
 
 def check_data(config, mode, model_dir, examples, run):
     """`of_run`, then `check_init_checkpoint`: the task's `check_data` (`run`: the
-    `PretrainingRun` of encoder.pretraining_dir)."""
+    `PretrainingRun` of encoder.pretraining_dir). Returns `of_run`'s examples and
+    `starts_from_export` (read before any work: a training writes checkpoints there)."""
     examples = of_run(config.data, mode, model_dir, examples)
     check_init_checkpoint(config, mode, model_dir, examples and examples.labels, run)
-    return examples
+    return examples, starts_from_export(config, mode, model_dir)
 
 
 def starts_from_export(config, mode, model_dir):
