@@ -272,6 +272,22 @@ def test_a_tsv_row_of_more_fields_than_the_header_is_refused(tmp_path, header, r
         "give the file as .jsonl")
 
 
+@pytest.mark.parametrize("row", ["nice day\tpos\t", "nice day\tpos\t\t ", "nice day\tpos\t\r"])
+def test_a_tsv_row_with_trailing_tabs_is_read_by_its_fields(tmp_path, row):
+    """Trailing tabs (a spreadsheet's empty columns) add blank fields, no text: the row is
+    its sentence and label, as before the refusal of extra fields."""
+    (tmp_path / "train.tsv").write_text(f"sentence\tlabel\n{row}\n")
+    assert classification.read_examples(str(tmp_path / "train.tsv"), "data.train_file") == [
+        classification.Example("nice day", None, "pos")]
+
+
+def test_a_tsv_row_with_text_after_blank_extra_fields_is_refused(tmp_path):
+    (tmp_path / "train.tsv").write_text("sentence\tlabel\nnice\tpos\t\tday\n")
+    with pytest.raises(UserError, match="line 2 has 4 tab-separated fields where the header "
+                                        "row names 2"):
+        classification.read_examples(str(tmp_path / "train.tsv"), "data.train_file")
+
+
 @pytest.mark.parametrize("name, content", [
     ("train.tsv", "sentence\tlabel\na\tpos\n\n\nb\t\n"),
     ("train.jsonl", '{"sentence": "a", "label": "pos"}\n\n\n{"sentence": "b", "label": ""}\n'),

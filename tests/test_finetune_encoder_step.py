@@ -50,8 +50,8 @@ def test_an_export_older_than_the_runs_newest_checkpoint_is_said_with_both_steps
         "the run's newest checkpoint (step 140); fine-tuning the step-120 encoder; to "
         f"fine-tune the newest, export it first: python -m recipes.bert.pretrain "
         f"--model_dir={run_dir} --mode=export"]
-    run.fine_tuned = False  # a resumed fine-tuning run, say: its checkpoint's weights
-    run.build_encoder(16, SETTINGS)
+    # a resumed fine-tuning run, say: its checkpoint's weights
+    run.build_encoder(16, SETTINGS, starts_from_export=False)
     assert len(capsys.readouterr().out.splitlines()) == 1
 
 
@@ -69,7 +69,7 @@ def test_the_encoder_line_names_the_step_of_the_export(tmp_path, capsys, exporte
         f"encoder: pretrained weights from {run_dir}/model_garden/encoder-1 ({step})"]
 
 
-@pytest.mark.parametrize("mode, resumed, fine_tuned", [
+@pytest.mark.parametrize("mode, resumed, starts_from_export", [
     ("train", False, True),
     ("train_and_eval", False, True),
     ("train", True, False),  # the fine-tuning run's checkpoint is restored over them
@@ -77,15 +77,13 @@ def test_the_encoder_line_names_the_step_of_the_export(tmp_path, capsys, exporte
     ("export", True, False),
 ])
 def test_the_warning_is_for_a_run_that_fine_tunes_the_pretrained_weights(tmp_path, mode,
-                                                                         resumed, fine_tuned):
-    run = types.SimpleNamespace()
+                                                                         resumed,
+                                                                         starts_from_export):
     if resumed:
         tf.train.CheckpointManager(tf.train.Checkpoint(step=tf.Variable(3)),
                                    str(tmp_path / "checkpoints"), max_to_keep=1).save(3)
-    config = types.SimpleNamespace(data=types.SimpleNamespace(task="squad"),
-                                   train=types.SimpleNamespace(init_checkpoint=""))
-    finetune_data.check_data(config, mode, str(tmp_path), None, run)
-    assert run.fine_tuned is fine_tuned
+    config = types.SimpleNamespace(train=types.SimpleNamespace(init_checkpoint=""))
+    assert finetune_data.starts_from_export(config, mode, str(tmp_path)) is starts_from_export
 
 
 def test_a_run_trained_without_its_export_is_told_to_export_it(tmp_path):

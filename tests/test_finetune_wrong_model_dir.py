@@ -76,3 +76,20 @@ def test_an_evaluation_of_a_comparison_given_its_config_file_says_to_add_the_fla
     with pytest.raises(UserError, match=r"not a run of its own to evaluate: a comparison of "
                        r"fine-tuning's --compare_with_random_init\? Evaluate it with that flag"):
         driver.check_model_dir(comparison, "eval")
+
+
+@pytest.mark.parametrize("mode, verb", [("eval", "evaluate"), ("export", "export")])
+def test_a_folder_of_other_runs_is_not_told_of_fine_tunings_flag(tmp_path, mode, verb):
+    # the shared driver told a pretraining (or ResNet) user who gave a folder of runs
+    # "... with that flag added", naming --compare_with_random_init, which only fine-tuning has
+    runs = tmp_path / "runs"
+    for name in ("bert_tiny", "bert_tiny_lamb"):
+        _run_of(BertPretrainingConfig, runs / name)
+    with pytest.raises(UserError) as error:
+        driver.check_model_dir(str(runs), mode)
+    assert str(error.value) == (
+        f"--model_dir {runs} holds other runs in bert_tiny/, bert_tiny_lamb/ (each with its "
+        f"config.yaml), not a run of its own to {verb}: give one of those runs as --model_dir")
+    with pytest.raises(UserError) as error:
+        driver._check_no_runs_inside(str(runs), "train")  # (check_same_program's)
+    assert "compare_with_random_init" not in str(error.value)

@@ -56,6 +56,15 @@ def test_a_dotted_key_in_the_yaml_form_says_a_yaml_key_is_a_section(override):
         "one section; write train.steps=40 or {train: {steps: 40}}")
 
 
+def test_a_dotted_key_whose_yaml_value_is_a_date_says_so_without_a_traceback():
+    """YAML reads 2024-01-01 as a datetime.date, which json.dumps raised a TypeError on."""
+    with pytest.raises(UserError) as error:
+        load_config(_Schema, [], "train.steps: 2024-01-01")
+    assert str(error.value) == (
+        "--params_override: 'train.steps' is a dotted key in the YAML form, where each key is "
+        "one section; write train.steps=\"2024-01-01\" or {train: {steps: \"2024-01-01\"}}")
+
+
 def test_dotted_keys_in_a_file_say_a_yaml_key_is_a_section_not_another_program(tmp_path):
     dotted = _write(tmp_path, "dotted.yaml", "train.steps: 40\ntrain.learning_rate: 0.5\n")
     with pytest.raises(UserError) as error:

@@ -4,7 +4,7 @@ Data: a `.tsv` file with a header row, or a `.jsonl` file with one object per li
 the fields `sentence` (or `sentence1` and `sentence2` for pairs), strings, and `label`, a
 non-empty string (or, in `.jsonl`, a whole number, taken as its digits). A UTF-8 byte-order
 mark at the start is skipped. A `.tsv` has no quoting: a row of more fields than its header
-(a tab inside a sentence) is refused.
+(a tab inside a sentence) is refused, unless the extra fields are blank (trailing tabs).
 GLUE's own TSVs use other column names per task; rename the header row.
 
 Packing: `TextPacker` turns raw strings into the encoder's three int32 inputs in the graph
@@ -75,8 +75,9 @@ def _rows(name, text, extension):
         _check_header(name, reader.fieldnames or [])
         rows = []
         for row in reader:  # (reader.line_num: the row's line, blank lines counted)
-            if _EXTRA in row:
-                _refuse_extra_fields(name, reader.line_num, reader.fieldnames, row[_EXTRA])
+            extra = row.pop(_EXTRA, [])
+            if any(field.strip() for field in extra):  # trailing tabs: blank fields, dropped
+                _refuse_extra_fields(name, reader.line_num, reader.fieldnames, extra)
             rows.append((reader.line_num, row))
         return rows
     rows = []

@@ -57,8 +57,8 @@ class BertFinetuneTask(task_lib.Task):
         self.seq_length = finetune_data.check_task_run(data, self.run)
 
     def check_data(self, mode, model_dir):  # the run's labels and input kind; init_checkpoint
-        self.examples = finetune_data.check_data(self.config, mode, model_dir, self.examples,
-                                                 self.run)
+        self.examples, self.starts_from_export = finetune_data.check_data(
+            self.config, mode, model_dir, self.examples, self.run)
 
     # ---- Data ---------------------------------------------------------------------------
 
@@ -76,7 +76,8 @@ class BertFinetuneTask(task_lib.Task):
     # ---- Model --------------------------------------------------------------------------
 
     def build_model(self):
-        encoder = self.run.build_encoder(self.seq_length, self.config.encoder)
+        encoder = self.run.build_encoder(self.seq_length, self.config.encoder,
+                                         self.starts_from_export)
         initializer_range = self.run.encoder_config.bert_v2.initializer_range
         if self.config.data.task == "squad":
             self.network = squad.build_model(encoder, self.seq_length, initializer_range)

@@ -12,7 +12,8 @@ from recipes.common import driver, storage
 from recipes.bert import finetune_flags
 from recipes.common.errors import UserError
 
-COMPARED_INITS = (("pretrained", "pretrained"), ("random_init", "none"))
+# (subdirectory of --model_dir, encoder.init) of each run
+COMPARED_INITS = tuple(zip(finetune_flags.COMPARED_RUNS, ("pretrained", "none")))
 
 
 def with_init(params_override, init):

@@ -25,10 +25,6 @@ class PretrainingRun:
     (checkpoint, encoder.yaml, vocab.txt, the step it was exported at) and the sequence
     length."""
 
-    # Whether the pretrained weights are what fine-tuning starts from (no checkpoint of the
-    # fine-tuning run or train.init_checkpoint restored over them): set by `check_data`.
-    fine_tuned = True
-
     def __init__(self, model_dir):
         if not tf.io.gfile.isdir(model_dir):
             what = "is a file" if tf.io.gfile.exists(model_dir) else "does not exist"
@@ -61,10 +57,11 @@ class PretrainingRun:
         self.data_seed = data.get("seed")
         self.data_dir, self.data_dir_problem = resolve_data_dir(model_dir, data.get("data_dir"))
 
-    def build_encoder(self, seq_length, settings):
+    def build_encoder(self, seq_length, settings, starts_from_export=True):
         """Model Garden's encoder from the run's encoder.yaml with the fine-tuning dropout of
         `settings` (the config's `encoder` section), with the pretrained weights unless
-        `settings.init` is none."""
+        `settings.init` is none; an export older than the run's newest checkpoint is said
+        when the run `starts_from_export` (`starts_from_export` below)."""
         config = self.encoder_config
         config.bert_v2.dropout_rate = settings.dropout_rate
         config.bert_v2.attention_dropout_rate = settings.attention_dropout_rate
@@ -82,12 +79,11 @@ class PretrainingRun:
                     f"--model_dir={run_dir})") from None
             print(self.describe_weights(), flush=True)
             stale = self.stale_export()
-            if stale and self.fine_tuned:
+            if stale and starts_from_export:
                 print(stale, flush=True)
         else:
             print("encoder: random weights (encoder.init: none)", flush=True)
         return encoder
-
 
     def describe_weights(self):
         """The console's line naming the pretrained weights and the step they are of."""
@@ -481,12 +477,18 @@ def of_run(data, mode, model_dir, examples):
 
 def check_data(config, mode, model_dir, examples, run):
     """`of_run`, then `check_init_checkpoint`: the task's `check_data` (`run`: the
-    `PretrainingRun` of encoder.pretraining_dir)."""
+    `PretrainingRun` of encoder.pretraining_dir). Returns `of_run`'s examples and
+    `starts_from_export` (read before any work: a training writes checkpoints there)."""
     examples = of_run(config.data, mode, model_dir, examples)
     check_init_checkpoint(config, mode, model_dir, examples and examples.labels, run)
-    run.fine_tuned = (mode in flags.TRAIN_MODES and not config.train.init_checkpoint
-                      and checkpoints.latest_checkpoint(model_dir) is None)
-    return examples
+    return examples, starts_from_export(config, mode, model_dir)
+
+
+def starts_from_export(config, mode, model_dir):
+    """Whether a run of `mode` into `model_dir` trains from the pretrained export: no
+    checkpoint of the fine-tuning run, nor train.init_checkpoint, is restored over it."""
+    return (mode in flags.TRAIN_MODES and not config.train.init_checkpoint
+            and checkpoints.latest_checkpoint(model_dir) is None)
 
 
 FINETUNED_PREFIX = "model/inner_model/"  # where a run of the driver keeps its weights

@@ -3,8 +3,12 @@ defines it before TensorFlow loads (recipes/common/startup.py's `check_command_l
 
 from recipes.common import flags as flags_lib
 
+# The subdirectories of --model_dir that --compare_with_random_init writes its two runs into
+# (the pretrained encoder's, the random one's); the driver names the flag when it finds them
+COMPARED_RUNS = ("pretrained", "random_init")
+
 COMPARE_FLAG = flags_lib.ExtraFlag(
     "compare_with_random_init",
     "Also fine-tune an encoder of the same shape from random weights, with the same "
-    "config, and print both held-out results (runs in <model_dir>/pretrained and "
-    "<model_dir>/random_init).")
+    "config, and print both held-out results (runs in "
+    + " and ".join(f"<model_dir>/{name}" for name in COMPARED_RUNS) + ").")

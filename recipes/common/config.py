@@ -440,7 +440,7 @@ def _merge(values, updates, schema_cls, source, prefix, renamed):
 def written_dotted(source, dotted, value):
     """The line for a YAML mapping's key `dotted` that is a dotted key (`train.steps: 40`):
     in YAML each key is one section, in `--params_override`'s `a.b=c` form a dotted path."""
-    text = value if isinstance(value, str) else json.dumps(value)
+    text = value if isinstance(value, str) else json.dumps(value, default=str)  # a YAML date
     *sections, name = dotted.split(".")
     nested = "".join(f"{{{section}: " for section in sections) + f"{{{name}: {text}}}"
     nested += "}" * len(sections)

@@ -25,6 +25,7 @@ from absl import logging as absl_logging
 
 from lamb_tf import accumulation
 from lamb_tf import noise_scale as noise_scale_lib
+from recipes.bert import finetune_flags  # (no TensorFlow) a comparison's subdirectories
 from recipes.common import callbacks as callbacks_lib
 from recipes.common import checkpoints, config_help, corrupt_data, errors, exclusion_report
 from recipes.common import config as config_lib
@@ -89,13 +90,21 @@ def load_task(task_class, options, mode=None):
     config's relative local paths (its schema's `path_field`s: train.init_checkpoint,
     export.dir, a recipe's data files) are absolute from the current directory from here
     on: the task reads them so, and the run's config.yaml keeps them so."""
+    return _load_task(task_class, options, mode)[0]
+
+
+def _load_task(task_class, options, mode):
+    """`load_task`'s task, the run's own config it loaded (`runs_own_config`, read once:
+    on gs:// each read is a round trip) and whether it checked --model_dir already
+    (`check_run_to_read`), for `run` to pass down."""
     if task_class.config_class is None:
         raise UserError(f"{task_class.__name__}.config_class is not set: give the recipe's "
                         "config schema, a dataclass with the sections of recipes.common.schema")
     _check_shared_sections(task_class)
-    check_run_to_read(task_class, options, mode)
+    own = runs_own_config(task_class, options)
+    model_dir_checked = check_run_to_read(task_class, options, mode, own)
     config = config_lib.load_config(
-        task_class.config_class, options.config_files or runs_own_config(task_class, options),
+        task_class.config_class, options.config_files or own,
         options.params_override, renamed_keys=schema.RENAMED_KEYS,
     )
     schema.check(config)
@@ -103,7 +112,7 @@ def load_task(task_class, options, mode=None):
     task = task_class(config)
     task.mode = mode  # what check_config may read depends on it (eval: no training data)
     task.check_config()
-    return task
+    return task, own, model_dir_checked
 
 
 # The sections every recipe's schema holds: the driver reads them (recipes.common.schema).
@@ -141,18 +150,20 @@ def runs_own_config(task_class, options):
     return (saved,)
 
 
-def check_run_to_read(task_class, options, mode):
+def check_run_to_read(task_class, options, mode, own):
     """For --mode=eval / export without --config_file, when --model_dir holds no config.yaml
     of this program (`runs_own_config`): a UserError, before the config is loaded, when it
     holds no run this program reads (runs in its subdirectories, no checkpoint, another
     program's run: `check_model_dir`, `check_same_program`). The schema's defaults, which
     would be the config, were checked first: a key they leave empty was refused (fine-tuning:
-    "encoder.pretraining_dir is empty") as though the mistake were the config's."""
+    "encoder.pretraining_dir is empty") as though the mistake were the config's. `own`:
+    `runs_own_config`'s. Returns whether it checked --model_dir (`check_model_dir`)."""
     if (mode not in ("eval", "export") or options.config_files or not options.model_dir
-            or runs_own_config(task_class, options)):
-        return
+            or own):
+        return False
     check_model_dir(options.model_dir, mode)
     _check_program_of_run(task_class.config_class, options.model_dir, mode)
+    return True
 
 
 def check_task_methods(task, mode):
@@ -357,19 +368,23 @@ def _check_no_runs_inside(model_dir, mode):
     inside = sorted(name.rstrip("/") for name in tf.io.gfile.listdir(model_dir)
                     if tf.io.gfile.exists(os.path.join(model_dir, name, "config.yaml")))
     runs = ", ".join(f"{n}/" for n in inside)
+    # a comparison of fine-tuning's (one of its runs not begun yet, maybe): its flag named
+    # only then, as other programs have none
+    compared = set(inside) <= set(finetune_flags.COMPARED_RUNS)
     if inside and mode in ("eval", "export"):
         verb = _WITH_THE_RUN[mode][0]
+        add_flag = ("a comparison of fine-tuning's --compare_with_random_init? "
+                    f"{verb.capitalize()} it with that flag added, or give" if compared
+                    else "give")
         raise UserError(
             f"--model_dir {model_dir} holds other runs in {runs} (each with its config.yaml), "
-            f"not a run of its own to {verb}: a comparison of fine-tuning's "
-            f"--compare_with_random_init? {verb.capitalize()} it with that flag added, or give "
-            f"one of those runs as --model_dir")
+            f"not a run of its own to {verb}: {add_flag} one of those runs as --model_dir")
     if inside:
         raise UserError(
             f"--model_dir {model_dir} holds other runs in {runs} "
             "(each with its config.yaml), which this run's files would sit beside; give a new "
-            "--model_dir (a comparison of fine-tuning's --compare_with_random_init resumes "
-            "with that flag)")
+            "--model_dir" + (" (a comparison of fine-tuning's --compare_with_random_init "
+                             "resumes with that flag)" if compared else ""))
 
 
 def compare_with_saved_config(task, model_dir, mode):
@@ -470,12 +485,13 @@ def _saved_relative(task, key, old):
     return ""
 
 
-def saved_relative_paths(task, options):
+def saved_relative_paths(task, options, saved=None):
     """The `config:` lines of the path keys the run's own config.yaml (used without
     --config_file) holds relative, saved so by an older version, and the run reads (no
     --params_override changed them): read from the current directory, which may not be the
-    one the run started in (nothing refuses a key that file alone gives)."""
-    saved = runs_own_config(type(task), options)
+    one the run started in (nothing refuses a key that file alone gives). `saved`:
+    `runs_own_config`'s, when the caller has it."""
+    saved = runs_own_config(type(task), options) if saved is None else saved
     if not saved:
         return []
     config = config_lib.load_config(type(task.config), saved, renamed_keys=schema.RENAMED_KEYS)
@@ -514,13 +530,15 @@ def plan_batch(config, num_replicas):
     return plan
 
 
-def check_before_work(task, model_dir, mode):
+def check_before_work(task, model_dir, mode, model_dir_checked=False):
     """Every check of a run of `task` into `model_dir` before any work (nothing written, no
     strategy made), a mistake one UserError; returns the `compare_with_saved_config` lines
     and the `other_held_out` pairs. (The batch-size study makes the ones that apply to a run
-    it has not started: recipes/study/adapter.py `check_settings`.)"""
+    it has not started: recipes/study/adapter.py `check_settings`.) `model_dir_checked`:
+    `check_model_dir` ran already (`check_run_to_read`)."""
     check_task_methods(task, mode)
-    check_model_dir(model_dir, mode)
+    if not model_dir_checked:
+        check_model_dir(model_dir, mode)
     # Ctrl-C and SIGTERM outside training name the checkpoint a rerun goes on from
     errors.name_newest_checkpoint(lambda: checkpoints.latest_checkpoint(model_dir))
     # before what would be said of its run
@@ -542,12 +560,13 @@ def run(task_class, options):
     if not options.verbose:  # TensorFlow's INFO chatter (TPU set-up, export internals, ...)
         absl_logging.set_verbosity(absl_logging.WARNING)
         tf.get_logger().setLevel("WARNING")
-    task = load_task(task_class, options, options.mode)
-    changes, held_out = check_before_work(task, options.model_dir, options.mode)
-    if runs_own_config(task_class, options):  # (after the checks: a refusal is one line)
+    task, own, model_dir_checked = _load_task(task_class, options, options.mode)
+    changes, held_out = check_before_work(task, options.model_dir, options.mode,
+                                          model_dir_checked)
+    if own:  # (after the checks: a refusal is one line)
         print(f"config: the run's own {os.path.join(options.model_dir, 'config.yaml')} (no "
               "--config_file given)", flush=True)
-    for line in saved_relative_paths(task, options) + changes:
+    for line in saved_relative_paths(task, options, own) + changes:
         print(line, flush=True)
     if held_out:
         print(f"evaluation: of other held-out data than the run's ({held_out[0][0]}), into "

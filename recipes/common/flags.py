@@ -158,6 +158,15 @@ def program_name(path):
     return path
 
 
+def cluster_strategy(tpu):
+    """The strategy that --tpu or TF_CONFIG picks when --strategy is unset: "tpu" for a
+    `tpu`, then "multi_worker_mirrored" when TF_CONFIG is set, else "" (the machine's own
+    devices decide: `strategy._guess`). No TensorFlow: the flags are checked before it loads."""
+    if tpu:
+        return "tpu"
+    return "multi_worker_mirrored" if os.environ.get("TF_CONFIG") else ""
+
+
 def check_distribution_flags(tpu, strategy, cpu_replicas, communication):
     """A UserError for distribution flags that contradict one another (one of them would be
     dropped without a word): `--cpu_replicas` but for --strategy=mirrored, `--tpu` with a
@@ -173,8 +182,7 @@ def check_distribution_flags(tpu, strategy, cpu_replicas, communication):
     if tpu and strategy not in ("", "tpu"):
         raise UserError(f"--tpu={tpu} runs on a TPU, which {given} does not use; drop "
                         "--strategy (--tpu picks tpu) or drop --tpu")
-    guessed = strategy or ("tpu" if tpu else "multi_worker_mirrored"
-                           if os.environ.get("TF_CONFIG") else "")
+    guessed = strategy or cluster_strategy(tpu)
     if communication != "auto" and guessed != "multi_worker_mirrored":
         reason = (given if strategy else "--tpu picks tpu" if tpu
                   else "--strategy is unset and TF_CONFIG is not set")

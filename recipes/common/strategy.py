@@ -16,6 +16,7 @@ import threading
 
 import tensorflow as tf
 
+from recipes.common import flags as flags_lib
 from recipes.common import storage
 from recipes.common.errors import UserError
 
@@ -124,10 +125,9 @@ def check_tf_config(text):
 
 
 def _guess(tpu):
-    if tpu:
-        return "tpu"
-    if os.environ.get("TF_CONFIG"):
-        return "multi_worker_mirrored"
+    cluster = flags_lib.cluster_strategy(tpu)
+    if cluster:
+        return cluster
     if len(tf.config.list_physical_devices("GPU")) > 1:
         return "mirrored"
     return "default"
