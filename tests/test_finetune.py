@@ -466,8 +466,7 @@ def test_a_run_into_the_directory_of_a_comparison_is_refused(tmp_path):
         driver.check_same_program(None, str(tmp_path), "train")
     assert str(error.value) == (
         f"--model_dir {tmp_path} holds other runs in pretrained/, random_init/ (each with its "
-        "config.yaml), which this run's files would sit beside; give a new --model_dir (a "
-        "comparison of fine-tuning's --compare_with_random_init resumes with that flag)")
+        "config.yaml), which this run's files would sit beside; give a new --model_dir")
     # a run of its own: not here
     driver.check_same_program(None, str(tmp_path / "pretrained"), "train")
     driver.check_same_program(None, str(tmp_path / "new"), "train")  # not there yet

@@ -8,7 +8,7 @@ import os
 import pytest
 import tensorflow as tf
 
-from recipes.bert import finetune
+from recipes.bert import finetune, finetune_compare
 from recipes.bert.config import BertPretrainingConfig
 from recipes.common import config as config_lib
 from recipes.common import driver
@@ -47,9 +47,8 @@ def test_each_wrong_model_dir_says_what_it_holds(tmp_path, mode, verb):
         _load(comparison, mode)
     assert str(error.value) == (
         f"--model_dir {comparison} holds other runs in pretrained/, random_init/ (each with "
-        f"its config.yaml), not a run of its own to {verb}: a comparison of fine-tuning's "
-        f"--compare_with_random_init? {verb.capitalize()} it with that flag added, or give "
-        "one of those runs as --model_dir")
+        f"its config.yaml), not a run of its own to {verb}: give one of those runs as "
+        "--model_dir")
     for config_class, name in ((BertPretrainingConfig, "bert_tiny"), (ResNetConfig, "resnet")):
         run = _run_of(config_class, tmp_path / name)
         with pytest.raises(UserError) as error:
@@ -69,13 +68,40 @@ def test_each_wrong_model_dir_says_what_it_holds(tmp_path, mode, verb):
     assert not os.path.exists(missing)
 
 
-def test_an_evaluation_of_a_comparison_given_its_config_file_says_to_add_the_flag(tmp_path):
+def test_an_evaluation_of_a_comparison_given_its_config_file_names_its_runs(tmp_path):
     # with --config_file the config loads; the directory was "no checkpoint in ...; train
     # first", though it holds two trained runs
     comparison = _comparison(tmp_path / "comparison")
-    with pytest.raises(UserError, match=r"not a run of its own to evaluate: a comparison of "
-                       r"fine-tuning's --compare_with_random_init\? Evaluate it with that flag"):
+    with pytest.raises(UserError, match=r"holds other runs in pretrained/, random_init/ .*"
+                       r"not a run of its own to evaluate: give one of those runs"):
         driver.check_model_dir(comparison, "eval")
+
+
+@pytest.mark.parametrize("mode", ["train", "eval", "export"])
+def test_fine_tuning_without_the_comparison_flag_on_a_comparison_names_the_flag(tmp_path,
+                                                                                mode):
+    # the fine-tuning program, before the driver reads or writes anything: the flag that goes
+    # on with both runs, which the shared driver (every program's) does not name
+    comparison = _comparison(tmp_path / "comparison")
+    options = flags_lib.RunOptions(
+        config_files=(), params_override="", model_dir=comparison, mode=mode, tpu="",
+        strategy="", communication="auto", deterministic=False,
+        extra={"compare_with_random_init": False})
+    before = sorted(os.listdir(comparison))
+    with pytest.raises(UserError) as error:
+        finetune_compare.run(finetune.BertFinetuneTask, options)
+    assert str(error.value) == (
+        f"--model_dir {comparison} holds the runs of a comparison made with "
+        "--compare_with_random_init (pretrained/, random_init/), not a run of its own: add "
+        "--compare_with_random_init to go on with both (train, eval or export), or give one "
+        "of those runs as --model_dir")
+    assert sorted(os.listdir(comparison)) == before
+    # one run of a comparison stopped early names it too; a run of its own does not
+    os.rename(os.path.join(comparison, "random_init"), str(tmp_path / "elsewhere"))
+    with pytest.raises(UserError, match=r"made with --compare_with_random_init \(pretrained/\)"):
+        finetune_compare.check_not_a_comparison(comparison)
+    finetune_compare.check_not_a_comparison(os.path.join(comparison, "pretrained"))
+    finetune_compare.check_not_a_comparison(str(tmp_path / "new"))
 
 
 @pytest.mark.parametrize("mode, verb", [("eval", "evaluate"), ("export", "export")])

@@ -73,4 +73,22 @@ def run(task_class, options):
     """The driver's `run`, or both inits with --compare_with_random_init."""
     if options.extra[finetune_flags.COMPARE_FLAG.name]:
         return compare_inits(task_class, options)
+    check_not_a_comparison(options.model_dir)
     return driver.run(task_class, options)
+
+
+def check_not_a_comparison(model_dir):
+    """A UserError, before anything is read or written, when `model_dir` holds no run of its
+    own but the runs --compare_with_random_init writes (one of them, if it stopped early) and
+    the flag is not given: the driver would refuse it as a directory of other runs, or, for
+    an evaluation without --config_file, find no config to load."""
+    if not model_dir or tf.io.gfile.exists(os.path.join(model_dir, "config.yaml")):
+        return
+    runs = [f"{name}/" for name in finetune_flags.COMPARED_RUNS
+            if tf.io.gfile.exists(os.path.join(model_dir, name, "config.yaml"))]
+    if runs:
+        flag = f"--{finetune_flags.COMPARE_FLAG.name}"
+        raise UserError(
+            f"--model_dir {model_dir} holds the runs of a comparison made with {flag} "
+            f"({', '.join(runs)}), not a run of its own: add {flag} to go on with both (train, "
+            "eval or export), or give one of those runs as --model_dir")

@@ -4,7 +4,8 @@ defines it before TensorFlow loads (recipes/common/startup.py's `check_command_l
 from recipes.common import flags as flags_lib
 
 # The subdirectories of --model_dir that --compare_with_random_init writes its two runs into
-# (the pretrained encoder's, the random one's); the driver names the flag when it finds them
+# (the pretrained encoder's, the random one's); without the flag, the program names it when
+# it finds them (finetune_compare.check_not_a_comparison)
 COMPARED_RUNS = ("pretrained", "random_init")
 
 COMPARE_FLAG = flags_lib.ExtraFlag(

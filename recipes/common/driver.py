@@ -25,7 +25,6 @@ from absl import logging as absl_logging
 
 from lamb_tf import accumulation
 from lamb_tf import noise_scale as noise_scale_lib
-from recipes.bert import finetune_flags  # (no TensorFlow) a comparison's subdirectories
 from recipes.common import callbacks as callbacks_lib
 from recipes.common import checkpoints, config_help, corrupt_data, errors, exclusion_report
 from recipes.common import config as config_lib
@@ -368,23 +367,16 @@ def _check_no_runs_inside(model_dir, mode):
     inside = sorted(name.rstrip("/") for name in tf.io.gfile.listdir(model_dir)
                     if tf.io.gfile.exists(os.path.join(model_dir, name, "config.yaml")))
     runs = ", ".join(f"{n}/" for n in inside)
-    # a comparison of fine-tuning's (one of its runs not begun yet, maybe): its flag named
-    # only then, as other programs have none
-    compared = set(inside) <= set(finetune_flags.COMPARED_RUNS)
     if inside and mode in ("eval", "export"):
-        verb = _WITH_THE_RUN[mode][0]
-        add_flag = ("a comparison of fine-tuning's --compare_with_random_init? "
-                    f"{verb.capitalize()} it with that flag added, or give" if compared
-                    else "give")
         raise UserError(
             f"--model_dir {model_dir} holds other runs in {runs} (each with its config.yaml), "
-            f"not a run of its own to {verb}: {add_flag} one of those runs as --model_dir")
+            f"not a run of its own to {_WITH_THE_RUN[mode][0]}: give one of those runs as "
+            "--model_dir")
     if inside:
         raise UserError(
             f"--model_dir {model_dir} holds other runs in {runs} "
             "(each with its config.yaml), which this run's files would sit beside; give a new "
-            "--model_dir" + (" (a comparison of fine-tuning's --compare_with_random_init "
-                             "resumes with that flag)" if compared else ""))
+            "--model_dir")
 
 
 def compare_with_saved_config(task, model_dir, mode):
